@@ -1,0 +1,282 @@
+//! The `execute_python` contract: its arguments and its result, as JSON schemas the
+//! client sees, plus the checks on input that happen before any worker is touched.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::sandbox::worker::InputFile;
+use crate::workspace::FileChange;
+
+/// Largest `code` accepted, in bytes.
+pub const MAX_CODE_BYTES: usize = 1 << 20;
+/// Largest total of all `inputs`, decoded, in bytes.
+pub const MAX_INPUT_BYTES: usize = 16 << 20;
+/// Longest session name.
+pub const MAX_SESSION_NAME: usize = 64;
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+pub struct ExecuteArgs {
+    /// The Python source code to run. The value of a final bare expression is returned
+    /// as `result` (like a notebook cell).
+    pub code: String,
+    /// Session name (letters, digits, `_`, `-`, `.`; default "default"). Variables and
+    /// workspace files persist between calls of one session; sessions share nothing.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// Wall-clock limit for this call in seconds (default from SANDBOX_TIMEOUT_S, capped
+    /// at 120).
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+    /// Files written into the session's workspace before the code runs: relative path →
+    /// text, or `{"base64": "..."}` for binary content. 16 MiB in all.
+    #[serde(default)]
+    pub inputs: Option<BTreeMap<String, InputContent>>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum InputContent {
+    /// UTF-8 text.
+    Text(String),
+    /// Binary content.
+    Binary {
+        /// Standard base64 (with padding).
+        base64: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecStatus {
+    /// The code ran to the end.
+    Ok,
+    /// The code raised an exception, or the call was refused before running.
+    Error,
+    /// The wall-clock limit was reached; the worker was killed.
+    Timeout,
+    /// The worker process died (memory limit, crash, forbidden syscall) or was killed.
+    Killed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorInfo {
+    /// Exception class name, or a warden error kind (InputError, SandboxRefused,
+    /// WorkerDied, Timeout...).
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    /// Traceback of the user's own frames ("" when not applicable).
+    pub traceback: String,
+}
+
+impl ErrorInfo {
+    pub fn new(kind: &str, message: impl Into<String>) -> ErrorInfo {
+        ErrorInfo {
+            kind: kind.to_string(),
+            message: message.into(),
+            traceback: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ExecResult {
+    pub status: ExecStatus,
+    /// What the code wrote to fd 1 (Python and C alike), decoded lossily as UTF-8.
+    pub stdout: String,
+    /// What the code wrote to fd 2.
+    pub stderr: String,
+    /// repr() of the final bare expression, if it was not None.
+    pub result: Option<String>,
+    pub error: Option<ErrorInfo>,
+    pub duration_ms: u64,
+    pub timed_out: bool,
+    /// Some output (stdout, stderr or result) was cut at the output limit.
+    pub truncated: bool,
+    /// The backend that really ran the code.
+    pub backend: String,
+    pub session: String,
+    /// Files created, modified or deleted in the workspace by this call.
+    pub files: Vec<FileChange>,
+    /// A new worker was started for this call after the previous one was lost (timeout,
+    /// crash): variables from earlier calls are gone; workspace files are kept.
+    pub worker_restarted: bool,
+    /// Sandbox walls that are not in force, and other things the caller must know.
+    pub warnings: Vec<String>,
+}
+
+impl ExecResult {
+    /// A result for a call that was refused before any code ran.
+    pub fn refused(session: &str, error: ErrorInfo, warnings: Vec<String>) -> ExecResult {
+        ExecResult {
+            status: ExecStatus::Error,
+            stdout: String::new(),
+            stderr: String::new(),
+            result: None,
+            error: Some(error),
+            duration_ms: 0,
+            timed_out: false,
+            truncated: false,
+            backend: "host".to_string(),
+            session: session.to_string(),
+            files: Vec::new(),
+            worker_restarted: false,
+            warnings,
+        }
+    }
+}
+
+/// Checks a session name: it becomes a directory name.
+pub fn validate_session_name(name: &str) -> Result<(), ErrorInfo> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_SESSION_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        && !name.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(ErrorInfo::new(
+            "InvalidArgument",
+            format!(
+                "session name {name:?} is not valid: use 1 to {MAX_SESSION_NAME} letters, digits, '_', '-' or '.', not starting with '.'"
+            ),
+        ))
+    }
+}
+
+/// Validates and encodes `inputs` for the worker (which writes them, inside the sandbox).
+pub fn prepare_inputs(
+    inputs: Option<&BTreeMap<String, InputContent>>,
+) -> Result<Vec<InputFile>, ErrorInfo> {
+    let Some(inputs) = inputs else {
+        return Ok(Vec::new());
+    };
+    let engine = base64::engine::general_purpose::STANDARD;
+    let mut total = 0usize;
+    let mut out = Vec::with_capacity(inputs.len());
+    for (name, content) in inputs {
+        validate_input_name(name)?;
+        let (len, b64) = match content {
+            InputContent::Text(text) => (text.len(), engine.encode(text.as_bytes())),
+            InputContent::Binary { base64 } => {
+                let decoded = engine.decode(base64.as_bytes()).map_err(|e| {
+                    ErrorInfo::new(
+                        "InvalidArgument",
+                        format!("input {name:?}: base64 is not valid: {e}"),
+                    )
+                })?;
+                (decoded.len(), base64.clone())
+            }
+        };
+        total = total.saturating_add(len);
+        if total > MAX_INPUT_BYTES {
+            return Err(ErrorInfo::new(
+                "InputTooLarge",
+                format!(
+                    "inputs total more than {} MiB; write large data in several calls or generate it in code",
+                    MAX_INPUT_BYTES >> 20
+                ),
+            ));
+        }
+        out.push(InputFile {
+            name: name.clone(),
+            b64,
+        });
+    }
+    Ok(out)
+}
+
+fn validate_input_name(name: &str) -> Result<(), ErrorInfo> {
+    let bad = name.is_empty()
+        || name.len() > 1024
+        || name.starts_with('/')
+        || name.contains('\0')
+        || name.contains('\\')
+        || name
+            .split('/')
+            .any(|part| part.is_empty() || part == "." || part == ".." || part.len() > 255);
+    if bad {
+        return Err(ErrorInfo::new(
+            "InvalidArgument",
+            format!(
+                "input name {name:?} must be a relative path inside the workspace (no '..', no leading '/')"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_names_are_safe_directory_names() {
+        assert!(validate_session_name("default").is_ok());
+        assert!(validate_session_name("a-b_c.1").is_ok());
+        for bad in ["", "..", ".hidden", "a/b", "a b", &"x".repeat(65), "é"] {
+            assert!(validate_session_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn input_names_cannot_leave_the_workspace() {
+        for bad in [
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a//b",
+            "",
+            "a\0b",
+            "./a",
+        ] {
+            let mut map = BTreeMap::new();
+            map.insert(bad.to_string(), InputContent::Text("x".into()));
+            assert!(prepare_inputs(Some(&map)).is_err(), "{bad:?}");
+        }
+        let mut map = BTreeMap::new();
+        map.insert("data/in.csv".to_string(), InputContent::Text("a,b".into()));
+        map.insert(
+            "blob.bin".to_string(),
+            InputContent::Binary {
+                base64: "AAEC".into(),
+            },
+        );
+        let files = prepare_inputs(Some(&map)).unwrap();
+        assert_eq!(files.len(), 2);
+    }
+
+    #[test]
+    fn inputs_are_capped_in_total() {
+        let mut map = BTreeMap::new();
+        map.insert(
+            "a".to_string(),
+            InputContent::Text("x".repeat(MAX_INPUT_BYTES)),
+        );
+        map.insert("b".to_string(), InputContent::Text("y".into()));
+        let err = prepare_inputs(Some(&map)).unwrap_err();
+        assert_eq!(err.kind, "InputTooLarge");
+    }
+
+    #[test]
+    fn bad_base64_is_a_clear_error() {
+        let mut map = BTreeMap::new();
+        map.insert(
+            "a.bin".to_string(),
+            InputContent::Binary {
+                base64: "not base64!".into(),
+            },
+        );
+        assert!(
+            prepare_inputs(Some(&map))
+                .unwrap_err()
+                .message
+                .contains("base64")
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! The warden command line: `serve` (MCP over stdio), `run` (one execution, for trying the
+//! sandbox by hand) and the hidden helper stage the server re-executes for each worker.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use rmcp::ServiceExt;
+use warden::config::Settings;
+use warden::execution::ExecuteArgs;
+use warden::sandbox::worker::HELPER_SUBCOMMAND;
+use warden::server::WardenServer;
+use warden::session::SessionManager;
+
+#[derive(Parser)]
+#[command(
+    name = "warden",
+    version,
+    about = "An MCP server that runs Python in a sandbox"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve MCP over stdio (what an MCP client launches).
+    Serve,
+    /// Run one file (or - for stdin) in a fresh sandboxed session and print the result
+    /// as JSON.
+    Run {
+        file: PathBuf,
+        /// Wall-clock limit in seconds.
+        #[arg(long)]
+        timeout_s: Option<u64>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    // The helper stage must stay single-threaded: dispatch before any runtime exists.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == HELPER_SUBCOMMAND)
+    {
+        warden::sandbox::linux::helper::run_helper_main();
+    }
+    harden_server_process();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let settings = Arc::new(Settings::from_env().context("invalid settings")?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve => serve(settings).await,
+            Command::Run { file, timeout_s } => run_once(settings, file, timeout_s).await,
+        }
+    })
+}
+
+/// The server itself holds secrets (its environment) and talks to root-equivalent
+/// resources: no core dumps, and not readable through /proc by same-uid processes.
+fn harden_server_process() {
+    // SAFETY: plain prctl/setrlimit calls on this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        let zero = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &zero);
+    }
+}
+
+async fn serve(settings: Arc<Settings>) -> anyhow::Result<()> {
+    if settings.host_sandbox == warden::config::SandboxMode::Off {
+        tracing::warn!(
+            "HOST_SANDBOX=off: code will run WITHOUT the operating-system sandbox (development only)"
+        );
+    }
+    let sessions = Arc::new(SessionManager::new(settings).context("cannot prepare sessions")?);
+    let server = WardenServer::new(sessions.clone());
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .context("MCP initialisation failed")?;
+    tokio::select! {
+        r = running.waiting() => { r.context("MCP service failed")?; }
+        _ = shutdown_signal() => { tracing::info!("signal received, shutting down"); }
+    }
+    sessions.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+async fn run_once(
+    settings: Arc<Settings>,
+    file: PathBuf,
+    timeout_s: Option<u64>,
+) -> anyhow::Result<()> {
+    let code = if file.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        s
+    } else {
+        std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?
+    };
+    let sessions = SessionManager::new(settings).context("cannot prepare sessions")?;
+    let result = sessions
+        .execute(&ExecuteArgs {
+            code,
+            session: Some("run".into()),
+            timeout_s,
+            inputs: None,
+        })
+        .await;
+    sessions.shutdown().await;
+    println!("{}", serde_json::to_string_pretty(&result)?);
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! The host backend: one sandboxed, persistent Python worker per session.
+//!
+//! - [`policy`]: what a worker may touch, as data (pure).
+//! - [`python`]: finding the real interpreter and what it must read.
+//! - [`linux`]: the walls (Landlock, seccomp, rlimits, namespaces, privileges) and the
+//!   helper stage that installs them before exec.
+//! - [`worker`]: spawning a worker and speaking its protocol.
+//! - [`report`]: which walls stand, as the helper saw them.
+
+pub mod linux;
+pub mod policy;
+pub mod python;
+pub mod report;
+pub mod worker;
+
+/// The Python program each worker runs (see `worker.py`), passed with `-c` so that no
+/// file outside the read-only runtime needs to be readable.
+pub const WORKER_SOURCE: &str = include_str!("worker.py");

@@ -1,0 +1,179 @@
+# warden's Python worker: runs inside the sandbox, one per session, for the session's
+# whole life. It reads JSON requests from fd 3 and writes JSON responses to fd 4; fds 1
+# and 2 belong to the user's code (the server captures them), so nothing the code prints,
+# from Python or from C, can corrupt the protocol. After each run it writes an
+# end-of-output marker carrying the request's nonce to fds 1 and 2, so the server knows
+# where this call's output ends.
+import ast
+import base64
+import builtins
+import json
+import linecache
+import os
+import sys
+import traceback
+import types
+
+_REQUESTS = os.fdopen(3, "rb", buffering=1 << 16)
+_RESPONSE_FD = 4
+_WORKSPACE = os.getcwd()
+_MAX_REQUEST = 64 << 20
+
+
+def _send(message):
+    data = (json.dumps(message, ensure_ascii=True) + "\n").encode("ascii")
+    view = memoryview(data)
+    while view:
+        written = os.write(_RESPONSE_FD, view)
+        view = view[written:]
+
+
+def _write_inputs(inputs):
+    for item in inputs:
+        name = item["name"]
+        parts = name.split("/")
+        if (
+            not name
+            or name.startswith("/")
+            or "\x00" in name
+            or any(p in ("", ".", "..") for p in parts)
+        ):
+            raise ValueError("input name %r must be a relative path inside the workspace" % name)
+        data = base64.b64decode(item["b64"], validate=True)
+        directory = _WORKSPACE
+        for part in parts[:-1]:
+            directory = os.path.join(directory, part)
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        target = os.path.join(_WORKSPACE, *parts)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+
+
+def _safe_str(value):
+    try:
+        return str(value)
+    except BaseException:  # a hostile __str__ must not break the worker
+        return "<unprintable %s>" % type(value).__name__
+
+
+def _describe(exc, cap):
+    tb = exc.__traceback__
+    # Drop the worker's own frames: the traceback starts at the user's first frame.
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell"):
+        tb = tb.tb_next
+    try:
+        text = "".join(traceback.TracebackException(type(exc), exc, tb, compact=True).format())
+    except BaseException:
+        text = "%s: %s\n" % (type(exc).__name__, _safe_str(exc))
+    return {
+        "type": type(exc).__name__,
+        "message": _safe_str(exc),
+        "traceback": text[:cap],
+    }
+
+
+def _run(request, namespace, counter):
+    cap = int(request.get("result_cap", 65536))
+    response = {
+        "type": "result",
+        "id": request["id"],
+        "status": "ok",
+        "result": None,
+        "result_truncated": False,
+        "error": None,
+    }
+    try:
+        _write_inputs(request.get("inputs") or [])
+    except Exception as exc:
+        response["status"] = "error"
+        response["error"] = {"type": "InputError", "message": _safe_str(exc), "traceback": ""}
+        return response
+
+    code = request["code"]
+    filename = "<cell %d>" % counter
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    try:
+        tree = ast.parse(code, filename, "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        body = compile(tree, filename, "exec")
+        tail = compile(last, filename, "eval") if last is not None else None
+    except BaseException as exc:  # SyntaxError, ValueError (NUL bytes), RecursionError
+        response["status"] = "error"
+        response["error"] = {
+            "type": type(exc).__name__,
+            "message": _safe_str(exc),
+            "traceback": "".join(traceback.format_exception_only(type(exc), exc))[:cap],
+        }
+        return response
+
+    try:
+        exec(body, namespace)
+        if tail is not None:
+            value = eval(tail, namespace)
+            if value is not None:
+                text = repr(value)
+                if len(text) > cap:
+                    response["result_truncated"] = True
+                    text = text[:cap]
+                response["result"] = text
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt are results too
+        response["status"] = "error"
+        response["error"] = _describe(exc, cap)
+    return response
+
+
+def _end_output(nonce):
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    marker = b"\x00WARDEN-END:" + nonce.encode("ascii") + b"\x00"
+    for fd in (1, 2):
+        view = memoryview(marker)
+        try:
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            pass
+
+
+def _main():
+    # The user's code gets a real __main__ module of its own, so that pickle, dataclasses
+    # and typing find its classes; the worker's own names stay out of its reach by name.
+    main_module = types.ModuleType("__main__")
+    main_module.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main_module
+    namespace = main_module.__dict__
+    counter = 0
+    _send({"type": "ready", "python": sys.version.split()[0]})
+    while True:
+        line = _REQUESTS.readline(_MAX_REQUEST)
+        if not line:
+            os._exit(0)
+        try:
+            request = json.loads(line)
+        except ValueError:
+            os._exit(3)
+        if request.get("type") != "exec":
+            os._exit(3)
+        counter += 1
+        response = _run(request, namespace, counter)
+        _end_output(request["nonce"])
+        try:
+            _send(response)
+        except (TypeError, ValueError):
+            _send({"type": "result", "id": request["id"], "status": "error", "result": None,
+                   "result_truncated": False,
+                   "error": {"type": "WorkerError", "message": "result not serialisable",
+                             "traceback": ""}})
+
+
+_main()

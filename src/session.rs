@@ -1,0 +1,384 @@
+//! Sessions: shared server state keyed by session name (not by connection), each with its
+//! own workspace directory, its own uid when the server is root, and at most one
+//! persistent sandboxed worker. Calls in one session are serialised; calls in different
+//! sessions run in parallel. All workspaces of this server instance are removed at
+//! shutdown.
+
+use std::collections::HashMap;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::config::Settings;
+use crate::execution::{
+    ErrorInfo, ExecResult, ExecStatus, ExecuteArgs, MAX_CODE_BYTES, prepare_inputs,
+    validate_session_name,
+};
+use crate::sandbox::policy::{RunAs, SessionPaths, WorkerPolicy};
+use crate::sandbox::python::{self, PythonRuntime};
+use crate::sandbox::worker::{Outcome, SpawnError, Worker};
+use crate::workspace::Snapshot;
+
+/// Most sessions alive at once (each holds a Python process).
+pub const MAX_SESSIONS: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(
+        "cannot create the data directory {path}: {source}; set SANDBOX_DATA_DIR to a writable directory"
+    )]
+    DataDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the data directory {path} is not reachable by the unprivileged sandbox users ({reason}); set SANDBOX_DATA_DIR to a directory such as /var/lib/warden"
+    )]
+    DataDirUnreachable { path: PathBuf, reason: String },
+    #[error("no data directory could be determined; set SANDBOX_DATA_DIR")]
+    NoDataDir,
+    #[error(transparent)]
+    Python(#[from] python::PythonError),
+}
+
+pub struct SessionManager {
+    settings: Arc<Settings>,
+    runtime: PythonRuntime,
+    /// `<data dir>/sessions/<instance>`: removed at shutdown.
+    instance_dir: PathBuf,
+    /// First uid of this instance's range, when the server is root.
+    uid_base: Option<u32>,
+    next_uid: AtomicU32,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+pub struct Session {
+    name: String,
+    paths: SessionPaths,
+    run_as: Option<RunAs>,
+    state: tokio::sync::Mutex<SessionState>,
+}
+
+#[derive(Default)]
+struct SessionState {
+    worker: Option<Worker>,
+    /// Why the previous worker was lost, reported by the next call.
+    lost_worker: Option<String>,
+}
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+impl SessionManager {
+    /// Resolves the interpreter and creates this instance's directory.
+    pub fn new(settings: Arc<Settings>) -> Result<SessionManager, SessionError> {
+        let root = running_as_root();
+        let sandboxed = settings.host_sandbox != crate::config::SandboxMode::Off;
+        let runtime = python::resolve(settings.python.as_deref(), root && sandboxed)?;
+        let data_dir = match &settings.data_dir {
+            Some(d) => d.clone(),
+            None => crate::config::default_data_dir(root).ok_or(SessionError::NoDataDir)?,
+        };
+        let suffix: [u8; 4] = crate::random_bytes();
+        let instance = format!(
+            "{}-{}",
+            std::process::id(),
+            suffix
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let instance_dir = data_dir.join("sessions").join(instance);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(&instance_dir)
+            .map_err(|source| SessionError::DataDir {
+                path: instance_dir.clone(),
+                source,
+            })?;
+        let uid_base = if root && sandboxed {
+            python::traversable_by_others(&instance_dir).map_err(|reason| {
+                SessionError::DataDirUnreachable {
+                    path: data_dir.clone(),
+                    reason,
+                }
+            })?;
+            // A random range per instance, far above login and subuid ranges, so that two
+            // servers on one machine do not share uids.
+            let r: [u8; 4] = crate::random_bytes();
+            Some(1_600_000_000 + (u32::from_le_bytes(r) % 100_000) * 1_000)
+        } else {
+            None
+        };
+        tracing::info!(
+            python = %runtime.executable.display(),
+            version = %runtime.version,
+            workspaces = %instance_dir.display(),
+            "session manager ready"
+        );
+        Ok(SessionManager {
+            settings,
+            runtime,
+            instance_dir,
+            uid_base,
+            next_uid: AtomicU32::new(0),
+            sessions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn runtime(&self) -> &PythonRuntime {
+        &self.runtime
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn session(&self, name: &str) -> Result<Arc<Session>, ErrorInfo> {
+        let mut sessions = self
+            .sessions
+            .lock()
+            .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?;
+        if let Some(s) = sessions.get(name) {
+            return Ok(s.clone());
+        }
+        if sessions.len() >= MAX_SESSIONS {
+            return Err(ErrorInfo::new(
+                "TooManySessions",
+                format!("{MAX_SESSIONS} sessions are open; reuse one of them"),
+            ));
+        }
+        let run_as = self.uid_base.map(|base| {
+            let id = base + self.next_uid.fetch_add(1, Ordering::Relaxed);
+            RunAs { uid: id, gid: id }
+        });
+        let dir = self.instance_dir.join(name);
+        let paths = SessionPaths {
+            workspace: dir.join("workspace"),
+            tmp: dir.join("tmp"),
+        };
+        create_session_dirs(&dir, &paths, run_as).map_err(|e| {
+            ErrorInfo::new(
+                "InternalError",
+                format!("cannot create the workspace for session {name:?}: {e}"),
+            )
+        })?;
+        let session = Arc::new(Session {
+            name: name.to_string(),
+            paths,
+            run_as,
+            state: tokio::sync::Mutex::new(SessionState::default()),
+        });
+        sessions.insert(name.to_string(), session.clone());
+        Ok(session)
+    }
+
+    /// The workspace directory of a session, if it exists.
+    pub fn workspace_of(&self, name: &str) -> Option<PathBuf> {
+        let sessions = self.sessions.lock().ok()?;
+        sessions.get(name).map(|s| s.paths.workspace.clone())
+    }
+
+    /// Runs one `execute_python` call.
+    pub async fn execute(&self, args: &ExecuteArgs) -> ExecResult {
+        let name = args.session.as_deref().unwrap_or("default");
+        if let Err(e) = validate_session_name(name) {
+            return ExecResult::refused(name, e, Vec::new());
+        }
+        if args.code.len() > MAX_CODE_BYTES {
+            return ExecResult::refused(
+                name,
+                ErrorInfo::new(
+                    "InputTooLarge",
+                    format!(
+                        "code is {} bytes; the limit is {} bytes (put data in `inputs` or generate it)",
+                        args.code.len(),
+                        MAX_CODE_BYTES
+                    ),
+                ),
+                Vec::new(),
+            );
+        }
+        let inputs = match prepare_inputs(args.inputs.as_ref()) {
+            Ok(i) => i,
+            Err(e) => return ExecResult::refused(name, e, Vec::new()),
+        };
+        let session = match self.session(name) {
+            Ok(s) => s,
+            Err(e) => return ExecResult::refused(name, e, Vec::new()),
+        };
+        let timeout = Duration::from_secs(self.settings.effective_timeout_s(args.timeout_s));
+        session.execute(self, &args.code, &inputs, timeout).await
+    }
+
+    /// Kills every worker and removes every workspace of this instance.
+    pub async fn shutdown(&self) {
+        let sessions: Vec<Arc<Session>> = match self.sessions.lock() {
+            Ok(mut map) => map.drain().map(|(_, s)| s).collect(),
+            Err(_) => Vec::new(),
+        };
+        for session in sessions {
+            let mut state = session.state.lock().await;
+            if let Some(mut worker) = state.worker.take() {
+                worker.kill();
+            }
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.instance_dir) {
+            tracing::warn!(dir = %self.instance_dir.display(), error = %e, "could not remove workspaces");
+        }
+    }
+
+    fn policy_for(&self, session: &Session) -> WorkerPolicy {
+        WorkerPolicy::for_session(
+            &self.settings,
+            &self.runtime,
+            &session.paths,
+            session.run_as,
+            std::process::id() as i32,
+            &|name| std::env::var(name).ok(),
+        )
+    }
+}
+
+fn create_session_dirs(
+    dir: &Path,
+    paths: &SessionPaths,
+    run_as: Option<RunAs>,
+) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().mode(0o711).create(dir)?;
+    for sub in [&paths.workspace, &paths.tmp] {
+        std::fs::DirBuilder::new().mode(0o700).create(sub)?;
+        if let Some(run_as) = run_as {
+            std::os::unix::fs::chown(sub, Some(run_as.uid), Some(run_as.gid))?;
+        }
+        std::fs::set_permissions(sub, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+impl Session {
+    async fn execute(
+        &self,
+        manager: &SessionManager,
+        code: &str,
+        inputs: &[crate::sandbox::worker::InputFile],
+        timeout: Duration,
+    ) -> ExecResult {
+        let started = Instant::now();
+        let mut state = self.state.lock().await;
+        let mut worker_restarted = false;
+        let mut warnings = Vec::new();
+        if let Some(why) = state.lost_worker.take() {
+            worker_restarted = true;
+            warnings.push(format!(
+                "the previous worker of this session was lost ({why}); a new one was started: variables from earlier calls are gone, workspace files are kept"
+            ));
+        }
+        if state.worker.is_none() {
+            match Worker::spawn(&manager.policy_for(self)).await {
+                Ok(worker) => state.worker = Some(worker),
+                Err(e) => {
+                    let kind = match e {
+                        SpawnError::Refused { .. } => "SandboxRefused",
+                        _ => "WorkerStartFailed",
+                    };
+                    tracing::error!(session = %self.name, error = %e, "worker did not start");
+                    let mut result = ExecResult::refused(
+                        &self.name,
+                        ErrorInfo::new(kind, e.to_string()),
+                        warnings,
+                    );
+                    result.worker_restarted = worker_restarted;
+                    return result;
+                }
+            }
+        }
+        let Some(worker) = state.worker.as_mut() else {
+            return ExecResult::refused(
+                &self.name,
+                ErrorInfo::new("InternalError", "worker missing after start"),
+                warnings,
+            );
+        };
+        warnings.extend(worker.report().warnings());
+        let before = Snapshot::take(&self.paths.workspace);
+        let cap = manager.settings.output_limit_bytes;
+        let run = worker.execute(code, inputs, timeout, cap).await;
+        let after = Snapshot::take(&self.paths.workspace);
+        if !run.reusable {
+            state.worker = None;
+        }
+        let mut result = ExecResult {
+            status: ExecStatus::Ok,
+            stdout: String::from_utf8_lossy(&run.stdout.bytes).into_owned(),
+            stderr: String::from_utf8_lossy(&run.stderr.bytes).into_owned(),
+            result: None,
+            error: None,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            timed_out: false,
+            truncated: run.stdout.truncated || run.stderr.truncated,
+            backend: "host".to_string(),
+            session: self.name.clone(),
+            files: before.changes_to(&after),
+            worker_restarted,
+            warnings,
+        };
+        match run.outcome {
+            Outcome::Finished(response) => {
+                result.result = response.result;
+                result.truncated |= response.result_truncated;
+                if let Some(e) = response.error {
+                    result.status = ExecStatus::Error;
+                    result.error = Some(ErrorInfo {
+                        kind: e.kind,
+                        message: e.message,
+                        traceback: e.traceback,
+                    });
+                } else if response.status != "ok" {
+                    result.status = ExecStatus::Error;
+                }
+                if !run.reusable {
+                    state.lost_worker =
+                        Some("the code closed or redirected its output streams".to_string());
+                }
+            }
+            Outcome::TimedOut => {
+                result.status = ExecStatus::Timeout;
+                result.timed_out = true;
+                result.error = Some(ErrorInfo::new(
+                    "Timeout",
+                    format!(
+                        "the code ran longer than {} s and its whole process group was killed; the next call starts a fresh worker (variables are lost, files are kept)",
+                        timeout.as_secs()
+                    ),
+                ));
+                state.lost_worker = Some(format!("timed out after {} s", timeout.as_secs()));
+            }
+            Outcome::Died(how) => {
+                result.status = ExecStatus::Killed;
+                result.error = Some(ErrorInfo::new(
+                    "WorkerDied",
+                    format!(
+                        "the Python worker died during the call ({how}); the next call starts a fresh worker (variables are lost, files are kept)"
+                    ),
+                ));
+                state.lost_worker = Some(format!("the worker died: {how}"));
+            }
+            Outcome::Broken(why) => {
+                result.status = ExecStatus::Killed;
+                result.error = Some(ErrorInfo::new(
+                    "WorkerProtocolError",
+                    format!("the worker broke its protocol ({why}) and was killed"),
+                ));
+                state.lost_worker = Some(format!("protocol error: {why}"));
+            }
+        }
+        result
+    }
+}
