@@ -1,0 +1,170 @@
+//! Timeouts, crashes and limits: the call ends with a clear result, the session recovers
+//! with a fresh worker, and the server and other sessions never notice.
+
+use serde_json::json;
+
+use super::{BIN, Server, eventually, processes_of_uid, stdout};
+
+async fn uid_of(server: &Server, session: &str) -> u64 {
+    let r = server.run(session, "import os; print(os.getuid())").await;
+    stdout(&r).trim().parse().expect("uid")
+}
+
+#[tokio::test]
+async fn timeout_kills_the_worker_and_the_next_call_gets_a_fresh_one() {
+    let server = Server::start(&[]).await;
+    server.run("t", "kept = 'value'").await;
+    let uid = uid_of(&server, "t").await;
+    let r = server
+        .exec(json!({
+            "session": "t",
+            "timeout_s": 2,
+            "code": "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n    signal.signal(s, signal.SIG_IGN)\nprint('spinning', flush=True)\nwhile True:\n    pass"
+        }))
+        .await;
+    assert_eq!(r["status"], "timeout", "{r}");
+    assert_eq!(r["timed_out"], true);
+    assert_eq!(stdout(&r), "spinning\n", "output before the kill is kept");
+    assert!(r["duration_ms"].as_u64().unwrap() < 6_000, "{r}");
+    assert!(
+        eventually(5, || processes_of_uid(uid).is_empty()).await,
+        "the killed worker's processes are gone"
+    );
+    let r = server.run("t", "kept").await;
+    assert_eq!(r["worker_restarted"], true, "{r}");
+    assert_eq!(r["error"]["type"], "NameError", "variables were lost: {r}");
+    assert!(r["warnings"][0].as_str().unwrap().contains("variables"));
+    let r = server.run("t", "print('recovered')").await;
+    assert_eq!(stdout(&r), "recovered\n");
+    assert_eq!(r["worker_restarted"], false);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_crashing_worker_is_reported_and_replaced_while_other_sessions_keep_working() {
+    let server = Server::start(&[]).await;
+    server.run("other", "survivor = 7").await;
+    for (code, expect) in [
+        ("import ctypes\nctypes.string_at(0)", "SIGSEGV"),
+        ("import os\nos._exit(3)", "exit status 3"),
+    ] {
+        let r = server.run("crash", code).await;
+        assert_eq!(r["status"], "killed", "{r}");
+        assert_eq!(r["error"]["type"], "WorkerDied");
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains(expect),
+            "{r}"
+        );
+        let r = server.run("crash", "print('back')").await;
+        assert_eq!(stdout(&r), "back\n");
+        assert_eq!(r["worker_restarted"], true);
+    }
+    let r = server.run("other", "survivor").await;
+    assert_eq!(r["result"], "7");
+    assert_eq!(r["worker_restarted"], false);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn memory_file_size_and_fd_limits_are_enforced() {
+    let server = Server::start(&[
+        ("SANDBOX_MEM_LIMIT", "512m"),
+        ("SANDBOX_FILE_SIZE_LIMIT", "1m"),
+    ])
+    .await;
+    let r = server.run("m", "b = bytearray(1 << 30)").await;
+    assert_eq!(r["error"]["type"], "MemoryError", "{r}");
+    let r = server
+        .run("m", "open('big', 'wb').write(b'x' * (2 << 20))")
+        .await;
+    assert_eq!(r["status"], "error", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("File too large"),
+        "{r}"
+    );
+    let r = server
+        .run("m", "fs = []\ntry:\n    while True: fs.append(open('/dev/null'))\nexcept OSError as e:\n    print(len(fs), e.errno)")
+        .await;
+    let out = stdout(&r);
+    let n: usize = out.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(n < 256, "{out}");
+    assert!(out.trim().ends_with(" 24"), "EMFILE: {out}");
+    let r = server.run("m", "print('fine')").await;
+    assert_eq!(stdout(&r), "fine\n");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn concurrent_sessions_run_in_parallel() {
+    let server = Server::start(&[]).await;
+    let started = std::time::Instant::now();
+    let calls = (0..4).map(|i| {
+        let s = format!("p{i}");
+        let server = &server;
+        async move {
+            server
+                .run(&s, "import time; time.sleep(1); print('done')")
+                .await
+        }
+    });
+    let results = futures::future::join_all(calls).await;
+    for r in &results {
+        assert_eq!(stdout(r), "done\n", "{r}");
+    }
+    assert!(
+        started.elapsed().as_secs_f64() < 3.5,
+        "{:?}",
+        started.elapsed()
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn require_mode_runs_when_every_wall_stands_and_reports_none_missing() {
+    let server = Server::start(&[("HOST_SANDBOX", "require")]).await;
+    let r = server.run("r", "print('ok')").await;
+    assert_eq!(stdout(&r), "ok\n", "{r}");
+    assert_eq!(r["warnings"], json!([]));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn sandbox_off_says_so_loudly_in_every_result() {
+    let server = Server::start(&[("HOST_SANDBOX", "off")]).await;
+    for _ in 0..2 {
+        let r = server.run("o", "print(1)").await;
+        let warnings = r["warnings"].to_string();
+        assert!(
+            warnings.contains("WITHOUT any operating-system sandbox"),
+            "{r}"
+        );
+    }
+    server.stop().await;
+}
+
+#[test]
+fn docker_backend_is_refused_clearly_at_start() {
+    let out = std::process::Command::new(BIN)
+        .arg("serve")
+        .env("EXECUTION_BACKEND", "docker")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("EXECUTION_BACKEND=docker"), "{stderr}");
+}
+
+#[tokio::test]
+async fn workers_die_with_the_server() {
+    let server = Server::start(&[]).await;
+    let uid = uid_of(&server, "w").await;
+    assert_eq!(processes_of_uid(uid).len(), 1);
+    server.stop().await;
+    assert!(
+        eventually(5, || processes_of_uid(uid).is_empty()).await,
+        "worker outlived the server"
+    );
+}
