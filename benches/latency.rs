@@ -40,7 +40,10 @@ fn args(code: &str, session: &str) -> CallToolRequestParams {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let data = tempfile::Builder::new().prefix("warden-bench-").tempdir().unwrap();
+    let data = tempfile::Builder::new()
+        .prefix("warden-bench-")
+        .tempdir()
+        .unwrap();
     std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_warden"));
     cmd.arg("serve")
@@ -51,7 +54,10 @@ async fn main() {
     let mut cold = Vec::new();
     for i in 0..COLD_SESSIONS {
         let t = Instant::now();
-        let r = client.call_tool(args("print(1+1)", &format!("cold{i}"))).await.unwrap();
+        let r = client
+            .call_tool(args("print(1+1)", &format!("cold{i}")))
+            .await
+            .unwrap();
         cold.push(t.elapsed());
         assert_eq!(r.structured_content.unwrap()["stdout"], "2\n");
     }
