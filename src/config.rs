@@ -76,6 +76,8 @@ pub struct Settings {
     pub python: Option<PathBuf>,
     pub policy_file: Option<PathBuf>,
     pub codeguard: GuardMode,
+    /// Where the selftest's connect probe aims (RFC 5737 TEST-NET-1 by default).
+    pub probe_addr: String,
 }
 
 impl Settings {
@@ -146,7 +148,15 @@ impl Settings {
                 }
             },
         };
+        let probe_addr = match get("SANDBOX_PROBE_ADDR") {
+            None => "192.0.2.1".to_string(),
+            Some(v) => match v.trim().parse::<std::net::Ipv4Addr>() {
+                Ok(addr) => addr.to_string(),
+                Err(_) => return Err(invalid("SANDBOX_PROBE_ADDR", &v, "an IPv4 address")),
+            },
+        };
         Ok(Settings {
+            probe_addr,
             backend,
             host_sandbox,
             network,

@@ -9,6 +9,7 @@ pub mod config;
 pub mod execution;
 pub mod provenance;
 pub mod sandbox;
+pub mod selftest;
 pub mod server;
 pub mod session;
 pub mod workspace;

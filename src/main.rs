@@ -37,6 +37,13 @@ enum Command {
         #[arg(long)]
         timeout_s: Option<u64>,
     },
+    /// Prove by live probes what the sandbox enforces here (JSON on stdout). Exits
+    /// non-zero when a required probe is not blocked.
+    Selftest {
+        /// A readable table instead of JSON.
+        #[arg(long)]
+        human: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -67,6 +74,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Serve => serve(settings).await,
             Command::Run { file, timeout_s } => run_once(settings, file, timeout_s).await,
+            Command::Selftest { human } => selftest(settings, human).await,
         }
     })
 }
@@ -91,8 +99,19 @@ async fn serve(settings: Arc<Settings>) -> anyhow::Result<()> {
             "HOST_SANDBOX=off: code will run WITHOUT the operating-system sandbox (development only)"
         );
     }
+    let require = settings.host_sandbox == warden::config::SandboxMode::Require;
     let sessions = Arc::new(SessionManager::new(settings).context("cannot prepare sessions")?);
     let server = WardenServer::new(sessions.clone());
+    if require {
+        // Fail closed: under require, code runs only if every required probe is blocked.
+        let report = warden::selftest::run(&sessions).await;
+        let failing = warden::selftest::report::gate_reason(&report);
+        if let Some(reason) = failing {
+            tracing::error!(%reason, "HOST_SANDBOX=require: refusing to run code");
+            sessions.close_gate(reason);
+        }
+        server.remember_selftest(report);
+    }
     let running = server
         .serve(rmcp::transport::stdio())
         .await
@@ -117,6 +136,21 @@ async fn shutdown_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+async fn selftest(settings: Arc<Settings>, human: bool) -> anyhow::Result<()> {
+    let sessions = SessionManager::new(settings).context("cannot prepare sessions")?;
+    let report = warden::selftest::run(&sessions).await;
+    sessions.shutdown().await;
+    if human {
+        print!("{}", warden::selftest::report::render_human(&report));
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    if warden::selftest::report::gate_reason(&report).is_some() {
+        std::process::exit(2);
+    }
+    Ok(())
 }
 
 async fn run_once(

@@ -53,6 +53,8 @@ pub struct SessionManager {
     uid_base: Option<u32>,
     next_uid: AtomicU32,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Set when code must not run at all, with the reason.
+    gate: Mutex<Option<String>>,
 }
 
 pub struct Session {
@@ -129,6 +131,7 @@ impl SessionManager {
             uid_base,
             next_uid: AtomicU32::new(0),
             sessions: Mutex::new(HashMap::new()),
+            gate: Mutex::new(None),
         })
     }
 
@@ -154,10 +157,7 @@ impl SessionManager {
                 format!("{MAX_SESSIONS} sessions are open; reuse one of them"),
             ));
         }
-        let run_as = self.uid_base.map(|base| {
-            let id = base + self.next_uid.fetch_add(1, Ordering::Relaxed);
-            RunAs { uid: id, gid: id }
-        });
+        let run_as = self.allocate_uid();
         let dir = self.instance_dir.join(name);
         let paths = SessionPaths {
             workspace: dir.join("workspace"),
@@ -188,6 +188,9 @@ impl SessionManager {
     /// Runs one `execute_python` call.
     pub async fn execute(&self, args: &ExecuteArgs) -> ExecResult {
         let name = args.session.as_deref().unwrap_or("default");
+        if let Some(reason) = self.gate_reason() {
+            return ExecResult::refused(name, ErrorInfo::new("SandboxRefused", reason), Vec::new());
+        }
         if let Err(e) = validate_session_name(name) {
             return ExecResult::refused(name, e, Vec::new());
         }
@@ -234,15 +237,83 @@ impl SessionManager {
         }
     }
 
-    fn policy_for(&self, session: &Session) -> WorkerPolicy {
+    fn policy_for(&self, paths: &SessionPaths, run_as: Option<RunAs>) -> WorkerPolicy {
         WorkerPolicy::for_session(
             &self.settings,
             &self.runtime,
-            &session.paths,
-            session.run_as,
+            paths,
+            run_as,
             std::process::id() as i32,
             &|name| std::env::var(name).ok(),
         )
+    }
+
+    fn allocate_uid(&self) -> Option<RunAs> {
+        self.uid_base.map(|base| {
+            let id = base + self.next_uid.fetch_add(1, Ordering::Relaxed);
+            RunAs { uid: id, gid: id }
+        })
+    }
+
+    /// This instance's directory (workspaces, probe fixtures).
+    pub fn instance_dir(&self) -> &Path {
+        &self.instance_dir
+    }
+
+    /// Each session's worker runs as a uid of its own (the server is root).
+    pub fn runs_as_dedicated_uids(&self) -> bool {
+        self.uid_base.is_some()
+    }
+
+    /// A throwaway session (own directory, own uid) and the policy its worker gets:
+    /// exactly what a real session's worker gets. Removed when dropped.
+    pub fn ephemeral(&self, label: &str) -> Result<Ephemeral, ErrorInfo> {
+        let name: String = format!(
+            "{label}-{}",
+            crate::random_bytes::<6>()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let dir = self.instance_dir.join(&name);
+        let paths = SessionPaths {
+            workspace: dir.join("workspace"),
+            tmp: dir.join("tmp"),
+        };
+        let run_as = self.allocate_uid();
+        create_session_dirs(&dir, &paths, run_as).map_err(|e| {
+            ErrorInfo::new(
+                "InternalError",
+                format!("cannot create {}: {e}", dir.display()),
+            )
+        })?;
+        let policy = self.policy_for(&paths, run_as);
+        Ok(Ephemeral { dir, paths, policy })
+    }
+
+    /// Refuses every later execution with `reason` (HOST_SANDBOX=require when the startup
+    /// probes failed).
+    pub fn close_gate(&self, reason: String) {
+        if let Ok(mut gate) = self.gate.lock() {
+            *gate = Some(reason);
+        }
+    }
+
+    fn gate_reason(&self) -> Option<String> {
+        self.gate.lock().ok().and_then(|g| g.clone())
+    }
+}
+
+/// A session directory for one-off workers (selftest), removed on drop.
+pub struct Ephemeral {
+    pub dir: PathBuf,
+    pub paths: SessionPaths,
+    pub policy: WorkerPolicy,
+}
+
+impl Drop for Ephemeral {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -281,7 +352,7 @@ impl Session {
             ));
         }
         if state.worker.is_none() {
-            match Worker::spawn(&manager.policy_for(self)).await {
+            match Worker::spawn(&manager.policy_for(&self.paths, self.run_as)).await {
                 Ok(worker) => state.worker = Some(worker),
                 Err(e) => {
                     let kind = match e {

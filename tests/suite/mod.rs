@@ -4,6 +4,7 @@ pub mod benign;
 pub mod lifecycle;
 pub mod mcp;
 pub mod redteam;
+pub mod selftest;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

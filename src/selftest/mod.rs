@@ -1,0 +1,442 @@
+//! selftest: proves, by live probes, what the sandbox enforces on this machine. A real
+//! worker is started through exactly the machinery a session uses (same policy builder,
+//! same helper, same interpreter) and attempts each forbidden operation; the server
+//! judges each attempt with host-side evidence where it has some (the canary's content,
+//! its own listeners, the file it checks for, the pid it watches).
+
+pub mod report;
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::config::{NetworkMode, SandboxMode, TIMEOUT_CAP_S};
+use crate::sandbox::report::WallStatus;
+use crate::sandbox::worker::{Outcome, RunOutput, Worker};
+use crate::session::SessionManager;
+
+use report::{Attempt, Capability, HostEvidence, LimitsInForce, aggregate, judge};
+pub use report::{ProbeResult, ProbeStatus, SelftestReport};
+
+const PROBES_SOURCE: &str = include_str!("probes.py");
+const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT_S: u64 = 3;
+/// The spinning probe's wall clock: short, so the selftest stays quick.
+const SPIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Host-side fixtures the probes aim at; removed when dropped.
+struct Fixtures {
+    dir: std::path::PathBuf,
+    canary_path: std::path::PathBuf,
+    canary: String,
+    write_target: std::path::PathBuf,
+    tcp: std::net::TcpListener,
+    unix: std::os::unix::net::UnixListener,
+    unix_path: std::path::PathBuf,
+}
+
+impl Drop for Fixtures {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn hex<const N: usize>() -> String {
+    crate::random_bytes::<N>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn make_fixtures(base: &Path) -> std::io::Result<Fixtures> {
+    let dir = base.join(format!("selftest-fixtures-{}", hex::<6>()));
+    std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    // Readable and writable by anyone: only the sandbox, not file permissions, may stop
+    // the probes.
+    let canary = format!("warden-canary-{}", hex::<16>());
+    let canary_path = dir.join("canary.txt");
+    std::fs::write(&canary_path, &canary)?;
+    std::fs::set_permissions(&canary_path, std::fs::Permissions::from_mode(0o644))?;
+    let writable = dir.join("writable");
+    std::fs::DirBuilder::new().mode(0o777).create(&writable)?;
+    std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777))?;
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0")?;
+    tcp.set_nonblocking(true)?;
+    let unix_path = dir.join("probe.sock");
+    let unix = std::os::unix::net::UnixListener::bind(&unix_path)?;
+    unix.set_nonblocking(true)?;
+    std::fs::set_permissions(&unix_path, std::fs::Permissions::from_mode(0o777))?;
+    Ok(Fixtures {
+        write_target: writable.join("written-by-probe.txt"),
+        dir,
+        canary_path,
+        canary,
+        tcp,
+        unix,
+        unix_path,
+    })
+}
+
+fn stdout_text(run: &RunOutput) -> String {
+    String::from_utf8_lossy(&run.stdout.bytes).into_owned()
+}
+
+/// Runs every probe and returns the report. Never panics; a worker that cannot start is
+/// reported as such.
+pub async fn run(manager: &SessionManager) -> SelftestReport {
+    let started = Instant::now();
+    let settings = manager.settings();
+    let mut probes: Vec<ProbeResult> = Vec::new();
+    let mut walls: Vec<WallStatus> = Vec::new();
+    let mut landlock_abi = None;
+    let mut cpu_count = None;
+    let mut worker_error = None;
+    let mut memory_enforced = false;
+
+    match run_probes(manager, &mut probes, &mut cpu_count, &mut memory_enforced).await {
+        Ok((w, abi)) => {
+            walls = w;
+            landlock_abi = abi;
+        }
+        Err(e) => worker_error = Some(e),
+    }
+
+    let seccomp =
+        walls
+            .iter()
+            .find(|w| w.name == "seccomp")
+            .map_or("not reported".to_string(), |w| {
+                if w.enforced {
+                    format!("enforced: {}", w.detail)
+                } else {
+                    format!("not enforced: {}", w.detail)
+                }
+            });
+    let capabilities = capabilities_of(&walls, settings.host_sandbox);
+    let failing = report::failing_required(&probes);
+    SelftestReport {
+        backend: "host".into(),
+        configured_backend: "host".into(),
+        resolved_backend: "host".into(),
+        host_sandbox: mode_word(settings.host_sandbox).into(),
+        network_mode: match settings.network {
+            NetworkMode::Deny => "deny".into(),
+            NetworkMode::Allow => "allow".into(),
+        },
+        filesystem_isolation: aggregate(&probes, "filesystem"),
+        network_isolation: aggregate(&probes, "network"),
+        memory_limit_enforced: memory_enforced,
+        hardware_concurrency_ceiling: cpu_count,
+        landlock_abi,
+        seccomp,
+        limits: LimitsInForce {
+            memory_bytes: settings.mem_limit_bytes,
+            file_size_bytes: settings.file_size_limit_bytes,
+            timeout_s: settings.timeout_s,
+            timeout_cap_s: TIMEOUT_CAP_S,
+            output_bytes: settings.output_limit_bytes as u64,
+            processes: manager
+                .runs_as_dedicated_uids()
+                .then_some(settings.pids_limit),
+            open_files: 256,
+            cpu_seconds: 3600,
+        },
+        walls,
+        capabilities,
+        failing_required: failing,
+        probes,
+        worker_error,
+        python: format!(
+            "Python {} ({})",
+            manager.runtime().version,
+            manager.runtime().executable.display()
+        ),
+        platform: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+fn mode_word(mode: SandboxMode) -> &'static str {
+    match mode {
+        SandboxMode::Off => "off",
+        SandboxMode::BestEffort => "best-effort",
+        SandboxMode::Require => "require",
+    }
+}
+
+async fn spawn(eph: &crate::session::Ephemeral) -> Result<Worker, String> {
+    Worker::spawn(&eph.policy).await.map_err(|e| e.to_string())
+}
+
+async fn run_probes(
+    manager: &SessionManager,
+    probes: &mut Vec<ProbeResult>,
+    cpu_count: &mut Option<u64>,
+    memory_enforced: &mut bool,
+) -> Result<(Vec<WallStatus>, Option<i32>), String> {
+    let settings = manager.settings();
+    let fixtures = make_fixtures(manager.instance_dir())
+        .map_err(|e| format!("cannot prepare the probe fixtures: {e}"))?;
+    let eph = manager
+        .ephemeral("selftest")
+        .map_err(|e| format!("cannot prepare the probe session: {}", e.message))?;
+    let mut worker = spawn(&eph).await?;
+    let walls = worker.report().walls.clone();
+    let landlock_abi = worker.report().landlock_abi;
+    let ssh_dir = std::env::var_os("HOME")
+        .map(|h| Path::new(&h).join(".ssh"))
+        .unwrap_or_else(|| "/root/.ssh".into());
+    let params = json!({
+        "canary": fixtures.canary_path,
+        "write_target": fixtures.write_target,
+        "ssh_dir": ssh_dir,
+        "probe_addr": settings.probe_addr,
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "loopback_port": fixtures.tcp.local_addr().map(|a| a.port()).unwrap_or(9),
+        "unix_socket": fixtures.unix_path,
+        "server_pid": std::process::id(),
+    });
+    let code = format!(
+        "{PROBES_SOURCE}\nimport json as _json\nmain(_json.loads({}))\n",
+        serde_json::to_string(&params.to_string()).unwrap_or_default()
+    );
+    let run = worker.execute(&code, &[], PROBE_TIMEOUT, 1 << 20).await;
+    let host = HostEvidence {
+        canary: fixtures.canary.clone(),
+        write_target_exists: fixtures.write_target.exists(),
+        loopback_accepted: fixtures.tcp.accept().is_ok(),
+        unix_accepted: fixtures.unix.accept().is_ok(),
+        ssh_dir_exists: ssh_dir.is_dir(),
+        network_denied: settings.network == NetworkMode::Deny,
+    };
+    let text = stdout_text(&run);
+    let mut seen_canary_anywhere = text.contains(&fixtures.canary);
+    for line in text.lines() {
+        let Ok(attempt) = serde_json::from_str::<Attempt>(line) else {
+            continue;
+        };
+        if attempt.probe == "info.cpu_count" {
+            *cpu_count = attempt.data.as_deref().and_then(|d| d.parse().ok());
+            continue;
+        }
+        probes.push(judge(&attempt, &host));
+    }
+    if !matches!(run.outcome, Outcome::Finished(_)) {
+        probes.push(ProbeResult {
+            id: "probes.run".into(),
+            category: "other".into(),
+            status: ProbeStatus::Inconclusive,
+            details: format!("the probe run did not finish: {:?}", run.outcome),
+            required: true,
+        });
+    }
+    if !run.reusable {
+        worker = spawn(&eph).await?;
+    }
+
+    // exec: if it works, the worker is replaced by the shell, which exits.
+    let exec = worker
+        .execute(
+            "import os\ntry:\n    os.execv('/bin/sh', ['sh', '-c', 'exit 0'])\nexcept OSError as e:\n    print('ERRNO', e.errno)\n",
+            &[],
+            Duration::from_secs(10),
+            4096,
+        )
+        .await;
+    let exec_text = stdout_text(&exec);
+    probes.push(exec_verdict(&exec.outcome, &exec_text));
+    if !exec.reusable {
+        worker = spawn(&eph).await?;
+    }
+
+    let mem = worker
+        .execute(
+            &format!(
+                "try:\n    b = bytearray({} + (256 << 20))\n    del b\n    print('ALLOCATED')\nexcept MemoryError:\n    print('MEMORYERROR')\n",
+                settings.mem_limit_bytes
+            ),
+            &[],
+            Duration::from_secs(20),
+            4096,
+        )
+        .await;
+    let mem_text = stdout_text(&mem);
+    *memory_enforced = mem_text.contains("MEMORYERROR");
+    probes.push(resource_verdict(
+        "res.memory_limit",
+        &mem_text,
+        "MEMORYERROR",
+        "ALLOCATED",
+        &format!(
+            "allocating {} MiB past the limit",
+            (settings.mem_limit_bytes >> 20) + 256
+        ),
+    ));
+    if !mem.reusable {
+        worker = spawn(&eph).await?;
+    }
+
+    let fsize = worker
+        .execute(
+            &format!(
+                "import os\nfd = os.open('selftest_fsize', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)\ntry:\n    os.ftruncate(fd, {} + 1)\n    print('GREW')\nexcept OSError as e:\n    print('ERRNO', e.errno)\nfinally:\n    os.close(fd)\n    os.unlink('selftest_fsize')\n",
+                settings.file_size_limit_bytes
+            ),
+            &[],
+            Duration::from_secs(20),
+            4096,
+        )
+        .await;
+    probes.push(resource_verdict(
+        "res.file_size_limit",
+        &stdout_text(&fsize),
+        &format!("ERRNO {}", libc::EFBIG),
+        "GREW",
+        "growing a file past the file-size limit",
+    ));
+    if !fsize.reusable {
+        worker = spawn(&eph).await?;
+    }
+
+    let pid = worker.pid();
+    let spin = worker
+        .execute(
+            "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass\n",
+            &[],
+            SPIN_TIMEOUT,
+            4096,
+        )
+        .await;
+    drop(worker);
+    let gone = !Path::new(&format!("/proc/{pid}")).exists();
+    let (status, details) = match (&spin.outcome, gone) {
+        (Outcome::TimedOut, true) => (
+            ProbeStatus::Blocked,
+            "a worker ignoring SIGTERM was killed (SIGKILL to its process group) at the deadline"
+                .to_string(),
+        ),
+        (Outcome::TimedOut, false) => (
+            ProbeStatus::Allowed,
+            format!("the call timed out but pid {pid} is still alive"),
+        ),
+        (other, _) => (
+            ProbeStatus::Allowed,
+            format!("the spinning code was not stopped at the deadline: {other:?}"),
+        ),
+    };
+    probes.push(ProbeResult {
+        id: "res.timeout_kill".into(),
+        category: "resources".into(),
+        status,
+        details,
+        required: true,
+    });
+    seen_canary_anywhere |= exec_text.contains(&fixtures.canary);
+    if seen_canary_anywhere && let Some(p) = probes.iter_mut().find(|p| p.id == "fs.canary_read") {
+        p.status = ProbeStatus::Allowed;
+        p.details = "the canary's content came back to the host".into();
+    }
+    Ok((walls, landlock_abi))
+}
+
+fn exec_verdict(outcome: &Outcome, text: &str) -> ProbeResult {
+    let (status, details) = match outcome {
+        Outcome::Finished(_) if text.contains(&format!("ERRNO {}", libc::EACCES)) => (
+            ProbeStatus::Blocked,
+            "execve(/bin/sh) denied: EACCES (Landlock: only the interpreter may be executed)"
+                .to_string(),
+        ),
+        Outcome::Finished(_) if text.contains(&format!("ERRNO {}", libc::EPERM)) => (
+            ProbeStatus::Blocked,
+            "execve(/bin/sh) denied: EPERM".to_string(),
+        ),
+        Outcome::Died(how) => (
+            ProbeStatus::Allowed,
+            format!("the worker was replaced by /bin/sh ({how})"),
+        ),
+        other => (
+            ProbeStatus::Inconclusive,
+            format!("unexpected outcome: {other:?} {}", text.trim()),
+        ),
+    };
+    ProbeResult {
+        id: "proc.exec_shell".into(),
+        category: "processes".into(),
+        status,
+        details,
+        required: true,
+    }
+}
+
+fn resource_verdict(
+    id: &str,
+    text: &str,
+    enforced: &str,
+    breached: &str,
+    what: &str,
+) -> ProbeResult {
+    let (status, details) = if text.contains(enforced) {
+        (
+            ProbeStatus::Blocked,
+            format!("{what} failed: limit enforced"),
+        )
+    } else if text.contains(breached) {
+        (ProbeStatus::Allowed, format!("{what} succeeded"))
+    } else {
+        (
+            ProbeStatus::Inconclusive,
+            format!("{what}: unexpected output {:?}", text.trim()),
+        )
+    };
+    ProbeResult {
+        id: id.into(),
+        category: "resources".into(),
+        status,
+        details,
+        required: true,
+    }
+}
+
+/// What this machine can enforce, from the helper's report plus the platform.
+fn capabilities_of(walls: &[WallStatus], mode: SandboxMode) -> Vec<Capability> {
+    let mut caps: Vec<Capability> = walls
+        .iter()
+        .map(|w| Capability {
+            mechanism: w.name.clone(),
+            enforced: w.enforced,
+            reason: w.detail.clone(),
+        })
+        .collect();
+    if mode == SandboxMode::Off {
+        caps.push(Capability {
+            mechanism: "host_sandbox".into(),
+            enforced: false,
+            reason: "HOST_SANDBOX=off: Landlock, seccomp, namespaces, privilege drop and rlimits are all switched off".into(),
+        });
+    }
+    caps.push(Capability {
+        mechanism: "macos_sandbox_exec".into(),
+        enforced: false,
+        reason: format!(
+            "unsupported: the SBPL deny-default profile applies on macOS only (this is {})",
+            std::env::consts::OS
+        ),
+    });
+    caps.push(Capability {
+        mechanism: "windows_job_object".into(),
+        enforced: false,
+        reason: format!(
+            "unsupported: job objects and low integrity apply on Windows only (this is {})",
+            std::env::consts::OS
+        ),
+    });
+    caps.push(Capability {
+        mechanism: "docker".into(),
+        enforced: false,
+        reason: "unsupported in this build: the Docker backend is not implemented yet".into(),
+    });
+    caps
+}

@@ -1,0 +1,616 @@
+//! The selftest report and the pure rules that turn a probe's attempt plus host-side
+//! evidence into a verdict. A probe is `blocked` only when the attempt failed the way a
+//! wall fails AND the host saw no effect; a timeout or an unexpected error is
+//! `inconclusive`, never a pass.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::sandbox::report::WallStatus;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeStatus {
+    /// The forbidden operation failed and the host saw no effect.
+    Blocked,
+    /// The forbidden operation succeeded (or the host saw its effect).
+    Allowed,
+    /// The probe could not decide (timeout, unexpected error, target absent).
+    Inconclusive,
+    /// The mechanism does not exist on this platform.
+    Unsupported,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ProbeResult {
+    /// e.g. fs.canary_read, net.loopback_listener, proc.fork, res.memory_limit.
+    pub id: String,
+    /// filesystem, network, processes, resources or privileges.
+    pub category: String,
+    pub status: ProbeStatus,
+    /// Which mechanism stopped it, or why it could not be judged.
+    pub details: String,
+    /// Must be `blocked` for HOST_SANDBOX=require to run code.
+    pub required: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Isolation {
+    pub status: ProbeStatus,
+    pub details: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Capability {
+    pub mechanism: String,
+    /// Enforced on this machine now.
+    pub enforced: bool,
+    /// What it does, or why it is not available here.
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LimitsInForce {
+    pub memory_bytes: u64,
+    pub file_size_bytes: u64,
+    pub timeout_s: u64,
+    pub timeout_cap_s: u64,
+    pub output_bytes: u64,
+    pub processes: Option<u64>,
+    pub open_files: u64,
+    pub cpu_seconds: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SelftestReport {
+    /// The backend that really runs code.
+    pub backend: String,
+    pub configured_backend: String,
+    pub resolved_backend: String,
+    /// HOST_SANDBOX as configured: off, best-effort or require.
+    pub host_sandbox: String,
+    /// HOST_SANDBOX_NETWORK: deny or allow.
+    pub network_mode: String,
+    pub filesystem_isolation: Isolation,
+    pub network_isolation: Isolation,
+    pub memory_limit_enforced: bool,
+    /// CPUs the sandboxed code can see (it cannot use more at once).
+    pub hardware_concurrency_ceiling: Option<u64>,
+    pub landlock_abi: Option<i32>,
+    pub seccomp: String,
+    pub limits: LimitsInForce,
+    /// The walls the sandbox helper installed (or could not), as it reported them.
+    pub walls: Vec<WallStatus>,
+    /// What this machine can enforce, with a reason for every gap.
+    pub capabilities: Vec<Capability>,
+    pub probes: Vec<ProbeResult>,
+    /// Required probes that are not `blocked`.
+    pub failing_required: Vec<String>,
+    /// Set when no worker could be started at all.
+    pub worker_error: Option<String>,
+    pub python: String,
+    pub platform: String,
+    pub duration_ms: u64,
+}
+
+/// One probe's own account of its attempt (a JSON line printed inside the sandbox).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Attempt {
+    pub probe: String,
+    /// The attempt succeeded.
+    pub ok: bool,
+    /// An errno, the string "timeout", or null.
+    #[serde(default)]
+    pub errno: serde_json::Value,
+    #[serde(default)]
+    pub detail: String,
+    #[serde(default)]
+    pub data: Option<String>,
+}
+
+impl Attempt {
+    fn errno(&self) -> Option<i32> {
+        self.errno.as_i64().and_then(|n| i32::try_from(n).ok())
+    }
+
+    fn timed_out(&self) -> bool {
+        self.errno.as_str() == Some("timeout")
+    }
+}
+
+/// What the host saw while the probes ran.
+#[derive(Debug, Clone, Default)]
+pub struct HostEvidence {
+    pub canary: String,
+    pub write_target_exists: bool,
+    pub loopback_accepted: bool,
+    pub unix_accepted: bool,
+    pub ssh_dir_exists: bool,
+    pub network_denied: bool,
+}
+
+pub fn category_of(id: &str) -> &'static str {
+    match id.split('.').next() {
+        Some("fs") => "filesystem",
+        Some("net") => "network",
+        Some("proc") => "processes",
+        Some("res") => "resources",
+        Some("priv") => "privileges",
+        _ => "other",
+    }
+}
+
+fn denied(errno: Option<i32>) -> bool {
+    matches!(
+        errno,
+        Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS)
+    )
+}
+
+fn errno_name(errno: Option<i32>) -> String {
+    match errno {
+        Some(libc::EACCES) => "EACCES (Landlock)".into(),
+        Some(libc::EPERM) => "EPERM (seccomp or missing privilege)".into(),
+        Some(libc::EROFS) => "EROFS (read-only filesystem)".into(),
+        Some(libc::ENETUNREACH) => "ENETUNREACH (empty network namespace)".into(),
+        Some(libc::EAGAIN) => "EAGAIN (process limit)".into(),
+        Some(n) => format!("errno {n}"),
+        None => "no errno".into(),
+    }
+}
+
+/// Judges one attempt. Pure.
+pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
+    let leaked = |a: &Attempt| {
+        !host.canary.is_empty() && a.data.as_deref().is_some_and(|d| d.contains(&host.canary))
+    };
+    let standard = |a: &Attempt, what: &str| -> (ProbeStatus, String) {
+        if a.ok {
+            (ProbeStatus::Allowed, format!("{what} succeeded"))
+        } else if a.timed_out() {
+            (
+                ProbeStatus::Inconclusive,
+                format!("{what} timed out; a timeout never counts as blocked"),
+            )
+        } else if denied(a.errno()) {
+            (
+                ProbeStatus::Blocked,
+                format!("{what} denied: {}", errno_name(a.errno())),
+            )
+        } else {
+            (
+                ProbeStatus::Inconclusive,
+                format!("{what} failed unexpectedly: {}", a.detail),
+            )
+        }
+    };
+    let mut required = true;
+    let (status, details) = match a.probe.as_str() {
+        "fs.canary_read" | "fs.symlink_escape" => {
+            if leaked(a) {
+                (
+                    ProbeStatus::Allowed,
+                    "the canary's content came back to the host".to_string(),
+                )
+            } else {
+                standard(a, "reading the host's canary file")
+            }
+        }
+        "fs.write_outside" => {
+            if host.write_target_exists {
+                (
+                    ProbeStatus::Allowed,
+                    "the file appeared outside the workspace".to_string(),
+                )
+            } else {
+                standard(a, "writing outside the workspace")
+            }
+        }
+        "fs.etc_shadow" => {
+            if a.errno() == Some(libc::ENOENT) {
+                required = false;
+                (ProbeStatus::Inconclusive, "no /etc/shadow here".to_string())
+            } else {
+                standard(a, "reading /etc/shadow")
+            }
+        }
+        "fs.ssh_dir" => {
+            if host.ssh_dir_exists {
+                standard(a, "listing ~/.ssh")
+            } else {
+                required = false;
+                (
+                    ProbeStatus::Inconclusive,
+                    "the server's ~/.ssh does not exist, so nothing to judge (the canary probe covers reads outside the workspace)".to_string(),
+                )
+            }
+        }
+        "net.af_inet_socket" => {
+            required = host.network_denied;
+            standard(a, "creating an AF_INET socket")
+        }
+        "net.test_net_connect" => {
+            required = host.network_denied;
+            if a.ok {
+                (
+                    ProbeStatus::Allowed,
+                    "connected to the TEST-NET probe address".to_string(),
+                )
+            } else if denied(a.errno()) {
+                (
+                    ProbeStatus::Blocked,
+                    format!("denied before any packet: {}", errno_name(a.errno())),
+                )
+            } else {
+                (
+                    ProbeStatus::Inconclusive,
+                    format!(
+                        "the socket was created but the connect did not complete ({}); a SYN may have left, so this never counts as blocked",
+                        if a.timed_out() {
+                            "timeout".to_string()
+                        } else {
+                            a.detail.clone()
+                        }
+                    ),
+                )
+            }
+        }
+        "net.loopback_listener" | "net.unix_listener" => {
+            required = host.network_denied;
+            let accepted = if a.probe == "net.loopback_listener" {
+                host.loopback_accepted
+            } else {
+                host.unix_accepted
+            };
+            if a.ok || accepted {
+                (
+                    ProbeStatus::Allowed,
+                    "the server's listener accepted a connection".to_string(),
+                )
+            } else if a.timed_out() || a.errno().is_none() {
+                (
+                    ProbeStatus::Inconclusive,
+                    format!("connect did not finish: {}", a.detail),
+                )
+            } else {
+                (
+                    ProbeStatus::Blocked,
+                    format!(
+                        "the listener saw nothing; connect failed with {}",
+                        errno_name(a.errno())
+                    ),
+                )
+            }
+        }
+        "proc.fork" => {
+            if a.ok {
+                (ProbeStatus::Allowed, "fork succeeded".to_string())
+            } else if denied(a.errno()) || a.errno() == Some(libc::EAGAIN) {
+                (
+                    ProbeStatus::Blocked,
+                    format!("fork denied: {}", errno_name(a.errno())),
+                )
+            } else {
+                (ProbeStatus::Inconclusive, a.detail.clone())
+            }
+        }
+        "proc.signal_server" => {
+            if a.errno() == Some(libc::ESRCH) {
+                (
+                    ProbeStatus::Inconclusive,
+                    "the server pid was not found".to_string(),
+                )
+            } else {
+                standard(a, "signalling the server")
+            }
+        }
+        "priv.no_new_privs" | "priv.capabilities" | "priv.not_root" => {
+            if a.ok {
+                (ProbeStatus::Allowed, a.detail.clone())
+            } else if a.errno().is_some() {
+                (ProbeStatus::Inconclusive, a.detail.clone())
+            } else {
+                (ProbeStatus::Blocked, a.detail.clone())
+            }
+        }
+        other => (
+            ProbeStatus::Inconclusive,
+            format!("unknown probe {other}: {}", a.detail),
+        ),
+    };
+    ProbeResult {
+        id: a.probe.clone(),
+        category: category_of(&a.probe).to_string(),
+        status,
+        details,
+        required,
+    }
+}
+
+/// Folds a category's probes into one status: any `allowed` wins; all required ones
+/// `blocked` is `blocked`; otherwise `inconclusive`.
+pub fn aggregate(probes: &[ProbeResult], category: &str) -> Isolation {
+    let mine: Vec<&ProbeResult> = probes.iter().filter(|p| p.category == category).collect();
+    if mine.is_empty() {
+        return Isolation {
+            status: ProbeStatus::Inconclusive,
+            details: "no probe ran".to_string(),
+        };
+    }
+    let summary = mine
+        .iter()
+        .map(|p| format!("{}: {}", p.id, status_word(p.status)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let status = if mine.iter().any(|p| p.status == ProbeStatus::Allowed) {
+        ProbeStatus::Allowed
+    } else if mine
+        .iter()
+        .filter(|p| p.required)
+        .all(|p| p.status == ProbeStatus::Blocked)
+        && mine.iter().any(|p| p.status == ProbeStatus::Blocked)
+    {
+        ProbeStatus::Blocked
+    } else {
+        ProbeStatus::Inconclusive
+    };
+    Isolation {
+        status,
+        details: summary,
+    }
+}
+
+pub fn status_word(s: ProbeStatus) -> &'static str {
+    match s {
+        ProbeStatus::Blocked => "blocked",
+        ProbeStatus::Allowed => "allowed",
+        ProbeStatus::Inconclusive => "inconclusive",
+        ProbeStatus::Unsupported => "unsupported",
+    }
+}
+
+/// Required probes that are not blocked, as "id (status)".
+pub fn failing_required(probes: &[ProbeResult]) -> Vec<String> {
+    probes
+        .iter()
+        .filter(|p| p.required && p.status != ProbeStatus::Blocked)
+        .map(|p| format!("{} ({})", p.id, status_word(p.status)))
+        .collect()
+}
+
+/// Why code must not run under HOST_SANDBOX=require, given the startup probes; `None`
+/// when every required probe is blocked.
+pub fn gate_reason(report: &SelftestReport) -> Option<String> {
+    if let Some(e) = &report.worker_error {
+        return Some(format!(
+            "HOST_SANDBOX=require and the sandboxed worker could not start: {e}"
+        ));
+    }
+    if report.failing_required.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "HOST_SANDBOX=require and these startup probes were not blocked: {}; run `warden selftest --human` for details",
+        report.failing_required.join(", ")
+    ))
+}
+
+/// A readable table for `warden selftest --human`.
+pub fn render_human(report: &SelftestReport) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "warden selftest: backend {} (configured {}), HOST_SANDBOX={}, network {}, {} on {}\n",
+        report.resolved_backend,
+        report.configured_backend,
+        report.host_sandbox,
+        report.network_mode,
+        report.python,
+        report.platform
+    ));
+    out.push_str(&format!(
+        "filesystem isolation: {}   network isolation: {}   memory limit enforced: {}   landlock ABI: {}\n",
+        status_word(report.filesystem_isolation.status),
+        status_word(report.network_isolation.status),
+        report.memory_limit_enforced,
+        report
+            .landlock_abi
+            .map_or("none".to_string(), |a| a.to_string())
+    ));
+    if let Some(e) = &report.worker_error {
+        out.push_str(&format!("WORKER COULD NOT START: {e}\n"));
+    }
+    out.push_str("\nprobe                        status        details\n");
+    for p in &report.probes {
+        out.push_str(&format!(
+            "{:<28} {:<13} {}\n",
+            p.id,
+            status_word(p.status),
+            p.details
+        ));
+    }
+    out.push_str("\nmechanism            enforced  reason\n");
+    for c in &report.capabilities {
+        out.push_str(&format!(
+            "{:<20} {:<9} {}\n",
+            c.mechanism,
+            if c.enforced { "yes" } else { "no" },
+            c.reason
+        ));
+    }
+    if !report.failing_required.is_empty() {
+        out.push_str(&format!(
+            "\nREQUIRED PROBES NOT BLOCKED: {}\n",
+            report.failing_required.join(", ")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn attempt(probe: &str, ok: bool, errno: serde_json::Value, data: Option<&str>) -> Attempt {
+        Attempt {
+            probe: probe.into(),
+            ok,
+            errno,
+            detail: "d".into(),
+            data: data.map(str::to_string),
+        }
+    }
+
+    fn host() -> HostEvidence {
+        HostEvidence {
+            canary: "canary-123".into(),
+            network_denied: true,
+            ssh_dir_exists: true,
+            ..HostEvidence::default()
+        }
+    }
+
+    #[test]
+    fn canary_read_is_judged_by_what_came_back() {
+        let h = host();
+        let r = judge(&attempt("fs.canary_read", false, json!(13), None), &h);
+        assert_eq!(r.status, ProbeStatus::Blocked);
+        let r = judge(
+            &attempt("fs.canary_read", true, json!(null), Some("canary-123")),
+            &h,
+        );
+        assert_eq!(r.status, ProbeStatus::Allowed);
+        // Even a "failure" that leaks the content is a breach.
+        let r = judge(
+            &attempt("fs.canary_read", false, json!(13), Some("x canary-123")),
+            &h,
+        );
+        assert_eq!(r.status, ProbeStatus::Allowed);
+        let r = judge(&attempt("fs.canary_read", false, json!(2), None), &h);
+        assert_eq!(r.status, ProbeStatus::Inconclusive);
+    }
+
+    #[test]
+    fn a_timeout_is_never_blocked() {
+        let h = host();
+        for probe in [
+            "net.test_net_connect",
+            "net.loopback_listener",
+            "fs.canary_read",
+        ] {
+            let r = judge(&attempt(probe, false, json!("timeout"), None), &h);
+            assert_eq!(r.status, ProbeStatus::Inconclusive, "{probe}");
+        }
+    }
+
+    #[test]
+    fn host_evidence_overrides_the_probes_own_account() {
+        let mut h = host();
+        h.loopback_accepted = true;
+        let r = judge(&attempt("net.loopback_listener", false, json!(1), None), &h);
+        assert_eq!(r.status, ProbeStatus::Allowed);
+        h.write_target_exists = true;
+        let r = judge(&attempt("fs.write_outside", false, json!(13), None), &h);
+        assert_eq!(r.status, ProbeStatus::Allowed);
+    }
+
+    #[test]
+    fn network_probes_are_informational_when_network_is_allowed() {
+        let mut h = host();
+        h.network_denied = false;
+        let r = judge(&attempt("net.af_inet_socket", true, json!(null), None), &h);
+        assert_eq!(r.status, ProbeStatus::Allowed);
+        assert!(!r.required);
+        assert!(failing_required(&[r]).is_empty());
+    }
+
+    fn report_with(failing: Vec<String>, worker_error: Option<String>) -> SelftestReport {
+        SelftestReport {
+            backend: "host".into(),
+            configured_backend: "host".into(),
+            resolved_backend: "host".into(),
+            host_sandbox: "require".into(),
+            network_mode: "deny".into(),
+            filesystem_isolation: Isolation {
+                status: ProbeStatus::Blocked,
+                details: String::new(),
+            },
+            network_isolation: Isolation {
+                status: ProbeStatus::Blocked,
+                details: String::new(),
+            },
+            memory_limit_enforced: true,
+            hardware_concurrency_ceiling: Some(2),
+            landlock_abi: Some(7),
+            seccomp: "enforced".into(),
+            limits: LimitsInForce {
+                memory_bytes: 1,
+                file_size_bytes: 1,
+                timeout_s: 1,
+                timeout_cap_s: 120,
+                output_bytes: 1,
+                processes: None,
+                open_files: 1,
+                cpu_seconds: 1,
+            },
+            walls: vec![],
+            capabilities: vec![],
+            probes: vec![],
+            failing_required: failing,
+            worker_error,
+            python: String::new(),
+            platform: String::new(),
+            duration_ms: 0,
+        }
+    }
+
+    #[test]
+    fn require_gate_names_the_failing_probes_or_the_missing_worker() {
+        assert_eq!(gate_reason(&report_with(vec![], None)), None);
+        let reason =
+            gate_reason(&report_with(vec!["fs.canary_read (allowed)".into()], None)).unwrap();
+        assert!(reason.contains("fs.canary_read (allowed)"), "{reason}");
+        let reason = gate_reason(&report_with(
+            vec![],
+            Some("wall 'landlock': missing".into()),
+        ))
+        .unwrap();
+        assert!(reason.contains("landlock"), "{reason}");
+    }
+
+    #[test]
+    fn aggregation_prefers_allowed_then_requires_all_blocked() {
+        let p = |id: &str, status, required| ProbeResult {
+            id: id.into(),
+            category: "filesystem".into(),
+            status,
+            details: String::new(),
+            required,
+        };
+        let blocked = vec![
+            p("a", ProbeStatus::Blocked, true),
+            p("b", ProbeStatus::Inconclusive, false),
+        ];
+        assert_eq!(
+            aggregate(&blocked, "filesystem").status,
+            ProbeStatus::Blocked
+        );
+        let mixed = vec![
+            p("a", ProbeStatus::Blocked, true),
+            p("b", ProbeStatus::Inconclusive, true),
+        ];
+        assert_eq!(
+            aggregate(&mixed, "filesystem").status,
+            ProbeStatus::Inconclusive
+        );
+        let breach = vec![
+            p("a", ProbeStatus::Allowed, true),
+            p("b", ProbeStatus::Blocked, true),
+        ];
+        assert_eq!(
+            aggregate(&breach, "filesystem").status,
+            ProbeStatus::Allowed
+        );
+        assert_eq!(failing_required(&breach), vec!["a (allowed)".to_string()]);
+    }
+}

@@ -1,0 +1,177 @@
+//! selftest: on this machine every probe is blocked; with HOST_SANDBOX=off the same
+//! probes truthfully come back allowed (proof the probes can fail); a probe that cannot
+//! decide says inconclusive.
+
+use serde_json::Value;
+
+use super::{BIN, Net, Server};
+
+fn probe<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == id)
+        .unwrap_or_else(|| panic!("probe {id} missing from {report}"))
+}
+
+#[tokio::test]
+async fn every_probe_is_blocked_on_this_machine() {
+    let server = Server::start(&[]).await;
+    let raw = server
+        .call("selftest", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_ne!(raw.is_error, Some(true));
+    let report = raw.structured_content.unwrap();
+    assert_eq!(
+        report["failing_required"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(
+        report["filesystem_isolation"]["status"], "blocked",
+        "{report}"
+    );
+    assert_eq!(report["network_isolation"]["status"], "blocked", "{report}");
+    assert_eq!(report["memory_limit_enforced"], true);
+    assert_eq!(report["backend"], "host");
+    assert_eq!(report["resolved_backend"], "host");
+    assert!(report["landlock_abi"].as_i64().unwrap() >= 6, "{report}");
+    for id in [
+        "fs.canary_read",
+        "fs.write_outside",
+        "fs.etc_shadow",
+        "fs.symlink_escape",
+        "net.af_inet_socket",
+        "net.test_net_connect",
+        "net.loopback_listener",
+        "net.unix_listener",
+        "proc.exec_shell",
+        "proc.fork",
+        "proc.signal_server",
+        "res.memory_limit",
+        "res.file_size_limit",
+        "res.timeout_kill",
+        "priv.no_new_privs",
+        "priv.capabilities",
+        "priv.not_root",
+    ] {
+        assert_eq!(probe(&report, id)["status"], "blocked", "{id}: {report}");
+    }
+    let caps = report["capabilities"].to_string();
+    assert!(caps.contains("macos_sandbox_exec"), "{caps}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn with_the_sandbox_off_the_probes_say_allowed() {
+    // Connects really happen here: only inside the test's own network namespace.
+    let server = Server::start_in(Net::Isolated, &[("HOST_SANDBOX", "off")]).await;
+    let report = server
+        .call("selftest", serde_json::json!({}))
+        .await
+        .unwrap()
+        .structured_content
+        .unwrap();
+    for id in [
+        "fs.canary_read",
+        "fs.write_outside",
+        "fs.symlink_escape",
+        "net.af_inet_socket",
+        "net.loopback_listener",
+        "net.unix_listener",
+        "proc.exec_shell",
+        "proc.fork",
+        "proc.signal_server",
+        "res.memory_limit",
+        "res.file_size_limit",
+        "priv.no_new_privs",
+        "priv.capabilities",
+        "priv.not_root",
+    ] {
+        assert_eq!(probe(&report, id)["status"], "allowed", "{id}: {report}");
+    }
+    // The packet to TEST-NET-1 dies in the test's namespace: a timeout, never a pass.
+    assert_eq!(
+        probe(&report, "net.test_net_connect")["status"],
+        "inconclusive"
+    );
+    assert_eq!(report["filesystem_isolation"]["status"], "allowed");
+    assert_eq!(report["network_isolation"]["status"], "allowed");
+    assert!(!report["failing_required"].as_array().unwrap().is_empty());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn settings_resource_shows_configured_and_resolved() {
+    let server = Server::start(&[("SANDBOX_TIMEOUT_S", "7")]).await;
+    let resources = server.client.list_all_resources().await.unwrap();
+    assert!(resources.iter().any(|r| r.uri == "warden://settings"));
+    let read = server
+        .client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "warden://settings",
+        ))
+        .await
+        .unwrap();
+    let text = match &read.contents[0] {
+        rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
+        other => panic!("{other:?}"),
+    };
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["configured"]["timeout_s"], 7);
+    assert_eq!(doc["configured"]["host_sandbox"], "best-effort");
+    assert_eq!(doc["resolved"]["backend"], "host");
+    assert!(doc["resolved"]["python"].as_str().unwrap().starts_with('/'));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn require_mode_runs_the_probes_at_start_and_runs_code_when_all_pass() {
+    let server = Server::start(&[("HOST_SANDBOX", "require")]).await;
+    let read = server
+        .client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "warden://settings",
+        ))
+        .await
+        .unwrap();
+    let rmcp::model::ResourceContents::TextResourceContents { text, .. } = &read.contents[0] else {
+        panic!("text resource expected")
+    };
+    let doc: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        doc["last_selftest"]["failing_required"],
+        serde_json::json!([]),
+        "{doc}"
+    );
+    let r = server.run("req", "print('ran')").await;
+    assert_eq!(r["stdout"], "ran\n", "{r}");
+    server.stop().await;
+}
+
+#[test]
+fn cli_selftest_prints_json_and_a_table() {
+    let dir = super::data_dir();
+    let out = std::process::Command::new(BIN)
+        .args(["selftest", "--human"])
+        .env("SANDBOX_DATA_DIR", dir.path())
+        .env("SANDBOX_PYTHON", "/usr/bin/python3")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("fs.canary_read               blocked"),
+        "{text}"
+    );
+    let out = std::process::Command::new(BIN)
+        .arg("selftest")
+        .env("SANDBOX_DATA_DIR", dir.path())
+        .env("SANDBOX_PYTHON", "/usr/bin/python3")
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["filesystem_isolation"]["status"], "blocked");
+}
