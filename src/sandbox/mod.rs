@@ -6,11 +6,15 @@
 //!   helper stage that installs them before exec.
 //! - [`worker`]: spawning a worker and speaking its protocol.
 //! - [`report`]: which walls stand, as the helper saw them.
+//! - [`macos`], [`windows`]: the same policy as an SBPL profile and a job-object plan
+//!   (pure builders; the platform glue that applies them is not in this build).
 
 pub mod linux;
+pub mod macos;
 pub mod policy;
 pub mod python;
 pub mod report;
+pub mod windows;
 pub mod worker;
 
 /// The Python program each worker runs (see `worker.py`), passed with `-c` so that no
