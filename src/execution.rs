@@ -7,6 +7,7 @@ use base64::Engine;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::guard::Verdict;
 use crate::sandbox::worker::InputFile;
 use crate::workspace::FileChange;
 
@@ -106,6 +107,9 @@ pub struct ExecResult {
     pub worker_restarted: bool,
     /// Sandbox walls that are not in force, and other things the caller must know.
     pub warnings: Vec<String>,
+    /// The static guard's verdict (absent when CODEGUARD=off or the call was refused
+    /// before the guard ran).
+    pub guard: Option<Verdict>,
 }
 
 impl ExecResult {
@@ -125,6 +129,7 @@ impl ExecResult {
             files: Vec::new(),
             worker_restarted: false,
             warnings,
+            guard: None,
         }
     }
 }

@@ -7,6 +7,8 @@
 
 pub mod config;
 pub mod execution;
+pub mod grants;
+pub mod guard;
 pub mod provenance;
 pub mod sandbox;
 pub mod selftest;

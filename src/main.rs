@@ -37,6 +37,14 @@ enum Command {
         #[arg(long)]
         timeout_s: Option<u64>,
     },
+    /// Check files with the static guard only (nothing runs). Exits 1 when anything is
+    /// blocked.
+    Check {
+        files: Vec<PathBuf>,
+        /// JSON verdicts, one object per file.
+        #[arg(long)]
+        json: bool,
+    },
     /// Prove by live probes what the sandbox enforces here (JSON on stdout). Exits
     /// non-zero when a required probe is not blocked.
     Selftest {
@@ -65,6 +73,9 @@ fn main() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     let settings = Arc::new(Settings::from_env().context("invalid settings")?);
+    if let Command::Check { files, json } = &cli.command {
+        return check_files(&settings, files, *json);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -75,6 +86,7 @@ fn main() -> anyhow::Result<()> {
             Command::Serve => serve(settings).await,
             Command::Run { file, timeout_s } => run_once(settings, file, timeout_s).await,
             Command::Selftest { human } => selftest(settings, human).await,
+            Command::Check { .. } => Ok(()),
         }
     })
 }
@@ -136,6 +148,41 @@ async fn shutdown_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+fn check_files(settings: &Settings, files: &[PathBuf], json: bool) -> anyhow::Result<()> {
+    use warden::guard::{CheckContext, Decision, Guard};
+    let guard = match &settings.policy_file {
+        Some(path) => Guard::from_policy_file(path)?,
+        None => Guard::with_default_policy()?,
+    };
+    let ctx = CheckContext {
+        workspace: std::env::current_dir().context("no current directory")?,
+        allowed_roots: Vec::new(),
+    };
+    let mut blocked = false;
+    let mut verdicts = Vec::new();
+    for file in files {
+        let source =
+            std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+        let verdict = guard.check(&source, &ctx);
+        blocked |= verdict.decision == Decision::Blocked;
+        if json {
+            verdicts.push(serde_json::json!({"file": file, "verdict": verdict}));
+        } else {
+            print!(
+                "{}",
+                warden::guard::render_human(&file.display().to_string(), &verdict)
+            );
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&verdicts)?);
+    }
+    if blocked {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 async fn selftest(settings: Arc<Settings>, human: bool) -> anyhow::Result<()> {

@@ -11,11 +11,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::config::Settings;
+use crate::config::{GuardMode, Settings};
 use crate::execution::{
     ErrorInfo, ExecResult, ExecStatus, ExecuteArgs, MAX_CODE_BYTES, prepare_inputs,
     validate_session_name,
 };
+use crate::guard::{CheckContext, Decision, Guard, Verdict};
 use crate::sandbox::policy::{RunAs, SessionPaths, WorkerPolicy};
 use crate::sandbox::python::{self, PythonRuntime};
 use crate::sandbox::worker::{Outcome, SpawnError, Worker};
@@ -42,6 +43,8 @@ pub enum SessionError {
     NoDataDir,
     #[error(transparent)]
     Python(#[from] python::PythonError),
+    #[error(transparent)]
+    Guard(#[from] crate::guard::GuardError),
 }
 
 pub struct SessionManager {
@@ -53,6 +56,8 @@ pub struct SessionManager {
     uid_base: Option<u32>,
     next_uid: AtomicU32,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// The static guard; `None` when CODEGUARD=off.
+    guard: Option<Guard>,
     /// Set when code must not run at all, with the reason.
     gate: Mutex<Option<String>>,
 }
@@ -69,6 +74,8 @@ struct SessionState {
     worker: Option<Worker>,
     /// Why the previous worker was lost, reported by the next call.
     lost_worker: Option<String>,
+    /// A tripwire fired: every later call is refused with this reason.
+    killed: Option<String>,
 }
 
 fn running_as_root() -> bool {
@@ -79,6 +86,11 @@ fn running_as_root() -> bool {
 impl SessionManager {
     /// Resolves the interpreter and creates this instance's directory.
     pub fn new(settings: Arc<Settings>) -> Result<SessionManager, SessionError> {
+        let guard = match (settings.codeguard, &settings.policy_file) {
+            (GuardMode::Off, _) => None,
+            (_, Some(path)) => Some(Guard::from_policy_file(path)?),
+            (_, None) => Some(Guard::with_default_policy()?),
+        };
         let root = running_as_root();
         let sandboxed = settings.host_sandbox != crate::config::SandboxMode::Off;
         let runtime = python::resolve(settings.python.as_deref(), root && sandboxed)?;
@@ -131,6 +143,7 @@ impl SessionManager {
             uid_base,
             next_uid: AtomicU32::new(0),
             sessions: Mutex::new(HashMap::new()),
+            guard,
             gate: Mutex::new(None),
         })
     }
@@ -317,6 +330,76 @@ impl Drop for Ephemeral {
     }
 }
 
+/// What the guard said, or that it is off.
+pub enum GuardOutcome {
+    Off,
+    Checked(Verdict),
+}
+
+impl SessionManager {
+    /// Runs the guard on its own threads (the parser is recursive and needs a known,
+    /// large stack), never on the async runtime's.
+    pub async fn check_code(&self, code: &str, workspace: &Path) -> GuardOutcome {
+        let Some(guard) = self.guard.clone() else {
+            return GuardOutcome::Off;
+        };
+        let ctx = CheckContext {
+            workspace: workspace.to_path_buf(),
+            allowed_roots: Vec::new(),
+        };
+        let source = code.as_bytes().to_vec();
+        match tokio::task::spawn_blocking(move || guard.check(&source, &ctx)).await {
+            Ok(v) => GuardOutcome::Checked(v),
+            Err(e) => GuardOutcome::Checked(Verdict {
+                decision: Decision::Blocked,
+                retryable_error: false,
+                findings: vec![crate::guard::Finding {
+                    rule: "internal_error".into(),
+                    category: "internal".into(),
+                    message: format!("the guard failed: {e}"),
+                    line: 1,
+                    col: 1,
+                    snippet: String::new(),
+                    tripwire: false,
+                }],
+            }),
+        }
+    }
+
+    pub fn guard(&self) -> Option<&Guard> {
+        self.guard.as_ref()
+    }
+}
+
+fn summarize(v: &Verdict) -> String {
+    v.findings
+        .iter()
+        .take(5)
+        .map(|f| format!("{} at line {}: {}", f.rule, f.line, f.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The error a blocked verdict becomes: a syntax error is the agent's to fix and retry;
+/// a violation says which rule and where.
+fn guard_error(v: &Verdict) -> ErrorInfo {
+    let first = v.findings.first();
+    let kind = match (v.retryable_error, first.map(|f| f.rule.as_str())) {
+        (true, Some("syntax_error")) => "SyntaxError",
+        (true, _) => "InputRejected",
+        (false, _) => "GuardBlocked",
+    };
+    let message = if v.retryable_error {
+        format!("{} (fix the code and call again)", summarize(v))
+    } else {
+        format!(
+            "the static guard blocked this code before it ran: {}",
+            summarize(v)
+        )
+    };
+    ErrorInfo::new(kind, message)
+}
+
 fn create_session_dirs(
     dir: &Path,
     paths: &SessionPaths,
@@ -343,8 +426,58 @@ impl Session {
     ) -> ExecResult {
         let started = Instant::now();
         let mut state = self.state.lock().await;
-        let mut worker_restarted = false;
+        if let Some(reason) = &state.killed {
+            return ExecResult::refused(
+                &self.name,
+                ErrorInfo::new("SessionKilled", reason.clone()),
+                Vec::new(),
+            );
+        }
         let mut warnings = Vec::new();
+        let verdict = match manager.check_code(code, &self.paths.workspace).await {
+            GuardOutcome::Off => {
+                warnings.push(
+                    "CODEGUARD=off: the static guard is switched off; only the operating-system sandbox stands"
+                        .to_string(),
+                );
+                None
+            }
+            GuardOutcome::Checked(v) => Some(v),
+        };
+        if let Some(v) = &verdict
+            && v.decision == Decision::Blocked
+        {
+            if manager.settings.codeguard == GuardMode::Enforce {
+                if v.tripwire() {
+                    let reason = format!(
+                        "session {:?} was killed by a tripwire ({}); open another session",
+                        self.name,
+                        v.findings
+                            .iter()
+                            .filter(|f| f.tripwire)
+                            .map(|f| f.rule.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    tracing::warn!(session = %self.name, %reason, "tripwire");
+                    state.killed = Some(reason);
+                    if let Some(mut worker) = state.worker.take() {
+                        worker.kill();
+                    }
+                }
+                let mut result =
+                    ExecResult::refused(&self.name, guard_error(v), std::mem::take(&mut warnings));
+                result.guard = verdict;
+                result.duration_ms =
+                    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                return result;
+            }
+            warnings.push(format!(
+                "CODEGUARD=shadow: the guard would have blocked this code ({}); it ran anyway",
+                summarize(v)
+            ));
+        }
+        let mut worker_restarted = false;
         if let Some(why) = state.lost_worker.take() {
             worker_restarted = true;
             warnings.push(format!(
@@ -399,6 +532,7 @@ impl Session {
             files: before.changes_to(&after),
             worker_restarted,
             warnings,
+            guard: verdict,
         };
         match run.outcome {
             Outcome::Finished(response) => {

@@ -421,7 +421,7 @@ fn capabilities_of(walls: &[WallStatus], mode: SandboxMode) -> Vec<Capability> {
         mechanism: "macos_sandbox_exec".into(),
         enforced: false,
         reason: format!(
-            "unsupported: the SBPL deny-default profile applies on macOS only (this is {})",
+            "unsupported: the SBPL deny-default profile (sandbox::macos) applies on macOS only (this is {})",
             std::env::consts::OS
         ),
     });
@@ -429,7 +429,7 @@ fn capabilities_of(walls: &[WallStatus], mode: SandboxMode) -> Vec<Capability> {
         mechanism: "windows_job_object".into(),
         enforced: false,
         reason: format!(
-            "unsupported: job objects and low integrity apply on Windows only (this is {})",
+            "unsupported: the job object and low integrity plan (sandbox::windows) apply on Windows only, and network control there needs administrator rights (this is {})",
             std::env::consts::OS
         ),
     });

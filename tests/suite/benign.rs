@@ -5,7 +5,8 @@ use super::{Server, corpus, sandbox_python_has, stdout};
 
 #[tokio::test]
 async fn every_benign_snippet_prints_its_expected_line() {
-    let server = Server::start(&[]).await;
+    // The full stack: the guard enforcing in front of the sandbox.
+    let server = Server::start(&[("CODEGUARD", "enforce")]).await;
     let mut files: Vec<_> = std::fs::read_dir(corpus("benign"))
         .unwrap()
         .flatten()
@@ -39,6 +40,9 @@ async fn every_benign_snippet_prints_its_expected_line() {
         }
         // A fresh session (fresh workspace) per snippet, as the corpus asks.
         let r = server.run(&format!("benign{i}"), &code).await;
+        if r["guard"]["decision"] != "allowed" {
+            failures.push(format!("{name}: the guard objected: {}", r["guard"]));
+        }
         if r["status"] != "ok" || stdout(&r).trim_end() != expected {
             failures.push(format!("{name}: expected {expected:?}, got {r}"));
         }

@@ -33,7 +33,12 @@ async fn timeout_kills_the_worker_and_the_next_call_gets_a_fresh_one() {
     let r = server.run("t", "kept").await;
     assert_eq!(r["worker_restarted"], true, "{r}");
     assert_eq!(r["error"]["type"], "NameError", "variables were lost: {r}");
-    assert!(r["warnings"][0].as_str().unwrap().contains("variables"));
+    assert!(
+        r["warnings"]
+            .to_string()
+            .contains("variables from earlier calls are gone"),
+        "{r}"
+    );
     let r = server.run("t", "print('recovered')").await;
     assert_eq!(stdout(&r), "recovered\n");
     assert_eq!(r["worker_restarted"], false);
@@ -127,7 +132,7 @@ async fn require_mode_runs_when_every_wall_stands_and_reports_none_missing() {
     let server = Server::start(&[("HOST_SANDBOX", "require")]).await;
     let r = server.run("r", "print('ok')").await;
     assert_eq!(stdout(&r), "ok\n", "{r}");
-    assert_eq!(r["warnings"], json!([]));
+    assert!(!r["warnings"].to_string().contains("sandbox wall"), "{r}");
     server.stop().await;
 }
 

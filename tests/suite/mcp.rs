@@ -263,6 +263,21 @@ async fn bad_arguments_get_clear_errors_and_the_server_keeps_serving() {
     assert_eq!(r["status"], "error", "{r}");
     assert_eq!(r["error"]["type"], "SyntaxError", "{r}");
 
+    // The same with the guard in front: refused before parsing, not a crash.
+    let guarded = Server::start(&[("CODEGUARD", "enforce")]).await;
+    let r = guarded.exec(json!({"code": nested})).await;
+    assert_eq!(r["error"]["type"], "InputRejected", "{r}");
+    assert_eq!(r["guard"]["retryable_error"], true);
+    let r = guarded
+        .exec(json!({"code": "print('a')\u{0}print('b')"}))
+        .await;
+    assert_eq!(r["status"], "error", "{r}");
+    let r = guarded
+        .exec(json!({"code": "print('guarded alive')"}))
+        .await;
+    assert_eq!(stdout(&r), "guarded alive\n");
+    guarded.stop().await;
+
     let r = server.exec(json!({"code": "print('alive')"})).await;
     assert_eq!(stdout(&r), "alive\n");
     server.stop().await;

@@ -1,6 +1,8 @@
 //! Shared harness: start a server with chosen settings, call tools, inspect the host.
 
 pub mod benign;
+
+pub mod guard_mcp;
 pub mod lifecycle;
 pub mod mcp;
 pub mod redteam;
@@ -76,6 +78,9 @@ impl Server {
         // Debian's CPython by default, so that results do not depend on PATH; a test can
         // pass SANDBOX_PYTHON="" to exercise the default resolution.
         cmd.env("SANDBOX_PYTHON", "/usr/bin/python3");
+        // Sandbox tests exercise the OS layer with code the guard would stop first; the
+        // guard's own suites (guard_mcp, benign) switch it back on.
+        cmd.env("CODEGUARD", "off");
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -1,0 +1,373 @@
+//! CodeGuard, the static AST guard: the first of warden's two walls.
+//!
+//! This module owns the guard's public API ([`Guard`], [`CheckContext`],
+//! [`Verdict`]) and the order of the checks:
+//!
+//! 1. size limit, then decoding exactly as CPython would (PEP 263, decode.rs);
+//! 2. a pre-parse nesting scan that refuses hostile depth (depth.rs);
+//! 3. parsing with rustpython-parser and walking the tree (walk.rs) on a
+//!    long-lived thread with a known, large stack (pool.rs), so that no
+//!    input can overflow the caller's stack (tokio workers have only 2 MiB);
+//! 4. positions and snippets for every finding (lines.rs).
+//!
+//! What is forbidden is data: the policy (policy.rs, `policies/default.toml`).
+//! Path literals (paths.rs), tripwires (tripwire.rs) and string folding
+//! (strings.rs) have their own modules. The guard is defence in depth: the
+//! OS sandbox must stop whatever it misses.
+//!
+//! Outcomes: `allowed`; `restricted` (only warn-level findings); `blocked`.
+//! Input the guard cannot judge - a syntax error, a non-UTF-8 encoding,
+//! code over the size or nesting limits - is `blocked` with
+//! `retryable_error: true` and one finding (rule `syntax_error`,
+//! `source_encoding`, `source_too_large` or `nesting_too_deep`) that says
+//! where and what to fix: it is not a violation, the agent should fix the
+//! code and call again.
+
+mod decode;
+mod depth;
+mod lines;
+mod names;
+mod paths;
+mod policy;
+mod pool;
+mod render;
+mod strings;
+mod tripwire;
+mod walk;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustpython_parser::{Parse, ast};
+use serde::{Deserialize, Serialize};
+
+pub use render::render_human;
+
+use lines::LineIndex;
+use policy::{Action, Policy};
+
+/// The policy compiled into the binary.
+pub const DEFAULT_POLICY: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/policies/default.toml"
+));
+
+/// A compiled policy, ready to check code. Cheap to clone and share.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    policy: Arc<Policy>,
+    pool: Arc<pool::Pool>,
+}
+
+/// Where the checked code will run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckContext {
+    /// The code's working directory (relative paths are resolved against it).
+    pub workspace: PathBuf,
+    /// Directories the code may name besides the workspace (user grants).
+    /// Runtime directories (interpreter, stdlib) are deliberately not here:
+    /// ordinary code never names them, and the OS sandbox lets the runtime
+    /// read them.
+    pub allowed_roots: Vec<PathBuf>,
+}
+
+/// The guard's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Nothing forbidden was found.
+    Allowed,
+    /// The code may run; some findings are warnings (policy action "warn").
+    Restricted,
+    /// The code must not run.
+    Blocked,
+}
+
+/// One thing the guard objects to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Finding {
+    /// Rule name, as used in the policy's `[actions]` (or a tripwire id).
+    pub rule: String,
+    /// Family of the rule: module, builtin, internals, reflection, path, ...
+    pub category: String,
+    /// What is wrong and what to do instead.
+    pub message: String,
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column, counted in characters.
+    pub col: u32,
+    /// The source line, trimmed (shortened when long).
+    pub snippet: String,
+    /// A tripwire hit: the server kills the session.
+    pub tripwire: bool,
+}
+
+/// The result of checking one piece of code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Verdict {
+    pub decision: Decision,
+    /// True when the code could not be judged (syntax error, encoding, size
+    /// or nesting limits): not a violation; fix the code and call again.
+    pub retryable_error: bool,
+    pub findings: Vec<Finding>,
+}
+
+impl Verdict {
+    /// True when any finding is a tripwire.
+    pub fn tripwire(&self) -> bool {
+        self.findings.iter().any(|f| f.tripwire)
+    }
+}
+
+/// How big the loaded policy is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PolicySummary {
+    /// Blocked modules.
+    pub modules: usize,
+    /// Blocked builtins.
+    pub builtins: usize,
+    /// Blocked attribute names (internals, module re-exports, dangerous APIs);
+    /// every dunder outside `allowed_dunders` is blocked as well.
+    pub attributes: usize,
+    /// Dunder names that may be read.
+    pub allowed_dunders: usize,
+    /// Tripwire patterns in force.
+    pub tripwires: usize,
+    /// Largest accepted source, in bytes.
+    pub max_source_bytes: usize,
+    /// Deepest accepted bracket or block nesting.
+    pub max_nesting_depth: usize,
+}
+
+/// Why a policy could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    #[error(
+        "cannot read guard policy {path}: {source}; check SANDBOX_POLICY points at a readable TOML file"
+    )]
+    ReadPolicy {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "guard policy is not valid TOML or misses a section: {reason}; compare it with policies/default.toml"
+    )]
+    PolicySyntax { reason: String },
+    #[error("guard policy field `{field}` is invalid: {reason}")]
+    InvalidPolicy { field: String, reason: String },
+}
+
+enum Outcome {
+    Findings(Vec<walk::RawFinding>),
+    Syntax { offset: usize, message: String },
+}
+
+impl Guard {
+    /// The embedded policies/default.toml.
+    pub fn with_default_policy() -> Result<Guard, GuardError> {
+        Guard::from_policy_toml(DEFAULT_POLICY)
+    }
+
+    /// A policy given as TOML text.
+    pub fn from_policy_toml(text: &str) -> Result<Guard, GuardError> {
+        Ok(Guard {
+            policy: Arc::new(Policy::from_toml(text)?),
+            pool: Arc::new(pool::Pool::new()),
+        })
+    }
+
+    /// A policy file on disk.
+    pub fn from_policy_file(path: &Path) -> Result<Guard, GuardError> {
+        let text = std::fs::read_to_string(path).map_err(|source| GuardError::ReadPolicy {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Guard::from_policy_toml(&text)
+    }
+
+    /// Counts of what the policy forbids.
+    pub fn policy_summary(&self) -> PolicySummary {
+        let p = &self.policy;
+        PolicySummary {
+            modules: p.blocked_modules.len(),
+            builtins: p.blocked_builtins.len(),
+            attributes: p.internals.len() + p.module_reexports.len() + p.dangerous.len(),
+            allowed_dunders: p.allowed_dunders.len(),
+            tripwires: p.tripwires.len(),
+            max_source_bytes: p.limits.max_source_bytes,
+            max_nesting_depth: p.limits.max_nesting_depth,
+        }
+    }
+
+    /// Checks `source`: raw bytes as the client sent them (the guard decodes
+    /// like CPython). Never panics and never overflows the caller's stack.
+    pub fn check(&self, source: &[u8], ctx: &CheckContext) -> Verdict {
+        let limits = self.policy.limits;
+        if source.len() > limits.max_source_bytes {
+            return refusal(
+                "source_too_large",
+                "limits",
+                format!(
+                    "the code is {} bytes; the limit is {} bytes: send smaller pieces",
+                    source.len(),
+                    limits.max_source_bytes
+                ),
+                (1, 1),
+                String::new(),
+            );
+        }
+        let text = match decode::decode(source) {
+            Ok(t) => t,
+            Err(e) => {
+                return refusal(
+                    "source_encoding",
+                    "encoding",
+                    e.message,
+                    (e.line, e.col),
+                    String::new(),
+                );
+            }
+        };
+        let index = LineIndex::new(&text);
+        if let Some(pos) = text.find('\0') {
+            let at = index.position(pos);
+            return refusal(
+                "syntax_error",
+                "syntax",
+                "source code cannot contain NUL bytes; remove them".into(),
+                at,
+                index.snippet(at.0),
+            );
+        }
+        let scan_limits = depth::DepthLimits {
+            max_nesting: limits.max_nesting_depth,
+            max_chain: limits.max_expression_chain,
+        };
+        if let Err(e) = depth::scan(&text, scan_limits) {
+            let at = index.position(e.offset);
+            return refusal(
+                "nesting_too_deep",
+                "limits",
+                e.message,
+                at,
+                index.snippet(at.0),
+            );
+        }
+        let roots = paths::Roots::new(
+            &absolute(&ctx.workspace),
+            &ctx.allowed_roots
+                .iter()
+                .map(|p| absolute(p))
+                .collect::<Vec<_>>(),
+        );
+        let policy = Arc::clone(&self.policy);
+        let owned = text.clone().into_owned();
+        let outcome = self
+            .pool
+            .run(move || parse_and_walk(&owned, &policy, &roots));
+        match outcome {
+            Err(message) => Verdict {
+                decision: Decision::Blocked,
+                retryable_error: false,
+                findings: vec![Finding {
+                    rule: "internal_error".into(),
+                    category: "internal".into(),
+                    message,
+                    line: 1,
+                    col: 1,
+                    snippet: String::new(),
+                    tripwire: false,
+                }],
+            },
+            Ok(Outcome::Syntax { offset, message }) => {
+                let at = index.position(offset);
+                refusal("syntax_error", "syntax", message, at, index.snippet(at.0))
+            }
+            Ok(Outcome::Findings(raw)) => build_verdict(raw, &index, limits.max_findings),
+        }
+    }
+}
+
+fn parse_and_walk(text: &str, policy: &Policy, roots: &paths::Roots) -> Outcome {
+    match ast::Suite::parse(text, "<code>") {
+        Ok(body) => Outcome::Findings(walk::walk(&body, policy, roots)),
+        Err(e) => Outcome::Syntax {
+            offset: e.offset.to_usize(),
+            message: format!("syntax error: {}", e.error),
+        },
+    }
+}
+
+fn build_verdict(raw: Vec<walk::RawFinding>, index: &LineIndex<'_>, max: usize) -> Verdict {
+    let decision = if raw.iter().any(|f| f.action == Action::Block) {
+        Decision::Blocked
+    } else if raw.iter().any(|f| f.action == Action::Warn) {
+        Decision::Restricted
+    } else {
+        Decision::Allowed
+    };
+    // Keep source order, but never truncate away every tripwire.
+    let tripwires = raw.iter().filter(|f| f.tripwire).count().min(max);
+    let mut others_left = max - tripwires;
+    let mut tripwires_left = tripwires;
+    let kept = raw.into_iter().filter(|f| {
+        let budget = if f.tripwire {
+            &mut tripwires_left
+        } else {
+            &mut others_left
+        };
+        if *budget == 0 {
+            return false;
+        }
+        *budget -= 1;
+        true
+    });
+    let findings = kept
+        .map(|f| {
+            let (line, col) = index.position(f.offset);
+            Finding {
+                rule: f.rule,
+                category: f.category,
+                message: f.message,
+                line,
+                col,
+                snippet: index.snippet(line),
+                tripwire: f.tripwire,
+            }
+        })
+        .collect();
+    Verdict {
+        decision,
+        retryable_error: false,
+        findings,
+    }
+}
+
+fn refusal(
+    rule: &str,
+    category: &str,
+    message: String,
+    at: (u32, u32),
+    snippet: String,
+) -> Verdict {
+    Verdict {
+        decision: Decision::Blocked,
+        retryable_error: true,
+        findings: vec![Finding {
+            rule: rule.into(),
+            category: category.into(),
+            message,
+            line: at.0,
+            col: at.1,
+            snippet,
+            tripwire: false,
+        }],
+    }
+}
+
+/// Makes a path absolute without touching the file system beyond the
+/// current directory; falls back to the path as given.
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}

