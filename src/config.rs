@@ -221,6 +221,74 @@ pub fn parse_size(text: &str) -> Option<u64> {
     n.checked_mul(1u64 << shift)
 }
 
+/// warden's configuration directory (the config file and nothing a worker can write).
+pub fn config_dir() -> Option<PathBuf> {
+    directories::ProjectDirs::from("dev", "warden", "warden").map(|d| d.config_dir().to_path_buf())
+}
+
+/// The config file: `WARDEN_CONFIG`, else `config.toml` in [`config_dir`].
+pub fn config_file_path() -> Option<PathBuf> {
+    match std::env::var_os("WARDEN_CONFIG") {
+        Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+        _ => config_dir().map(|d| d.join("config.toml")),
+    }
+}
+
+/// One `[[grants]]` entry of the config file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigGrant {
+    pub path: String,
+    pub access: crate::grants::Access,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    grants: Vec<ConfigGrant>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("cannot read the config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the config file {path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+}
+
+/// Reads the pre-approved grants of the config file; a missing default file is no grants.
+pub fn load_config_grants(
+    path: &std::path::Path,
+    explicit: bool,
+) -> Result<Vec<ConfigGrant>, ConfigFileError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(ConfigFileError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    parse_config_grants(&text).map_err(|message| ConfigFileError::Parse {
+        path: path.to_path_buf(),
+        message,
+    })
+}
+
+/// Parses the config file's text. Pure.
+pub fn parse_config_grants(text: &str) -> Result<Vec<ConfigGrant>, String> {
+    toml::from_str::<ConfigFile>(text)
+        .map(|c| c.grants)
+        .map_err(|e| e.to_string())
+}
+
 /// Where workspaces (and later the audit log) live when `SANDBOX_DATA_DIR` is unset.
 ///
 /// As root the per-user data dir is under `/root`, which no unprivileged sandbox uid can
@@ -282,6 +350,19 @@ mod tests {
         let err = settings(&[("SANDBOX_MEM_LIMIT", "lots")]).unwrap_err();
         assert!(err.to_string().contains("SANDBOX_MEM_LIMIT"), "{err}");
         assert!(settings(&[("SANDBOX_MEM_LIMIT", "1k")]).is_err());
+    }
+
+    #[test]
+    fn config_file_lists_pre_approved_grants() {
+        let grants = parse_config_grants(
+            "[[grants]]\npath = \"/data/in\"\naccess = \"read\"\n[[grants]]\npath = \"/data/out\"\naccess = \"write\"\n",
+        )
+        .unwrap();
+        assert_eq!(grants.len(), 2);
+        assert_eq!(grants[1].access, crate::grants::Access::Write);
+        assert!(parse_config_grants("[[grants]]\npath = \"/x\"\naccess = \"all\"\n").is_err());
+        assert!(parse_config_grants("grantz = 1\n").is_err());
+        assert!(parse_config_grants("").unwrap().is_empty());
     }
 
     #[test]

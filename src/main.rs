@@ -12,7 +12,7 @@ use warden::config::Settings;
 use warden::execution::ExecuteArgs;
 use warden::sandbox::worker::HELPER_SUBCOMMAND;
 use warden::server::WardenServer;
-use warden::session::SessionManager;
+use warden::session::{PreApproval, SessionManager};
 
 #[derive(Parser)]
 #[command(
@@ -28,7 +28,15 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve MCP over stdio (what an MCP client launches).
-    Serve,
+    Serve {
+        /// Pre-approve read access to a path for every session (repeatable). Use this
+        /// when the MCP client cannot ask you for consent.
+        #[arg(long = "allow-read", value_name = "PATH")]
+        allow_read: Vec<String>,
+        /// Pre-approve read and write access to a path for every session (repeatable).
+        #[arg(long = "allow-write", value_name = "PATH")]
+        allow_write: Vec<String>,
+    },
     /// Run one file (or - for stdin) in a fresh sandboxed session and print the result
     /// as JSON.
     Run {
@@ -83,7 +91,13 @@ fn main() -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Serve => serve(settings).await,
+            Command::Serve {
+                allow_read,
+                allow_write,
+            } => {
+                let pre = pre_approvals(&allow_read, &allow_write)?;
+                serve(settings, pre).await
+            }
             Command::Run { file, timeout_s } => run_once(settings, file, timeout_s).await,
             Command::Selftest { human } => selftest(settings, human).await,
             Command::Check { .. } => Ok(()),
@@ -105,14 +119,45 @@ fn harden_server_process() {
     }
 }
 
-async fn serve(settings: Arc<Settings>) -> anyhow::Result<()> {
+/// Grants the operator approved before start: CLI flags and the config file.
+fn pre_approvals(
+    allow_read: &[String],
+    allow_write: &[String],
+) -> anyhow::Result<Vec<PreApproval>> {
+    use warden::grants::Access;
+    let mut out: Vec<PreApproval> = Vec::new();
+    for (paths, access, flag) in [
+        (allow_read, Access::Read, "--allow-read"),
+        (allow_write, Access::Write, "--allow-write"),
+    ] {
+        out.extend(paths.iter().map(|p| PreApproval {
+            path: p.clone(),
+            access,
+            source: flag.to_string(),
+        }));
+    }
+    if let Some(file) = warden::config::config_file_path() {
+        let explicit = std::env::var_os("WARDEN_CONFIG").is_some_and(|v| !v.is_empty());
+        for g in warden::config::load_config_grants(&file, explicit)? {
+            out.push(PreApproval {
+                path: g.path,
+                access: g.access,
+                source: format!("config file {}", file.display()),
+            });
+        }
+    }
+    Ok(out)
+}
+
+async fn serve(settings: Arc<Settings>, pre: Vec<PreApproval>) -> anyhow::Result<()> {
     if settings.host_sandbox == warden::config::SandboxMode::Off {
         tracing::warn!(
             "HOST_SANDBOX=off: code will run WITHOUT the operating-system sandbox (development only)"
         );
     }
     let require = settings.host_sandbox == warden::config::SandboxMode::Require;
-    let sessions = Arc::new(SessionManager::new(settings).context("cannot prepare sessions")?);
+    let sessions =
+        Arc::new(SessionManager::new(settings, &pre).context("cannot prepare sessions")?);
     let server = WardenServer::new(sessions.clone());
     if require {
         // Fail closed: under require, code runs only if every required probe is blocked.
@@ -186,7 +231,7 @@ fn check_files(settings: &Settings, files: &[PathBuf], json: bool) -> anyhow::Re
 }
 
 async fn selftest(settings: Arc<Settings>, human: bool) -> anyhow::Result<()> {
-    let sessions = SessionManager::new(settings).context("cannot prepare sessions")?;
+    let sessions = SessionManager::new(settings, &[]).context("cannot prepare sessions")?;
     let report = warden::selftest::run(&sessions).await;
     sessions.shutdown().await;
     if human {
@@ -212,7 +257,7 @@ async fn run_once(
     } else {
         std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?
     };
-    let sessions = SessionManager::new(settings).context("cannot prepare sessions")?;
+    let sessions = SessionManager::new(settings, &[]).context("cannot prepare sessions")?;
     let result = sessions
         .execute(&ExecuteArgs {
             code,

@@ -16,6 +16,7 @@ use crate::execution::{
     ErrorInfo, ExecResult, ExecStatus, ExecuteArgs, MAX_CODE_BYTES, prepare_inputs,
     validate_session_name,
 };
+use crate::grants::{Access, ForbiddenPaths, Grant, GrantError, PathKind};
 use crate::guard::{CheckContext, Decision, Guard, Verdict};
 use crate::sandbox::policy::{RunAs, SessionPaths, WorkerPolicy};
 use crate::sandbox::python::{self, PythonRuntime};
@@ -45,6 +46,8 @@ pub enum SessionError {
     Python(#[from] python::PythonError),
     #[error(transparent)]
     Guard(#[from] crate::guard::GuardError),
+    #[error("pre-approved grant from {origin}: {error}")]
+    PreApproval { origin: String, error: GrantError },
 }
 
 pub struct SessionManager {
@@ -60,12 +63,27 @@ pub struct SessionManager {
     guard: Option<Guard>,
     /// Set when code must not run at all, with the reason.
     gate: Mutex<Option<String>>,
+    /// Paths no grant may ever reach.
+    forbidden: ForbiddenPaths,
+    /// Grants the operator approved at start (CLI flags, config file): every session.
+    operator_grants: Vec<Grant>,
+}
+
+/// A path the operator approved before start-up.
+#[derive(Debug, Clone)]
+pub struct PreApproval {
+    pub path: String,
+    pub access: Access,
+    /// Where it came from, e.g. "--allow-read" or "config file /etc/warden.toml".
+    pub source: String,
 }
 
 pub struct Session {
     name: String,
     paths: SessionPaths,
     run_as: Option<RunAs>,
+    /// Grants a person approved for this session.
+    grants: Mutex<Vec<Grant>>,
     state: tokio::sync::Mutex<SessionState>,
 }
 
@@ -85,7 +103,10 @@ fn running_as_root() -> bool {
 
 impl SessionManager {
     /// Resolves the interpreter and creates this instance's directory.
-    pub fn new(settings: Arc<Settings>) -> Result<SessionManager, SessionError> {
+    pub fn new(
+        settings: Arc<Settings>,
+        pre_approved: &[PreApproval],
+    ) -> Result<SessionManager, SessionError> {
         let guard = match (settings.codeguard, &settings.policy_file) {
             (GuardMode::Off, _) => None,
             (_, Some(path)) => Some(Guard::from_policy_file(path)?),
@@ -130,6 +151,31 @@ impl SessionManager {
         } else {
             None
         };
+        let mut warden_dirs = vec![data_dir.clone()];
+        if let Some(config) = crate::config::config_dir() {
+            warden_dirs.push(config);
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let forbidden = ForbiddenPaths::standard(home.as_deref(), &warden_dirs);
+        let mut operator_grants = Vec::new();
+        for pre in pre_approved {
+            let (path, kind) = crate::grants::resolve(&pre.path, &forbidden).map_err(|error| {
+                SessionError::PreApproval {
+                    origin: pre.source.clone(),
+                    error,
+                }
+            })?;
+            tracing::info!(path = %path.display(), access = ?pre.access, source = %pre.source, "pre-approved grant");
+            operator_grants.push(Grant {
+                path,
+                kind,
+                access: pre.access,
+                granted_at: crate::grants::now_secs(),
+                expires_at: None,
+                approved_by: format!("operator ({})", pre.source),
+                reason: "pre-approved at start-up".into(),
+            });
+        }
         tracing::info!(
             python = %runtime.executable.display(),
             version = %runtime.version,
@@ -145,6 +191,8 @@ impl SessionManager {
             sessions: Mutex::new(HashMap::new()),
             guard,
             gate: Mutex::new(None),
+            forbidden,
+            operator_grants,
         })
     }
 
@@ -156,7 +204,7 @@ impl SessionManager {
         &self.settings
     }
 
-    fn session(&self, name: &str) -> Result<Arc<Session>, ErrorInfo> {
+    pub(crate) fn session(&self, name: &str) -> Result<Arc<Session>, ErrorInfo> {
         let mut sessions = self
             .sessions
             .lock()
@@ -186,6 +234,7 @@ impl SessionManager {
             name: name.to_string(),
             paths,
             run_as,
+            grants: Mutex::new(Vec::new()),
             state: tokio::sync::Mutex::new(SessionState::default()),
         });
         sessions.insert(name.to_string(), session.clone());
@@ -250,12 +299,18 @@ impl SessionManager {
         }
     }
 
-    fn policy_for(&self, paths: &SessionPaths, run_as: Option<RunAs>) -> WorkerPolicy {
+    fn policy_for(
+        &self,
+        paths: &SessionPaths,
+        run_as: Option<RunAs>,
+        grants: &[Grant],
+    ) -> WorkerPolicy {
         WorkerPolicy::for_session(
             &self.settings,
             &self.runtime,
             paths,
             run_as,
+            grants,
             std::process::id() as i32,
             &|name| std::env::var(name).ok(),
         )
@@ -300,7 +355,7 @@ impl SessionManager {
                 format!("cannot create {}: {e}", dir.display()),
             )
         })?;
-        let policy = self.policy_for(&paths, run_as);
+        let policy = self.policy_for(&paths, run_as, &[]);
         Ok(Ephemeral { dir, paths, policy })
     }
 
@@ -314,6 +369,132 @@ impl SessionManager {
 
     fn gate_reason(&self) -> Option<String> {
         self.gate.lock().ok().and_then(|g| g.clone())
+    }
+}
+
+impl SessionManager {
+    /// Canonicalises a requested path and refuses the ones that can never be granted.
+    pub fn resolve_grant_path(&self, raw: &str) -> Result<(PathBuf, PathKind), GrantError> {
+        crate::grants::resolve(raw, &self.forbidden)
+    }
+
+    /// Live grants for a session: the operator's and the session's own.
+    pub fn effective_grants(&self, session: &Session) -> Vec<Grant> {
+        let now = crate::grants::now_secs();
+        let mut all: Vec<Grant> = self.operator_grants.clone();
+        if let Ok(own) = session.grants.lock() {
+            all.extend(own.iter().filter(|g| g.is_live(now)).cloned());
+        }
+        all
+    }
+
+    /// An existing live grant that already gives `access` to `path` in `session`.
+    pub fn covering_grant(&self, session: &str, path: &Path, access: Access) -> Option<Grant> {
+        let session = self.session(session).ok()?;
+        self.effective_grants(&session)
+            .into_iter()
+            .find(|g| g.covers(path, access))
+    }
+
+    /// Records an approved grant and restarts the session's worker, since a sealed
+    /// Landlock ruleset cannot be widened. Returns whether a running worker (and so its
+    /// variables) was discarded.
+    pub async fn add_grant(&self, session_name: &str, grant: Grant) -> Result<bool, ErrorInfo> {
+        let session = self.session(session_name)?;
+        let mut state = session.state.lock().await;
+        session
+            .grants
+            .lock()
+            .map_err(|_| ErrorInfo::new("InternalError", "grant table poisoned"))?
+            .push(grant.clone());
+        let restarted = if let Some(mut worker) = state.worker.take() {
+            worker.kill();
+            state.lost_worker = Some(format!(
+                "the sandbox was widened by a grant for {}",
+                grant.path.display()
+            ));
+            true
+        } else {
+            false
+        };
+        Ok(restarted)
+    }
+
+    /// Every live grant, per session ("*" for the operator's, which apply to all).
+    pub fn list_grants(&self, only: Option<&str>) -> Vec<(String, Grant)> {
+        let now = crate::grants::now_secs();
+        let mut out: Vec<(String, Grant)> = self
+            .operator_grants
+            .iter()
+            .map(|g| ("*".to_string(), g.clone()))
+            .collect();
+        let sessions: Vec<Arc<Session>> = match self.sessions.lock() {
+            Ok(map) => map.values().cloned().collect(),
+            Err(_) => Vec::new(),
+        };
+        for s in sessions {
+            if only.is_some_and(|o| o != s.name) {
+                continue;
+            }
+            if let Ok(grants) = s.grants.lock() {
+                out.extend(
+                    grants
+                        .iter()
+                        .filter(|g| g.is_live(now))
+                        .map(|g| (s.name.clone(), g.clone())),
+                );
+            }
+        }
+        out
+    }
+
+    /// When each session has its own uid, file permissions must let that uid reach a
+    /// granted path too; says what is missing, if anything.
+    pub fn permission_warning(
+        &self,
+        path: &Path,
+        kind: PathKind,
+        access: Access,
+    ) -> Option<String> {
+        if !self.runs_as_dedicated_uids() {
+            return None;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode();
+        let need = match (kind, access) {
+            (PathKind::Directory, Access::Read) => 0o005,
+            (PathKind::Directory, Access::Write) => 0o007,
+            (PathKind::File, Access::Read) => 0o004,
+            (PathKind::File, Access::Write) => 0o006,
+        };
+        let parent_ok = path
+            .parent()
+            .is_none_or(|p| python::traversable_by_others(p).is_ok());
+        if mode & need == need && parent_ok {
+            return None;
+        }
+        Some(format!(
+            "the sandboxed code runs as its own unprivileged uid, and the file permissions of {} (mode {:o}) or of a directory above it do not let other users {}; the grant is recorded, but the operating system will still refuse until permissions allow it (e.g. chmod o+{})",
+            path.display(),
+            mode & 0o7777,
+            if access == Access::Write {
+                "read and write it"
+            } else {
+                "read it"
+            },
+            if access == Access::Write { "rwx" } else { "rx" },
+        ))
+    }
+
+    /// How a person can pre-approve paths when their client cannot ask them.
+    pub fn pre_approval_hint(&self) -> String {
+        let config = crate::config::config_file_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "the file named by WARDEN_CONFIG".to_string());
+        format!(
+            "start warden with `warden serve --allow-read PATH` or `--allow-write PATH`, or add \
+             [[grants]] entries (path = \"...\", access = \"read\" | \"write\") to {config}"
+        )
     }
 }
 
@@ -339,13 +520,18 @@ pub enum GuardOutcome {
 impl SessionManager {
     /// Runs the guard on its own threads (the parser is recursive and needs a known,
     /// large stack), never on the async runtime's.
-    pub async fn check_code(&self, code: &str, workspace: &Path) -> GuardOutcome {
+    pub async fn check_code(
+        &self,
+        code: &str,
+        workspace: &Path,
+        allowed_roots: Vec<PathBuf>,
+    ) -> GuardOutcome {
         let Some(guard) = self.guard.clone() else {
             return GuardOutcome::Off;
         };
         let ctx = CheckContext {
             workspace: workspace.to_path_buf(),
-            allowed_roots: Vec::new(),
+            allowed_roots,
         };
         let source = code.as_bytes().to_vec();
         match tokio::task::spawn_blocking(move || guard.check(&source, &ctx)).await {
@@ -434,7 +620,36 @@ impl Session {
             );
         }
         let mut warnings = Vec::new();
-        let verdict = match manager.check_code(code, &self.paths.workspace).await {
+        // Expired grants narrow the sandbox again: the worker must be rebuilt without them.
+        let expired: Vec<Grant> = match self.grants.lock() {
+            Ok(mut grants) => {
+                let now = crate::grants::now_secs();
+                let (live, gone): (Vec<Grant>, Vec<Grant>) =
+                    grants.drain(..).partition(|g| g.is_live(now));
+                *grants = live;
+                gone
+            }
+            Err(_) => Vec::new(),
+        };
+        if !expired.is_empty() {
+            for g in &expired {
+                tracing::info!(session = %self.name, path = %g.path.display(), "grant expired");
+            }
+            if let Some(mut worker) = state.worker.take() {
+                worker.kill();
+                state.lost_worker = Some(format!(
+                    "grants expired ({})",
+                    expired
+                        .iter()
+                        .map(|g| g.path.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+        let grants = manager.effective_grants(self);
+        let roots = grants.iter().map(|g| g.path.clone()).collect();
+        let verdict = match manager.check_code(code, &self.paths.workspace, roots).await {
             GuardOutcome::Off => {
                 warnings.push(
                     "CODEGUARD=off: the static guard is switched off; only the operating-system sandbox stands"
@@ -485,7 +700,7 @@ impl Session {
             ));
         }
         if state.worker.is_none() {
-            match Worker::spawn(&manager.policy_for(&self.paths, self.run_as)).await {
+            match Worker::spawn(&manager.policy_for(&self.paths, self.run_as, &grants)).await {
                 Ok(worker) => state.worker = Some(worker),
                 Err(e) => {
                     let kind = match e {

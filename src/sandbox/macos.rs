@@ -56,6 +56,12 @@ pub fn sbpl_profile(policy: &WorkerPolicy) -> String {
             sbpl_string(dir)
         ));
     }
+    for file in &policy.writable_files {
+        p.push_str(&format!(
+            "(allow file-read* file-write* (literal {}))\n",
+            sbpl_string(file)
+        ));
+    }
     p.push_str("(allow file-read* file-write-data (literal \"/dev/null\"))\n");
     match policy.network {
         NetworkMode::Deny => p.push_str("(deny network*)\n"),
@@ -80,6 +86,7 @@ mod tests {
             read_only_dirs: vec![PathBuf::from("/opt/homebrew/lib/python3.12")],
             read_only_files: vec![],
             writable_dirs: vec![PathBuf::from("/Users/a/Library/warden/s/\"odd\"/workspace")],
+            writable_files: vec![],
             workspace: PathBuf::from("/Users/a/Library/warden/s/workspace"),
             run_as: None,
             limits: Limits {

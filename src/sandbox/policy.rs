@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{NetworkMode, SandboxMode, Settings};
+use crate::grants::{Access, Grant, PathKind};
 use crate::sandbox::python::PythonRuntime;
 
 /// A numeric identity the worker runs as when the server is root.
@@ -56,6 +57,9 @@ pub struct WorkerPolicy {
     pub read_only_files: Vec<PathBuf>,
     /// Directory trees the worker may read and write, but never execute from.
     pub writable_dirs: Vec<PathBuf>,
+    /// Single files the worker may read and write (write grants on a file).
+    #[serde(default)]
+    pub writable_files: Vec<PathBuf>,
     pub workspace: PathBuf,
     pub run_as: Option<RunAs>,
     pub limits: Limits,
@@ -87,6 +91,7 @@ impl WorkerPolicy {
         runtime: &PythonRuntime,
         paths: &SessionPaths,
         run_as: Option<RunAs>,
+        grants: &[Grant],
         parent_pid: i32,
         inherited_env: &dyn Fn(&str) -> Option<String>,
     ) -> WorkerPolicy {
@@ -96,14 +101,28 @@ impl WorkerPolicy {
                 read_only_dirs.push(root.clone());
             }
         }
+        let mut read_only_files: Vec<PathBuf> =
+            SYSTEM_READ_FILES.iter().map(PathBuf::from).collect();
+        let mut writable_dirs = vec![paths.workspace.clone(), paths.tmp.clone()];
+        let mut writable_files = Vec::new();
+        for grant in grants {
+            let list = match (grant.access, grant.kind) {
+                (Access::Read, PathKind::Directory) => &mut read_only_dirs,
+                (Access::Read, PathKind::File) => &mut read_only_files,
+                (Access::Write, PathKind::Directory) => &mut writable_dirs,
+                (Access::Write, PathKind::File) => &mut writable_files,
+            };
+            list.push(grant.path.clone());
+        }
         WorkerPolicy {
             mode: settings.host_sandbox,
             network: settings.network,
             python: runtime.executable.clone(),
             elf_interpreter: runtime.elf_interpreter.clone(),
             read_only_dirs,
-            read_only_files: SYSTEM_READ_FILES.iter().map(PathBuf::from).collect(),
-            writable_dirs: vec![paths.workspace.clone(), paths.tmp.clone()],
+            read_only_files,
+            writable_dirs,
+            writable_files,
             workspace: paths.workspace.clone(),
             run_as,
             limits: Limits {
@@ -210,6 +229,7 @@ mod tests {
                 uid: 7000,
                 gid: 7000,
             }),
+            &[],
             42,
             &|_| None,
         );
@@ -240,7 +260,38 @@ mod tests {
     #[test]
     fn process_limit_is_only_set_for_a_dedicated_uid() {
         let settings = Settings::from_lookup(|_| None).unwrap();
-        let policy = WorkerPolicy::for_session(&settings, &runtime(), &paths(), None, 1, &|_| None);
+        let policy =
+            WorkerPolicy::for_session(&settings, &runtime(), &paths(), None, &[], 1, &|_| None);
         assert_eq!(policy.limits.processes, None);
+    }
+
+    #[test]
+    fn grants_widen_exactly_the_granted_paths() {
+        let settings = Settings::from_lookup(|_| None).unwrap();
+        let grant = |path: &str, kind, access| Grant {
+            path: PathBuf::from(path),
+            kind,
+            access,
+            granted_at: 0,
+            expires_at: None,
+            approved_by: "user".into(),
+            reason: String::new(),
+        };
+        let grants = [
+            grant("/data/in", PathKind::Directory, Access::Read),
+            grant("/data/out", PathKind::Directory, Access::Write),
+            grant("/data/x.parquet", PathKind::File, Access::Read),
+            grant("/data/log.txt", PathKind::File, Access::Write),
+        ];
+        let p =
+            WorkerPolicy::for_session(&settings, &runtime(), &paths(), None, &grants, 1, &|_| None);
+        assert!(p.read_only_dirs.contains(&PathBuf::from("/data/in")));
+        assert!(!p.writable_dirs.contains(&PathBuf::from("/data/in")));
+        assert!(p.writable_dirs.contains(&PathBuf::from("/data/out")));
+        assert!(
+            p.read_only_files
+                .contains(&PathBuf::from("/data/x.parquet"))
+        );
+        assert_eq!(p.writable_files, vec![PathBuf::from("/data/log.txt")]);
     }
 }

@@ -85,6 +85,7 @@ mod tests {
             read_only_dirs: vec![],
             read_only_files: vec![],
             writable_dirs: vec![],
+            writable_files: vec![],
             workspace: PathBuf::from("C:/warden/w"),
             run_as: None,
             limits: Limits {

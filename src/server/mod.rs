@@ -16,10 +16,75 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::json;
 
-use crate::execution::{ExecResult, ExecStatus, ExecuteArgs};
+use crate::execution::{ExecResult, ExecStatus, ExecuteArgs, validate_session_name};
+use crate::grants::{Access, Grant};
 use crate::provenance;
 use crate::selftest::SelftestReport;
 use crate::session::SessionManager;
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct GrantArgs {
+    /// Absolute path of the file or directory the code needs.
+    pub path: String,
+    /// `read`, or `write` (read and write).
+    pub access: Access,
+    /// Why the task needs it, in a sentence the user will read.
+    pub reason: String,
+    /// Session to widen (default "default").
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+/// What the person is asked. Accepting with `approve` true grants; anything else refuses.
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct GrantDecision {
+    /// Allow this access?
+    pub approve: bool,
+    /// Minutes until the grant expires (0: until warden stops).
+    #[serde(default)]
+    pub expires_minutes: u32,
+}
+rmcp::elicit_safe!(GrantDecision);
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct GrantResult {
+    pub granted: bool,
+    /// The canonical path (symlinks and `..` resolved), when it could be resolved.
+    pub path: String,
+    pub access: Access,
+    pub session: String,
+    /// Seconds since the Unix epoch; absent: until warden stops.
+    pub expires_at: Option<u64>,
+    /// The session's running worker was replaced: Python variables were cleared,
+    /// workspace files are kept.
+    pub worker_restarted: bool,
+    pub message: String,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct ListGrantsArgs {
+    /// Only this session's grants (and the operator's, which apply to all).
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct GrantEntry {
+    /// The session, or "*" for operator grants that apply to every session.
+    pub session: String,
+    pub grant: Grant,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct GrantList {
+    pub grants: Vec<GrantEntry>,
+}
+
+/// How long a person has to answer a consent prompt.
+const CONSENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+/// Longest agent reason shown to the person.
+const MAX_REASON_CHARS: usize = 500;
 
 /// The resource that shows configured settings beside what really resolved.
 pub const SETTINGS_URI: &str = "warden://settings";
@@ -68,6 +133,66 @@ impl WardenServer {
     }
 
     #[tool(
+        description = include_str!("../../tools/request_grant.md"),
+        output_schema = schema_for_type::<GrantResult>(),
+        annotations(
+            title = "Ask the user for access to a path",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn request_grant(
+        &self,
+        Parameters(args): Parameters<GrantArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let result = self.consent(args, &ctx).await;
+        let value = serde_json::to_value(&result)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let text = provenance::wrap_json("request_grant", &value);
+        let mut call = if result.granted {
+            CallToolResult::structured(value)
+        } else {
+            CallToolResult::structured_error(value)
+        };
+        call.content = vec![ContentBlock::text(text)];
+        Ok(call)
+    }
+
+    #[tool(
+        description = include_str!("../../tools/list_grants.md"),
+        output_schema = schema_for_type::<GrantList>(),
+        annotations(
+            title = "List granted paths",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn list_grants(
+        &self,
+        Parameters(args): Parameters<ListGrantsArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let list = GrantList {
+            grants: self
+                .sessions
+                .list_grants(args.session.as_deref())
+                .into_iter()
+                .map(|(session, grant)| GrantEntry { session, grant })
+                .collect(),
+        };
+        let value = serde_json::to_value(&list)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let text = provenance::wrap_json("list_grants", &value);
+        let mut call = CallToolResult::structured(value);
+        call.content = vec![ContentBlock::text(text)];
+        Ok(call)
+    }
+
+    #[tool(
         description = include_str!("../../tools/selftest.md"),
         output_schema = schema_for_type::<SelftestReport>(),
         annotations(
@@ -106,6 +231,150 @@ impl WardenServer {
     ) -> Result<CallToolResult, McpError> {
         let result = self.sessions.execute(&args).await;
         Ok(to_call_tool_result("execute_python", &result))
+    }
+}
+
+impl WardenServer {
+    /// The consent dialogue. Everything the model sent is input to the question, never
+    /// to the answer: only the person's reply through the client can approve.
+    async fn consent(&self, args: GrantArgs, ctx: &RequestContext<RoleServer>) -> GrantResult {
+        let session = args
+            .session
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        let mut result = GrantResult {
+            granted: false,
+            path: args.path.clone(),
+            access: args.access,
+            session: session.clone(),
+            expires_at: None,
+            worker_restarted: false,
+            message: String::new(),
+            warnings: Vec::new(),
+        };
+        if let Err(e) = validate_session_name(&session) {
+            result.message = e.message;
+            return result;
+        }
+        let (path, kind) = match self.sessions.resolve_grant_path(&args.path) {
+            Ok(resolved) => resolved,
+            Err(e) => {
+                result.message = format!("refused without asking: {e}");
+                return result;
+            }
+        };
+        result.path = path.display().to_string();
+        if let Some(existing) = self.sessions.covering_grant(&session, &path, args.access) {
+            result.granted = true;
+            result.expires_at = existing.expires_at;
+            result.message = format!(
+                "already granted (by {}); nothing changed",
+                existing.approved_by
+            );
+            return result;
+        }
+        let client = ctx.peer.peer_info();
+        let supports = client
+            .as_ref()
+            .is_some_and(|info| info.capabilities.elicitation.is_some());
+        if !supports {
+            result.message = format!(
+                "refused: this MCP client cannot ask the user for consent (it did not declare \
+                 the elicitation capability), and only the user can grant access. To allow it, \
+                 the user can {}.",
+                self.sessions.pre_approval_hint()
+            );
+            return result;
+        }
+        let client_name = client
+            .as_ref()
+            .map(|info| format!("{} {}", info.client_info.name, info.client_info.version))
+            .unwrap_or_else(|| "unknown client".to_string());
+        let reason: String = args.reason.chars().take(MAX_REASON_CHARS).collect();
+        let what = match (args.access, kind) {
+            (Access::Read, _) => "READ",
+            (Access::Write, _) => "READ AND WRITE",
+        };
+        let noun = match kind {
+            crate::grants::PathKind::Directory => "directory (and everything in it)",
+            crate::grants::PathKind::File => "file",
+        };
+        let question = format!(
+            "warden: the AI agent asks for {what} access to the {noun}\n\n    {}\n\nfor the Python sandbox of session \"{session}\".\n\nThe agent's stated reason (its own words): \"{reason}\"\n\nApprove only if code written by the agent should be able to {} it. The session's interpreter restarts; its variables are cleared.",
+            path.display(),
+            if args.access == Access::Write {
+                "read and change"
+            } else {
+                "read"
+            },
+        );
+        let answer = ctx
+            .peer
+            .elicit_with_timeout::<GrantDecision>(question, Some(CONSENT_TIMEOUT))
+            .await;
+        let decision = match answer {
+            Ok(Some(d)) if d.approve => d,
+            Ok(Some(_)) => {
+                result.message = "the user did not approve the request".to_string();
+                return result;
+            }
+            Ok(None) | Err(rmcp::service::ElicitationError::NoContent) => {
+                result.message = "the user answered without approving".to_string();
+                return result;
+            }
+            Err(rmcp::service::ElicitationError::UserDeclined) => {
+                result.message = "the user declined the request".to_string();
+                return result;
+            }
+            Err(rmcp::service::ElicitationError::UserCancelled) => {
+                result.message = "the user dismissed the request".to_string();
+                return result;
+            }
+            Err(e) => {
+                result.message = format!(
+                    "refused: the consent prompt failed ({e}); the user can {}",
+                    self.sessions.pre_approval_hint()
+                );
+                return result;
+            }
+        };
+        let now = crate::grants::now_secs();
+        let expires_at =
+            (decision.expires_minutes > 0).then(|| now + u64::from(decision.expires_minutes) * 60);
+        let grant = Grant {
+            path: path.clone(),
+            kind,
+            access: args.access,
+            granted_at: now,
+            expires_at,
+            approved_by: format!("user via elicitation ({client_name})"),
+            reason,
+        };
+        tracing::warn!(
+            session = %session,
+            path = %path.display(),
+            access = ?args.access,
+            approved_by = %grant.approved_by,
+            expires_at = ?expires_at,
+            "grant approved by the user"
+        );
+        match self.sessions.add_grant(&session, grant).await {
+            Ok(restarted) => {
+                result.granted = true;
+                result.expires_at = expires_at;
+                result.worker_restarted = restarted;
+                result.message = if restarted {
+                    "granted. The session's worker was restarted with the wider sandbox: Python variables were cleared; workspace files are kept.".to_string()
+                } else {
+                    "granted. The next call starts a worker with the wider sandbox.".to_string()
+                };
+                if let Some(w) = self.sessions.permission_warning(&path, kind, args.access) {
+                    result.warnings.push(w);
+                }
+            }
+            Err(e) => result.message = e.message,
+        }
+        result
     }
 }
 

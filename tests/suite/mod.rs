@@ -2,6 +2,7 @@
 
 pub mod benign;
 
+pub mod grants;
 pub mod guard_mcp;
 pub mod lifecycle;
 pub mod mcp;
@@ -53,6 +54,40 @@ ip addr add 198.51.100.1/24 dev wt0; ip link set wt0 up; ip link set wt1 up; \
 ip route add 192.0.2.0/24 via 198.51.100.2 dev wt0; \
 exec \"$0\" serve";
 
+/// The server command line for a test: netns wrapper, settings, data dir.
+pub fn server_command(
+    net: Net,
+    env: &[(&str, &str)],
+    extra_args: &[&str],
+    data_dir: &Path,
+) -> tokio::process::Command {
+    let mut cmd = match net {
+        Net::Host => {
+            let mut c = tokio::process::Command::new(BIN);
+            c.arg("serve").args(extra_args);
+            c
+        }
+        Net::Isolated => {
+            let mut c = tokio::process::Command::new("unshare");
+            c.args(["--net", "--", "sh", "-c", NETNS_SETUP, BIN]);
+            c
+        }
+    };
+    cmd.env("SANDBOX_DATA_DIR", data_dir)
+        .env("WARDEN_LOG", "warn")
+        .env("RUST_BACKTRACE", "0")
+        // Debian's CPython by default, so that results do not depend on PATH; a test can
+        // pass SANDBOX_PYTHON="" to exercise the default resolution.
+        .env("SANDBOX_PYTHON", "/usr/bin/python3")
+        // Sandbox tests exercise the OS layer with code the guard would stop first; the
+        // guard's own suites (guard_mcp, benign) switch it back on.
+        .env("CODEGUARD", "off");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
 impl Server {
     pub async fn start(env: &[(&str, &str)]) -> Server {
         Server::start_in(Net::Host, env).await
@@ -60,30 +95,7 @@ impl Server {
 
     pub async fn start_in(net: Net, env: &[(&str, &str)]) -> Server {
         let data_dir = data_dir();
-        let mut cmd = match net {
-            Net::Host => {
-                let mut c = tokio::process::Command::new(BIN);
-                c.arg("serve");
-                c
-            }
-            Net::Isolated => {
-                let mut c = tokio::process::Command::new("unshare");
-                c.args(["--net", "--", "sh", "-c", NETNS_SETUP, BIN]);
-                c
-            }
-        };
-        cmd.env("SANDBOX_DATA_DIR", data_dir.path())
-            .env("WARDEN_LOG", "warn")
-            .env("RUST_BACKTRACE", "0");
-        // Debian's CPython by default, so that results do not depend on PATH; a test can
-        // pass SANDBOX_PYTHON="" to exercise the default resolution.
-        cmd.env("SANDBOX_PYTHON", "/usr/bin/python3");
-        // Sandbox tests exercise the OS layer with code the guard would stop first; the
-        // guard's own suites (guard_mcp, benign) switch it back on.
-        cmd.env("CODEGUARD", "off");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
+        let cmd = server_command(net, env, &[], data_dir.path());
         let (transport, _stderr) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::inherit())
             .spawn()

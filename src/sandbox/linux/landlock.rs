@@ -68,6 +68,10 @@ pub fn filesystem_rules(policy: &WorkerPolicy) -> Vec<FsRule> {
         path: p.clone(),
         grant: FsGrant::WriteTree,
     }));
+    rules.extend(policy.writable_files.iter().map(|p| FsRule {
+        path: p.clone(),
+        grant: FsGrant::ReadWriteFile,
+    }));
     rules
 }
 
@@ -215,6 +219,7 @@ mod tests {
             read_only_dirs: vec![PathBuf::from("/usr/lib")],
             read_only_files: vec![PathBuf::from("/etc/ld.so.cache")],
             writable_dirs: vec![PathBuf::from("/w/workspace"), PathBuf::from("/w/tmp")],
+            writable_files: vec![],
             workspace: PathBuf::from("/w/workspace"),
             run_as: None,
             limits: Limits {

@@ -1,0 +1,381 @@
+//! request_grant with real clients that answer elicitation: accept gives exactly the
+//! approved access, decline gives none, a client without elicitation gets the refusal
+//! that explains pre-approval, and a forbidden path is refused without asking.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
+    ElicitationAction, Implementation,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use super::{Net, data_dir, server_command, stdout};
+
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    Approve,
+    Refuse,
+    Decline,
+    Cancel,
+}
+
+/// A client that declares elicitation and answers every prompt the same way, keeping
+/// what it was asked.
+#[derive(Clone)]
+struct Person {
+    answer: Arc<Mutex<Answer>>,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl ClientHandler for Person {
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::default();
+        caps.elicitation = Some(Default::default());
+        ClientConfig::new(caps, Implementation::new("grant-test-person", "1.0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = &request {
+            self.asked.lock().unwrap().push(message.clone());
+        }
+        let answer = *self.answer.lock().unwrap();
+        Ok(match answer {
+            Answer::Approve => {
+                ElicitResult::new(ElicitationAction::Accept).with_content(json!({"approve": true}))
+            }
+            Answer::Refuse => {
+                ElicitResult::new(ElicitationAction::Accept).with_content(json!({"approve": false}))
+            }
+            Answer::Decline => ElicitResult::new(ElicitationAction::Decline),
+            Answer::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+        })
+    }
+}
+
+struct Harness {
+    client: RunningService<RoleClient, Person>,
+    person: Person,
+    _data: tempfile::TempDir,
+}
+
+/// The guard blocked the code before it ran.
+fn guard_blocked(r: &Value) -> bool {
+    r["error"]["type"] == "GuardBlocked"
+}
+
+impl Harness {
+    /// Both walls up (the guard enforcing).
+    async fn start(answer: Answer, args: &[&str]) -> Harness {
+        Harness::start_with(answer, args, "enforce").await
+    }
+
+    async fn start_with(answer: Answer, args: &[&str], codeguard: &str) -> Harness {
+        let data = data_dir();
+        let cmd = server_command(Net::Host, &[("CODEGUARD", codeguard)], args, data.path());
+        let person = Person {
+            answer: Arc::new(Mutex::new(answer)),
+            asked: Arc::new(Mutex::new(Vec::new())),
+        };
+        let (transport, _) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let client = person.clone().serve(transport).await.unwrap();
+        Harness {
+            client,
+            person,
+            _data: data,
+        }
+    }
+
+    async fn call(&self, tool: &'static str, args: Value) -> (bool, Value) {
+        let Value::Object(map) = args else { panic!() };
+        let r = self
+            .client
+            .call_tool(CallToolRequestParams::new(tool).with_arguments(map))
+            .await
+            .unwrap();
+        (r.is_error == Some(true), r.structured_content.unwrap())
+    }
+
+    async fn grant(&self, path: &Path, access: &str) -> (bool, Value) {
+        self.call(
+            "request_grant",
+            json!({"path": path, "access": access, "reason": "the task reads the exported data", "session": "g"}),
+        )
+        .await
+    }
+
+    async fn run(&self, code: &str) -> Value {
+        self.call("execute_python", json!({"session": "g", "code": code}))
+            .await
+            .1
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.person.asked.lock().unwrap().clone()
+    }
+}
+
+/// A directory outside every workspace, open to any uid by file permissions, so that
+/// only the sandbox (and a grant) decides.
+fn shared_dir(content: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let file = dir.path().join("export.csv");
+    std::fs::write(&file, content).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let canon = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, canon)
+}
+
+fn read_code(dir: &Path) -> String {
+    format!(
+        "from pathlib import Path\ntry:\n    print(Path({:?}).read_text())\nexcept PermissionError as e:\n    print('denied', e.errno)",
+        dir.join("export.csv").display().to_string()
+    )
+}
+
+fn write_code(dir: &Path) -> String {
+    format!(
+        "from pathlib import Path\ntry:\n    Path({:?}).write_text('from the sandbox')\n    print('wrote')\nexcept PermissionError as e:\n    print('denied', e.errno)",
+        dir.join("result.txt").display().to_string()
+    )
+}
+
+#[tokio::test]
+async fn accepted_read_grant_opens_exactly_that_directory_for_reading() {
+    let (_keep, dir) = shared_dir("a,b\n1,2\n");
+    let (_other_keep, other) = shared_dir("other-secret");
+    let h = Harness::start(Answer::Approve, &[]).await;
+    // Before: the guard refuses the path literal.
+    assert!(guard_blocked(&h.run(&read_code(&dir)).await));
+    h.run("x = 1").await;
+
+    let (is_error, r) = h.grant(&dir, "read").await;
+    assert!(!is_error, "{r}");
+    assert_eq!(r["granted"], true);
+    assert_eq!(r["worker_restarted"], true, "{r}");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("variables were cleared")
+    );
+    let asked = h.asked();
+    assert_eq!(asked.len(), 1);
+    assert!(asked[0].contains(&dir.display().to_string()), "{asked:?}");
+    assert!(asked[0].contains("READ access"), "{asked:?}");
+    assert!(asked[0].contains("the task reads the exported data"));
+
+    let r = h.run(&read_code(&dir)).await;
+    assert_eq!(stdout(&r), "a,b\n1,2\n\n", "{r}");
+    assert_eq!(r["worker_restarted"], true, "variables were cleared: {r}");
+    // Read only: the OS refuses writing there (the guard's roots do not distinguish),
+    // and other directories stay closed.
+    assert_eq!(stdout(&h.run(&write_code(&dir)).await), "denied 13\n");
+    assert!(!dir.join("result.txt").exists());
+    assert!(guard_blocked(&h.run(&read_code(&other)).await));
+    // Listed, with who approved it.
+    let (_, list) = h.call("list_grants", json!({"session": "g"})).await;
+    let entry = &list["grants"][0];
+    assert_eq!(entry["session"], "g");
+    assert_eq!(entry["grant"]["access"], "read");
+    assert!(
+        entry["grant"]["approved_by"]
+            .as_str()
+            .unwrap()
+            .contains("grant-test-person")
+    );
+    // Asking again for what is already granted does not ask the person again.
+    let (_, again) = h.grant(&dir, "read").await;
+    assert_eq!(again["granted"], true);
+    assert_eq!(h.asked().len(), 1);
+    h.client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_the_guard_off_the_os_layer_alone_follows_the_grant() {
+    let (_keep, dir) = shared_dir("os-layer");
+    let (_other_keep, other) = shared_dir("closed");
+    let h = Harness::start_with(Answer::Approve, &[], "off").await;
+    assert_eq!(stdout(&h.run(&read_code(&dir)).await), "denied 13\n");
+    let (is_error, r) = h.grant(&dir, "read").await;
+    assert!(!is_error, "{r}");
+    assert_eq!(stdout(&h.run(&read_code(&dir)).await), "os-layer\n");
+    assert_eq!(stdout(&h.run(&write_code(&dir)).await), "denied 13\n");
+    assert_eq!(stdout(&h.run(&read_code(&other)).await), "denied 13\n");
+    h.client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn accepted_write_grant_allows_writing_there_and_only_there() {
+    let (_keep, dir) = shared_dir("x");
+    let h = Harness::start(Answer::Approve, &[]).await;
+    let (is_error, r) = h.grant(&dir, "write").await;
+    assert!(!is_error, "{r}");
+    assert_eq!(stdout(&h.run(&write_code(&dir)).await), "wrote\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("result.txt")).unwrap(),
+        "from the sandbox"
+    );
+    let r = h.run("open('/tmp/pwned_grant_test', 'w')").await;
+    assert_eq!(r["status"], "error", "{r}");
+    assert!(!Path::new("/tmp/pwned_grant_test").exists());
+    h.client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn declined_refused_or_cancelled_consent_grants_nothing() {
+    for answer in [Answer::Decline, Answer::Refuse, Answer::Cancel] {
+        let (_keep, dir) = shared_dir("secret-data");
+        // Guard off: the OS layer alone must still refuse after a refused consent.
+        let h = Harness::start_with(answer, &[], "off").await;
+        let (is_error, r) = h.grant(&dir, "read").await;
+        assert!(is_error, "{answer:?}: {r}");
+        assert_eq!(r["granted"], false);
+        assert_eq!(h.asked().len(), 1);
+        let out = stdout(&h.run(&read_code(&dir)).await).to_string();
+        assert_eq!(out, "denied 13\n", "{answer:?}");
+        let (_, list) = h.call("list_grants", json!({})).await;
+        assert_eq!(list["grants"], json!([]));
+        h.client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn forbidden_paths_are_refused_without_asking() {
+    let h = Harness::start(Answer::Approve, &[]).await;
+    let sneaky = tempfile::tempdir().unwrap();
+    let link = sneaky.path().join("looks-harmless");
+    std::os::unix::fs::symlink("/etc", &link).unwrap();
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    for path in [
+        PathBuf::from("/"),
+        PathBuf::from("/etc"),
+        PathBuf::from("/proc/self"),
+        PathBuf::from("/root"),
+        PathBuf::from(format!("{home}/.ssh")),
+        link,
+        sneaky.path().join("../../etc"),
+        h._data.path().to_path_buf(),
+    ] {
+        let (is_error, r) = h.grant(&path, "read").await;
+        assert!(is_error, "{}: {r}", path.display());
+        assert_eq!(r["granted"], false);
+        let msg = r["message"].as_str().unwrap();
+        assert!(
+            msg.contains("refused without asking"),
+            "{}: {msg}",
+            path.display()
+        );
+    }
+    assert!(
+        h.asked().is_empty(),
+        "the person was asked: {:?}",
+        h.asked()
+    );
+    let r = h.run("print(open('/etc/hostname').read())").await;
+    assert_eq!(r["status"], "error");
+    h.client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_without_elicitation_gets_a_refusal_that_explains_pre_approval() {
+    let (_keep, dir) = shared_dir("data");
+    let server = super::Server::start(&[]).await;
+    let raw = server
+        .call(
+            "request_grant",
+            json!({"path": dir, "access": "read", "reason": "need it"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(raw.is_error, Some(true));
+    let r = raw.structured_content.unwrap();
+    let msg = r["message"].as_str().unwrap();
+    assert!(msg.contains("elicitation"), "{msg}");
+    assert!(msg.contains("--allow-read"), "{msg}");
+    assert!(msg.contains("[[grants]]"), "{msg}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn operator_pre_approval_opens_a_path_for_every_session_without_asking() {
+    let (_keep, dir) = shared_dir("pre-approved");
+    let dir_arg = dir.display().to_string();
+    let h = Harness::start(Answer::Decline, &["--allow-read", &dir_arg]).await;
+    assert_eq!(stdout(&h.run(&read_code(&dir)).await), "pre-approved\n");
+    let (_, list) = h.call("list_grants", json!({})).await;
+    assert_eq!(list["grants"][0]["session"], "*");
+    assert!(
+        list["grants"][0]["grant"]["approved_by"]
+            .as_str()
+            .unwrap()
+            .contains("--allow-read")
+    );
+    assert!(h.asked().is_empty());
+    h.client.cancel().await.unwrap();
+}
+
+#[test]
+fn a_forbidden_pre_approval_stops_the_server_at_start() {
+    let out = std::process::Command::new(super::BIN)
+        .args(["serve", "--allow-read", "/etc"])
+        .env("SANDBOX_DATA_DIR", data_dir().path())
+        .env("SANDBOX_PYTHON", "/usr/bin/python3")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("can never be granted"), "{err}");
+}
+
+/// The Python MCP SDK as a second, independent client with an elicitation callback.
+#[test]
+fn python_sdk_client_with_an_elicitation_callback_gets_the_grant() {
+    let has_sdk = std::process::Command::new("python3")
+        .args(["-c", "import mcp"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !has_sdk {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install the Python mcp SDK (pip install mcp)"
+        );
+        eprintln!("skipping: the Python mcp SDK is not installed (pip install mcp)");
+        return;
+    }
+    let (_keep, dir) = shared_dir("via-python-sdk");
+    let data = data_dir();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/grant_client.py");
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(super::BIN)
+        .arg(&dir)
+        .env("SANDBOX_DATA_DIR", data.path())
+        .env("SANDBOX_PYTHON", "/usr/bin/python3")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("ASKED True"), "{text}");
+    assert!(text.contains("GRANTED True"), "{text}");
+    assert!(text.contains("READ via-python-sdk"), "{text}");
+}
