@@ -2,8 +2,11 @@
 //! themselves and delegate to the session manager, then wrap the result (structured
 //! content plus a provenance-delimited text copy).
 
+mod prompts;
+
 use std::sync::{Arc, Mutex};
 
+use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::schema_for_type;
 use rmcp::handler::server::wrapper::Parameters;
@@ -13,7 +16,10 @@ use rmcp::model::{
     ResourceContents, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler, prompt_handler, tool, tool_handler,
+    tool_router,
+};
 use serde_json::json;
 
 use crate::execution::{ExecResult, ExecStatus, ExecuteArgs, validate_session_name};
@@ -95,6 +101,7 @@ pub struct WardenServer {
     sessions: Arc<SessionManager>,
     last_selftest: Arc<Mutex<Option<SelftestReport>>>,
     tool_router: ToolRouter<Self>,
+    prompt_router: PromptRouter<Self>,
 }
 
 #[tool_router]
@@ -104,6 +111,7 @@ impl WardenServer {
             sessions,
             last_selftest: Arc::new(Mutex::new(None)),
             tool_router: Self::tool_router(),
+            prompt_router: Self::prompt_router(),
         }
     }
 
@@ -399,12 +407,14 @@ fn to_call_tool_result(source: &str, result: &ExecResult) -> CallToolResult {
 }
 
 #[tool_handler(router = self.tool_router)]
+#[prompt_handler(router = self.prompt_router)]
 impl ServerHandler for WardenServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
+                .enable_prompts()
                 .build(),
         )
         .with_server_info(Implementation::new(

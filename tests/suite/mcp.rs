@@ -377,3 +377,25 @@ async fn the_default_interpreter_is_resolved_to_a_real_binary() {
     assert_eq!(stdout(&r), "True\n");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_data_analysis_prompt_is_listed_and_filled() {
+    let server = Server::start(&[]).await;
+    let prompts = server.client.list_all_prompts().await.unwrap();
+    assert!(prompts.iter().any(|p| p.name == "sandboxed_data_analysis"));
+    let mut args = serde_json::Map::new();
+    args.insert("task".into(), json!("Find the busiest month"));
+    args.insert("file".into(), json!("sales.csv"));
+    let got = server
+        .client
+        .get_prompt(
+            rmcp::model::GetPromptRequestParams::new("sandboxed_data_analysis")
+                .with_arguments(args),
+        )
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&got.messages).unwrap();
+    assert!(text.contains("Find the busiest month"), "{text}");
+    assert!(text.contains("sales.csv"), "{text}");
+    server.stop().await;
+}
