@@ -73,32 +73,14 @@ pub fn sbpl_profile(policy: &WorkerPolicy) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SandboxMode;
-    use crate::sandbox::policy::Limits;
     use std::path::PathBuf;
 
     fn policy(network: NetworkMode) -> WorkerPolicy {
-        WorkerPolicy {
-            mode: SandboxMode::BestEffort,
-            network,
-            python: PathBuf::from("/opt/homebrew/bin/python3"),
-            elf_interpreter: None,
-            read_only_dirs: vec![PathBuf::from("/opt/homebrew/lib/python3.12")],
-            read_only_files: vec![],
-            writable_dirs: vec![PathBuf::from("/Users/a/Library/warden/s/\"odd\"/workspace")],
-            writable_files: vec![],
-            workspace: PathBuf::from("/Users/a/Library/warden/s/workspace"),
-            run_as: None,
-            limits: Limits {
-                address_space_bytes: 1,
-                cpu_seconds: 1,
-                file_size_bytes: 1,
-                open_files: 1,
-                processes: None,
-            },
-            env: vec![],
-            parent_pid: 1,
-        }
+        let mut p = crate::sandbox::policy::example_policy(network);
+        p.python = PathBuf::from("/opt/homebrew/bin/python3");
+        p.read_only_dirs = vec![PathBuf::from("/opt/homebrew/lib/python3.12")];
+        p.writable_dirs = vec![PathBuf::from("/Users/a/Library/warden/s/\"odd\"/workspace")];
+        p
     }
 
     #[test]

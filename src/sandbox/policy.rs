@@ -176,6 +176,33 @@ pub fn worker_env(
     env
 }
 
+/// A small, fixed policy for the builders' unit tests: the interpreter, one read-only
+/// tree and one read-only file, a workspace and a temp directory.
+#[cfg(test)]
+pub(crate) fn example_policy(network: NetworkMode) -> WorkerPolicy {
+    WorkerPolicy {
+        mode: SandboxMode::Require,
+        network,
+        python: PathBuf::from("/usr/bin/python3.11"),
+        elf_interpreter: Some(PathBuf::from("/usr/lib64/ld-linux-x86-64.so.2")),
+        read_only_dirs: vec![PathBuf::from("/usr/lib")],
+        read_only_files: vec![PathBuf::from("/etc/ld.so.cache")],
+        writable_dirs: vec![PathBuf::from("/w/workspace"), PathBuf::from("/w/tmp")],
+        writable_files: vec![],
+        workspace: PathBuf::from("/w/workspace"),
+        run_as: None,
+        limits: Limits {
+            address_space_bytes: 2 << 30,
+            cpu_seconds: 10,
+            file_size_bytes: 1 << 20,
+            open_files: 64,
+            processes: None,
+        },
+        env: vec![],
+        parent_pid: 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

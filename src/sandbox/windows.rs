@@ -72,32 +72,9 @@ pub fn windows_plan(policy: &WorkerPolicy) -> WindowsPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SandboxMode;
-    use crate::sandbox::policy::Limits;
-    use std::path::PathBuf;
 
     fn policy(network: NetworkMode) -> WorkerPolicy {
-        WorkerPolicy {
-            mode: SandboxMode::BestEffort,
-            network,
-            python: PathBuf::from("C:/Python312/python.exe"),
-            elf_interpreter: None,
-            read_only_dirs: vec![],
-            read_only_files: vec![],
-            writable_dirs: vec![],
-            writable_files: vec![],
-            workspace: PathBuf::from("C:/warden/w"),
-            run_as: None,
-            limits: Limits {
-                address_space_bytes: 2 << 30,
-                cpu_seconds: 1,
-                file_size_bytes: 1,
-                open_files: 1,
-                processes: None,
-            },
-            env: vec![],
-            parent_pid: 1,
-        }
+        crate::sandbox::policy::example_policy(network)
     }
 
     #[test]

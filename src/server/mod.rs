@@ -157,16 +157,7 @@ impl WardenServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let result = self.consent(args, &ctx).await;
-        let value = serde_json::to_value(&result)
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        let text = provenance::wrap_json("request_grant", &value);
-        let mut call = if result.granted {
-            CallToolResult::structured(value)
-        } else {
-            CallToolResult::structured_error(value)
-        };
-        call.content = vec![ContentBlock::text(text)];
-        Ok(call)
+        wrapped("request_grant", &result, !result.granted)
     }
 
     #[tool(
@@ -192,12 +183,7 @@ impl WardenServer {
                 .map(|(session, grant)| GrantEntry { session, grant })
                 .collect(),
         };
-        let value = serde_json::to_value(&list)
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        let text = provenance::wrap_json("list_grants", &value);
-        let mut call = CallToolResult::structured(value);
-        call.content = vec![ContentBlock::text(text)];
-        Ok(call)
+        wrapped("list_grants", &list, false)
     }
 
     #[tool(
@@ -214,12 +200,7 @@ impl WardenServer {
     async fn selftest(&self) -> Result<CallToolResult, McpError> {
         let report = crate::selftest::run(&self.sessions).await;
         self.remember_selftest(report.clone());
-        let value = serde_json::to_value(&report)
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        let text = provenance::wrap_json("selftest", &value);
-        let mut call = CallToolResult::structured(value);
-        call.content = vec![ContentBlock::text(text)];
-        Ok(call)
+        wrapped("selftest", &report, false)
     }
 
     #[tool(
@@ -238,7 +219,7 @@ impl WardenServer {
         Parameters(args): Parameters<ExecuteArgs>,
     ) -> Result<CallToolResult, McpError> {
         let result = self.sessions.execute(&args).await;
-        Ok(to_call_tool_result("execute_python", &result))
+        wrapped("execute_python", &result, result.status != ExecStatus::Ok)
     }
 }
 
@@ -387,23 +368,23 @@ impl WardenServer {
 }
 
 /// Structured content for clients that read it, the same JSON inside provenance
-/// delimiters for those that read text. A Python exception is a normal result with
-/// `isError: true`, never a protocol error.
-fn to_call_tool_result(source: &str, result: &ExecResult) -> CallToolResult {
-    let value = match serde_json::to_value(result) {
-        Ok(v) => v,
-        Err(e) => {
-            serde_json::json!({"status": "error", "error": {"type": "InternalError", "message": e.to_string(), "traceback": ""}})
-        }
-    };
+/// delimiters for those that read text. A failed run (a Python exception, a refused
+/// grant) is a normal result with `isError: true`, never a protocol error.
+fn wrapped<T: serde::Serialize>(
+    source: &str,
+    result: &T,
+    is_error: bool,
+) -> Result<CallToolResult, McpError> {
+    let value =
+        serde_json::to_value(result).map_err(|e| McpError::internal_error(e.to_string(), None))?;
     let text = provenance::wrap_json(source, &value);
-    let mut call = if result.status == ExecStatus::Ok {
-        CallToolResult::structured(value)
-    } else {
+    let mut call = if is_error {
         CallToolResult::structured_error(value)
+    } else {
+        CallToolResult::structured(value)
     };
     call.content = vec![ContentBlock::text(text)];
-    call
+    Ok(call)
 }
 
 #[tool_handler(router = self.tool_router)]

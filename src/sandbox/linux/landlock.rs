@@ -206,32 +206,10 @@ pub fn abi_gaps(kernel_abi: i32) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{SandboxMode, Settings};
-    use crate::sandbox::policy::{Limits, WorkerPolicy};
+    use crate::sandbox::policy::WorkerPolicy;
 
     fn policy() -> WorkerPolicy {
-        let settings = Settings::from_lookup(|_| None).unwrap();
-        WorkerPolicy {
-            mode: SandboxMode::Require,
-            network: settings.network,
-            python: PathBuf::from("/usr/bin/python3.11"),
-            elf_interpreter: Some(PathBuf::from("/usr/lib64/ld-linux-x86-64.so.2")),
-            read_only_dirs: vec![PathBuf::from("/usr/lib")],
-            read_only_files: vec![PathBuf::from("/etc/ld.so.cache")],
-            writable_dirs: vec![PathBuf::from("/w/workspace"), PathBuf::from("/w/tmp")],
-            writable_files: vec![],
-            workspace: PathBuf::from("/w/workspace"),
-            run_as: None,
-            limits: Limits {
-                address_space_bytes: 1 << 30,
-                cpu_seconds: 10,
-                file_size_bytes: 1 << 20,
-                open_files: 64,
-                processes: None,
-            },
-            env: vec![],
-            parent_pid: 1,
-        }
+        crate::sandbox::policy::example_policy(NetworkMode::Deny)
     }
 
     #[test]
