@@ -55,6 +55,8 @@ struct ModulesFile {
     blocked: Vec<String>,
     #[serde(default)]
     hints: HashMap<String, String>,
+    #[serde(default)]
+    star_import_allowed: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -67,6 +69,8 @@ struct BuiltinsFile {
 #[serde(deny_unknown_fields)]
 struct DundersFile {
     allowed: Vec<String>,
+    #[serde(default)]
+    not_definable: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,6 +80,8 @@ struct AttributesFile {
     module_reexports: Vec<String>,
     #[serde(default)]
     dangerous: Vec<DangerousGroupFile>,
+    #[serde(default)]
+    dangerous_keywords: Vec<DangerousGroupFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -91,6 +97,10 @@ struct DangerousGroupFile {
 struct ReflectionFile {
     builtins: Vec<String>,
     attribute_getters: Vec<String>,
+    #[serde(default)]
+    code_string_methods: Vec<String>,
+    #[serde(default)]
+    code_string_functions: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -146,13 +156,23 @@ pub struct Policy {
     pub blocked_modules: HashSet<String>,
     /// What to use instead of a blocked module.
     pub module_hints: HashMap<String, String>,
+    /// Modules whose `from m import *` is allowed.
+    pub star_import_allowed: HashSet<String>,
     pub blocked_builtins: HashSet<String>,
     pub allowed_dunders: HashSet<String>,
+    /// Dunder methods a class may not define.
+    pub not_definable: HashSet<String>,
     pub internals: HashSet<String>,
     pub module_reexports: HashSet<String>,
     pub dangerous: HashMap<String, Dangerous>,
+    /// Keyword arguments that must be literally falsy (`allow_pickle`).
+    pub dangerous_keywords: HashMap<String, Dangerous>,
     pub reflection_builtins: HashSet<String>,
     pub attribute_getters: HashSet<String>,
+    /// Methods whose first argument is run as code; only constants pass.
+    pub code_string_methods: HashSet<String>,
+    /// Functions whose constant string argument is checked as code.
+    pub code_string_functions: HashSet<String>,
     pub system_roots: HashSet<String>,
     pub alias_prefixes: Vec<String>,
     pub path_functions: HashSet<String>,
@@ -167,6 +187,25 @@ fn invalid(field: &str, why: impl Into<String>) -> GuardError {
         field: field.to_string(),
         reason: why.into(),
     }
+}
+
+fn dangerous_map(
+    field: &str,
+    groups: &[DangerousGroupFile],
+) -> Result<HashMap<String, Dangerous>, GuardError> {
+    let mut map = HashMap::new();
+    for group in groups {
+        for n in name_set(field, &group.names)? {
+            map.insert(
+                n,
+                Dangerous {
+                    category: group.category.clone(),
+                    reason: group.reason.clone(),
+                },
+            );
+        }
+    }
+    Ok(map)
 }
 
 fn name_set(field: &str, names: &[String]) -> Result<HashSet<String>, GuardError> {
@@ -196,6 +235,8 @@ pub const RULES: &[&str] = &[
     "path_outside_workspace",
     "path_alias",
     "code_file_write",
+    "star_import",
+    "code_string",
 ];
 
 impl Policy {
@@ -254,18 +295,11 @@ impl Policy {
                 ));
             }
         }
-        let mut dangerous = HashMap::new();
-        for group in &file.attributes.dangerous {
-            for n in name_set("attributes.dangerous.names", &group.names)? {
-                dangerous.insert(
-                    n,
-                    Dangerous {
-                        category: group.category.clone(),
-                        reason: group.reason.clone(),
-                    },
-                );
-            }
-        }
+        let dangerous = dangerous_map("attributes.dangerous.names", &file.attributes.dangerous)?;
+        let dangerous_keywords = dangerous_map(
+            "attributes.dangerous_keywords.names",
+            &file.attributes.dangerous_keywords,
+        )?;
         let mut alias_prefixes = Vec::new();
         for p in &file.paths.alias_prefixes {
             if !p.starts_with('/') {
@@ -310,18 +344,32 @@ impl Policy {
             actions: file.actions,
             blocked_modules: name_set("modules.blocked", &file.modules.blocked)?,
             module_hints: file.modules.hints,
+            star_import_allowed: name_set(
+                "modules.star_import_allowed",
+                &file.modules.star_import_allowed,
+            )?,
             blocked_builtins: name_set("builtins.blocked", &file.builtins.blocked)?,
             allowed_dunders: name_set("dunders.allowed", &file.dunders.allowed)?,
+            not_definable: name_set("dunders.not_definable", &file.dunders.not_definable)?,
             internals: name_set("attributes.internals", &file.attributes.internals)?,
             module_reexports: name_set(
                 "attributes.module_reexports",
                 &file.attributes.module_reexports,
             )?,
             dangerous,
+            dangerous_keywords,
             reflection_builtins: name_set("reflection.builtins", &file.reflection.builtins)?,
             attribute_getters: name_set(
                 "reflection.attribute_getters",
                 &file.reflection.attribute_getters,
+            )?,
+            code_string_methods: name_set(
+                "reflection.code_string_methods",
+                &file.reflection.code_string_methods,
+            )?,
+            code_string_functions: name_set(
+                "reflection.code_string_functions",
+                &file.reflection.code_string_functions,
             )?,
             system_roots: name_set("paths.system_roots", &file.paths.system_roots)?,
             alias_prefixes,

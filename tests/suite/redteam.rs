@@ -373,3 +373,38 @@ except OSError as e:
     assert!(out.contains("exec denied 13"), "{out}");
     server.stop().await;
 }
+
+/// The walls must not break what ordinary code needs (positive canaries): threads
+/// (clone with CLONE_THREAD, clone3 falling back), asyncio and its self-pipe (a UNIX
+/// stream socketpair), signals to itself, temp files, time zones.
+#[tokio::test]
+async fn ordinary_runtime_features_still_work_inside_the_walls() {
+    let token = token();
+    let server = start(Net::Host, &token, &[]).await;
+    let code = r#"import asyncio, os, signal, socket, tempfile, threading, zoneinfo
+out = []
+t = threading.Thread(target=lambda: out.append("thread"))
+t.start(); t.join()
+async def main():
+    await asyncio.sleep(0)
+    return "asyncio"
+out.append(asyncio.run(main()))
+a, b = socket.socketpair()
+a.sendall(b"pair"); out.append(b.recv(4).decode())
+got = []
+signal.signal(signal.SIGUSR1, lambda *_: got.append("signal"))
+os.kill(os.getpid(), signal.SIGUSR1)
+out.extend(got)
+with tempfile.NamedTemporaryFile("w") as fh:
+    fh.write("x"); out.append("tempfile")
+out.append(str(zoneinfo.ZoneInfo("Europe/Paris").key))
+print(" ".join(out))
+"#;
+    let r = server.run("canary", code).await;
+    assert_eq!(
+        stdout(&r),
+        "thread asyncio pair signal tempfile Europe/Paris\n",
+        "{r}"
+    );
+    server.stop().await;
+}

@@ -175,3 +175,60 @@ fn cli_selftest_prints_json_and_a_table() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["filesystem_isolation"]["status"], "blocked");
 }
+
+/// A person's desktop client runs warden as an ordinary user: no uid switch, user
+/// namespaces created unprivileged. Every wall must stand the same.
+#[test]
+fn an_unprivileged_server_confines_just_the_same() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The build directory may not be reachable by other users: run a copy.
+    let bin = dir.path().join("warden");
+    std::fs::copy(BIN, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .arg("selftest")
+        .env("HOME", dir.path())
+        .env("SANDBOX_DATA_DIR", dir.path().join("data"))
+        .env("SANDBOX_PYTHON", "/usr/bin/python3")
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(out.status.success(), "{report}");
+    assert_eq!(
+        report["failing_required"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert!(
+        probe(&report, "priv.not_root")["details"]
+            .as_str()
+            .unwrap()
+            .contains("uid=65534"),
+        "{report}"
+    );
+    let walls = report["walls"].as_array().unwrap();
+    for name in [
+        "landlock",
+        "seccomp",
+        "namespaces",
+        "rlimits",
+        "no_new_privs",
+    ] {
+        assert!(
+            walls
+                .iter()
+                .any(|w| w["name"] == name && w["enforced"] == true),
+            "{name} missing: {report}"
+        );
+    }
+}

@@ -145,14 +145,25 @@ pub fn eperm_rules(plan: SeccompPlan) -> Result<BTreeMap<i64, Vec<SeccompRule>>,
             libc::SYS_setpgid,
         ],
     );
-    rules.insert(
-        libc::SYS_clone,
-        vec![rule(vec![cond(
-            0,
-            MaskedEq(libc::CLONE_THREAD as u64),
-            0,
-        )?])?],
-    );
+    let mut clone_rules = vec![rule(vec![cond(
+        0,
+        MaskedEq(libc::CLONE_THREAD as u64),
+        0,
+    )?])?];
+    // A thread may not take new namespaces either (the kernel would also want
+    // capabilities, which are gone; this keeps the answer independent of that).
+    for ns in [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+        libc::CLONE_NEWCGROUP,
+    ] {
+        clone_rules.push(rule(vec![cond(0, MaskedEq(ns as u64), ns as u64)?])?);
+    }
+    rules.insert(libc::SYS_clone, clone_rules);
 
     // Signals: only to itself (Landlock's signal scope is the first wall on ABI >= 6).
     let me = plan.self_pid as u32 as u64;
@@ -427,7 +438,8 @@ mod tests {
         ] {
             assert_eq!(rules.get(&nr).map(Vec::len), Some(0), "syscall {nr}");
         }
-        assert_eq!(rules.get(&libc::SYS_clone).map(Vec::len), Some(1));
+        // No new processes, and no namespaces for new threads.
+        assert_eq!(rules.get(&libc::SYS_clone).map(Vec::len), Some(8));
         assert_eq!(rules.get(&libc::SYS_kill).map(Vec::len), Some(1));
         assert!(
             !rules.contains_key(&libc::SYS_execve),
