@@ -693,6 +693,11 @@ impl Session {
             ));
         }
         let mut worker_restarted = false;
+        if state.worker.as_ref().is_some_and(Worker::is_busy) {
+            // The previous call was cancelled midway and its worker already killed.
+            state.worker = None;
+            state.lost_worker = Some("the previous call was cancelled while it ran".to_string());
+        }
         if let Some(why) = state.lost_worker.take() {
             worker_restarted = true;
             warnings.push(format!(

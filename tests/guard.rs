@@ -881,3 +881,299 @@ fn writing_code_files_is_blocked() {
         assert_allowed(src);
     }
 }
+
+// ---- bypass families (hardening round) --------------------------------------------
+//
+// Each row is an escape that worked against an earlier guard (verified on
+// CPython 3.11 with `python -I`, the worker's flags) and the rule that now
+// stops it. They stand for families: the near-miss table below keeps the
+// ordinary code around each fix allowed.
+
+const BYPASSES: &[(&str, &str)] = &[
+    // Modules that run a code string or a command for you.
+    (
+        "import _xxsubinterpreters as si\nsi.run_string(si.create(), 'print(1)')",
+        "blocked_module",
+    ),
+    (
+        "import _testcapi\n_testcapi.run_in_subinterp('print(1)')",
+        "blocked_module",
+    ),
+    (
+        "import _bootsubprocess\n_bootsubprocess.check_output(['id'])",
+        "blocked_module",
+    ),
+    (
+        "import tkinter\ntkinter.Tcl().eval('exec id')",
+        "blocked_module",
+    ),
+    ("from _tkinter import create", "blocked_module"),
+    ("import rlcompleter", "blocked_module"),
+    (
+        "import dis\nc = dis.Bytecode(lambda: 0).codeobj",
+        "blocked_module",
+    ),
+    ("c = bc.codeobj", "internals_attribute"),
+    // Modules that import a module named by a string and hand it back.
+    (
+        "import pkg_resources\npkg_resources.EntryPoint.parse('x = os:system').resolve()('id')",
+        "blocked_module",
+    ),
+    (
+        "import logging.config\nlogging.config.dictConfig({'version': 1, 'handlers': {'h': {'()': 'os.system', 'command': 'id'}}})",
+        "blocked_module",
+    ),
+    ("from logging import config", "blocked_module"),
+    (
+        "from unittest import mock\nmock.patch('os.system').getter().system('id')",
+        "blocked_module",
+    ),
+    (
+        "import unittest\nunittest.main(module='os', exit=False, argv=['x']).module.system('id')",
+        "blocked_module",
+    ),
+    ("import importlib_metadata", "blocked_module"),
+    ("import numpy.ctypeslib as npc", "blocked_module"),
+    ("import wsgiref.simple_server", "blocked_module"),
+    ("import netrc\nprint(netrc.netrc().hosts)", "blocked_module"),
+    // Private helpers of allowed modules that start processes or sockets.
+    (
+        "import uuid\nuuid._get_command_stdout('sh', '-c', 'id')",
+        "blocked_attribute",
+    ),
+    (
+        "import asyncio\nasyncio.get_event_loop()._make_subprocess_transport(None, ['id'], False, None, None, None, 0)",
+        "blocked_attribute",
+    ),
+    (
+        "import logging.handlers as h\nh.SocketHandler('192.0.2.1', 80)",
+        "blocked_attribute",
+    ),
+    (
+        "import pandas as pd\npd.read_clipboard()",
+        "blocked_attribute",
+    ),
+    // Native memory from numpy.
+    (
+        "import numpy as np\nnp.lib.stride_tricks.as_strided(np.zeros(1), shape=(10**9,), strides=(1,))",
+        "blocked_attribute",
+    ),
+    (
+        "class X:\n    @property\n    def __array_interface__(self):\n        return {'data': (0, False), 'shape': (8,), 'typestr': '|u1', 'version': 3}\n",
+        "dunder_name",
+    ),
+    // Deserialisation that runs code.
+    (
+        "import numpy as np\nnp.load('x.npy', allow_pickle=True)",
+        "blocked_attribute",
+    ),
+    (
+        "import numpy as np\nnp.load('x.npy', allow_pickle=flag)",
+        "blocked_attribute",
+    ),
+    (
+        "import yaml\nyaml.load(s, Loader=yaml.UnsafeLoader)",
+        "blocked_attribute",
+    ),
+    // Strings that typing evaluates as code.
+    (
+        "import typing\ndef f(x: \"__import__('os').system('id')\"): pass\ntyping.get_type_hints(f)",
+        "blocked_builtin",
+    ),
+    (
+        "def f(x: 'list[\"().__class__\"]'): pass",
+        "internals_attribute",
+    ),
+    ("x = typing.List[\"__import__('os')\"]", "blocked_builtin"),
+    ("from typing import get_type_hints", "blocked_attribute"),
+    ("import typing\ntyping.ForwardRef(s)", "blocked_attribute"),
+    ("from typing import *", "star_import"),
+    // pandas query/eval and sympy run their string as code.
+    (
+        "import pandas as pd\ndf = pd.DataFrame()\ndf.query('a.__class__.__base__.__subclasses__()')",
+        "internals_attribute",
+    ),
+    (
+        "import pandas as pd\npd.eval(\"pd.io.common.os.system('id')\")",
+        "module_reexport",
+    ),
+    ("df.query('@x.gi_frame.f_back')", "internals_attribute"),
+    ("df.query(`a`.__class__)", "syntax_error"),
+    ("df.query('`a b`.__class__')", "internals_attribute"),
+    ("df.query('x.__class__ ^^ 1')", "code_string"),
+    ("df.query(expr)", "code_string"),
+    ("df.query(f'a > {limit}')", "code_string"),
+    ("df.eval(*parts)", "code_string"),
+    (
+        "import sympy\nsympy.sympify(\"__import__('os')\")",
+        "blocked_builtin",
+    ),
+    // Reflection through a constant name that is itself a reflection tool.
+    (
+        "import operator\ngetattr(operator, 'attrgetter')('__class__')(1)",
+        "reflection",
+    ),
+    ("getattr(df, 'query')(s)", "reflection"),
+    ("getattr(s, 'format')(x)", "reflection"),
+    (
+        "import operator\noperator.methodcaller('format', x)(s)",
+        "reflection",
+    ),
+    ("object.__setattr__(o, name, 1)", "reflection"),
+    ("o.__delattr__(name)", "reflection"),
+    ("object.__setattr__(f, '__code__', c)", "reflection"),
+    // Private name mangling: `__filenames` in `class _Printer` is `_Printer__filenames`.
+    (
+        "class _Printer:\n    def f(self):\n        return license.__filenames\n",
+        "internals_attribute",
+    ),
+    (
+        "class Printer:\n    def f(self):\n        license.__filenames = ['/x']\n",
+        "internals_attribute",
+    ),
+    // Frames and their locals without frame attributes.
+    (
+        "import traceback\nfor f, _ in traceback.walk_stack(None):\n    pass\n",
+        "internals_attribute",
+    ),
+    (
+        "import traceback\ntry:\n    1 / 0\nexcept Exception as e:\n    te = traceback.TracebackException.from_exception(e, capture_locals=True)\n",
+        "blocked_attribute",
+    ),
+    // Class patterns read `__match_args__` attributes by name.
+    (
+        "import abc\nclass A(abc.ABC):\n    __match_args__ = ('__globals__',)\nA.register(type(lambda: 0))\nmatch (lambda: 0):\n    case A(g):\n        print(g)\n",
+        "reflection",
+    ),
+    (
+        "class M(type):\n    @property\n    def __match_args__(cls):\n        return ('__glo' + 'bals__',)\n",
+        "dunder_name",
+    ),
+    ("class A:\n    __match_args__ = names\n", "reflection"),
+    ("A.__match_args__ = (n,)", "reflection"),
+    ("setattr(A, '__match_args__', t)", "reflection"),
+    (
+        "A = type('A', (), {'__match_args__': ('f_globals',)})",
+        "reflection",
+    ),
+    (
+        "match ns:\n    case {'__builtins__': b}:\n        pass\n",
+        "reflection",
+    ),
+    // str.format templates the guard cannot read.
+    (
+        "s = '{0.' + ''.join(map(chr, [95, 95])) + 'class__}'\nprint(s.format(1))",
+        "format_field",
+    ),
+    (
+        "def render(t, x):\n    return t.format(x)\n",
+        "format_field",
+    ),
+    (
+        "t = '{0}'\nif cond:\n    t = make()\nprint(t.format(x))",
+        "format_field",
+    ),
+    (
+        "if False:\n    t = '{}'\nprint(t.format(x))",
+        "format_field",
+    ),
+    ("print(t.format(x))\nt = '{}'", "format_field"),
+    ("fmt = tmpl.format_map\nfmt(ns)", "format_field"),
+    ("str.format(t, x)", "format_field"),
+    (
+        "import string\nstring.Formatter().vformat(t, (x,), {})",
+        "format_field",
+    ),
+    (
+        "import string\nstring.Formatter().format(t, x)",
+        "format_field",
+    ),
+    (
+        "import string\nstring.Formatter().format('{0.__class__}', 1)",
+        "format_field",
+    ),
+    // Star imports bind names the guard never sees (and the worker keeps them).
+    (
+        "from platform import *\ndef g(os): pass\nos.system('id')",
+        "star_import",
+    ),
+    (
+        "from numpy import *\nctypeslib.load_library('c', '.')",
+        "star_import",
+    ),
+    ("from . import *", "star_import"),
+    // Code files created without `open(..., 'w')`.
+    (
+        "from pathlib import Path\nPath('a.txt').rename('a.py')",
+        "code_file_write",
+    ),
+    (
+        "from pathlib import Path\nPath('a.txt').replace('evil.pth')",
+        "code_file_write",
+    ),
+    (
+        "import tempfile\ntempfile.NamedTemporaryFile(suffix='.py', dir='.', delete=False)",
+        "code_file_write",
+    ),
+    // Inherited descriptors reached with arithmetic.
+    ("open(1 + 2)", "open_file_descriptor"),
+    ("open(int('3'), 'w')", "open_file_descriptor"),
+    ("open(len('abc'))", "open_file_descriptor"),
+];
+
+#[test]
+fn bypass_families_are_blocked() {
+    for (src, rule) in BYPASSES {
+        if *rule == "syntax_error" {
+            // Not Python at all; the point is that it is not allowed.
+            assert_eq!(check(src).decision, Decision::Blocked, "{src}");
+            continue;
+        }
+        assert_blocked(src, rule);
+    }
+}
+
+#[test]
+fn near_misses_of_the_bypass_fixes_stay_allowed() {
+    for src in [
+        "x = 3.14159\nprint('{:.2f}'.format(x))",
+        "print(getattr(obj, 'name', None))",
+        "print(type(x).__name__)",
+        "from dataclasses import dataclass, field\n@dataclass(frozen=True)\nclass P:\n    x: int\n    y: 'list[int]' = field(default_factory=list)\n    def __post_init__(self):\n        object.__setattr__(self, 'x', abs(self.x))\n",
+        "import functools\nf = functools.partial(int, base=2)",
+        "import collections\nPt = collections.namedtuple('Pt', ['x', 'y'])",
+        "print('{} and {}'.format(1, 2), '{0}-{1}'.format('a', 'b'), '{name}'.format(name='n'))",
+        "import operator\nprint(sorted([(1, 2), (0, 3)], key=operator.itemgetter(1)))",
+        "import itertools, re, json, csv, statistics, decimal, datetime, math, random\nprint(list(itertools.chain([1], [2])), re.findall(r'\\d', 'a1'), json.dumps({}), statistics.mean([1, 2]), decimal.Decimal('1.1'), datetime.date.today(), math.sqrt(2), random.random())",
+        "import typing\ndef g(x: typing.Optional['Pt'], y: 'int | None' = None) -> typing.List[str]:\n    return []\n",
+        "from typing import Literal, Annotated, Dict\nMode = Literal['fast', 'slow']\ndef h(x: Annotated[float, 'kg per m']) -> Literal['ok']:\n    return 'ok'\nprint(Dict[str, int])",
+        "CONFIG = {'key': 1}\nprint(CONFIG['key'])",
+        "import asyncio\nasync def main():\n    await asyncio.gather(asyncio.sleep(0))\nasyncio.run(main())",
+        "import threading\nt = threading.Thread(target=print, args=(1,))\nt.start()\nt.join()",
+        "from pathlib import Path\np = Path('data') / 'out.csv'\np.write_text('a,b')\nPath('a.txt').rename('b.txt')\nPath('x.csv').replace('y.csv')",
+        "s = 'report.txt'.replace('.txt', '.py')",
+        "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2], 'b c': [3, 4]})\nlimit = 1\nprint(df.query('a > @limit and `b c` < 5'))\ndf.eval('c = a * 2', inplace=True)\nprint(pd.eval('df.a + 1'))",
+        "print(df.query(\"name == 'os' and city.str.startswith('A')\"))",
+        "con.query('SELECT name FROM users WHERE id = 3')",
+        "model.eval()",
+        "import numpy as np\na = np.load('a.npy')\nb = np.load('b.npz', allow_pickle=False)",
+        "from numpy.lib.stride_tricks import sliding_window_view",
+        "TEMPLATE = 'Hello {name}, total={total:.2f}'\nprint(TEMPLATE.format(name='x', total=3))",
+        "HEADER = 'id' + ',{}' * 3\nprint(HEADER.format(1, 2, 3))",
+        "rows = ['{}'.format(i) for i in range(3)]\nprint(list(map('{:>5}'.format, [1, 2])))",
+        "import string\nprint(string.Template('$x').substitute(x=1), string.Formatter().format('{0} {1}', 1, 2))",
+        "print(f\"{x!r:>10} {y:.2f} {d['k']}\")",
+        "from math import *\nfrom collections import *\nfrom itertools import *",
+        "class V:\n    __match_args__ = ('x', 'y')\n    def __init__(self, x, y):\n        self.x, self.y = x, y\nmatch V(1, 2):\n    case V(a, b):\n        print(a, b)\n",
+        "class Strict:\n    def __setattr__(self, name, value):\n        if name.startswith('_'):\n            raise AttributeError(name)\n        super().__setattr__(name, value)\n",
+        "class Counter2:\n    __slots__ = ('__count',)\n    def __init__(self):\n        self.__count = 0\n    def inc(self):\n        self.__count += 1\n",
+        "import tempfile\nwith tempfile.NamedTemporaryFile(suffix='.csv') as f:\n    pass\n",
+        "with open(path) as f:\n    pass\nopen(name + '.csv')",
+        "import logging\nlogging.basicConfig(level=logging.INFO)\nlogging.getLogger(__name__).info('x %s', 1)",
+        "match cfg:\n    case {'name': n, 'size': s}:\n        print(n, s)\n",
+        "import enum\nclass Color(enum.Enum):\n    RED = 1\nprint(Color.RED.name)",
+        "import traceback\ntry:\n    1 / 0\nexcept Exception:\n    print(traceback.format_exc())\n",
+    ] {
+        assert_allowed(src);
+    }
+}

@@ -79,8 +79,12 @@ struct Walker<'a> {
     string_names: HashMap<String, bool>,
     /// `name.format(...)` receivers, resolved against `string_names` at the end.
     format_names: Vec<(String, usize)>,
+    /// First offset of an unconditional module-level `name = "literal"`.
+    literal_at: HashMap<String, usize>,
     /// True while the targets of `name = "literal"` are walked.
     const_store: bool,
+    /// Statement blocks entered (1: the module's own statements).
+    block_depth: u32,
     /// > 0 inside an annotation, where CPython's typing evaluates strings.
     in_annotation: u32,
     /// How many code strings this walker is nested in (0: the submitted code).
@@ -116,7 +120,9 @@ impl<'a> Walker<'a> {
             fn_stack: Vec::new(),
             string_names: HashMap::new(),
             format_names: Vec::new(),
+            literal_at: HashMap::new(),
             const_store: false,
+            block_depth: 0,
             in_annotation: 0,
             embed_depth,
         }
@@ -144,7 +150,12 @@ impl<'a> Walker<'a> {
         }
         let templates = std::mem::take(&mut self.format_names);
         for (name, offset) in templates {
-            if self.string_names.get(&name) != Some(&true) {
+            // Every binding in this code is a literal, and one of them runs
+            // unconditionally before the use: a value left by an earlier
+            // call (or hidden behind `if False:`) cannot reach the template.
+            let literal = self.string_names.get(&name) == Some(&true)
+                && self.literal_at.get(&name).is_some_and(|&at| at < offset);
+            if !literal {
                 self.report(
                     "format_field",
                     "reflection",
@@ -299,6 +310,9 @@ impl<'a> Walker<'a> {
         if matches!(ctx, ExprContext::Store) {
             self.bound.insert(name.to_string());
             let literal = self.const_store;
+            if literal && self.block_depth == 1 && self.fn_stack.is_empty() {
+                self.literal_at.entry(name.to_string()).or_insert(offset);
+            }
             self.string_names
                 .entry(name.to_string())
                 .and_modify(|v| *v &= literal)
@@ -516,9 +530,11 @@ impl<'a> Walker<'a> {
     // ---- statements -------------------------------------------------------
 
     fn body(&mut self, stmts: &[Stmt]) {
+        self.block_depth += 1;
         for s in stmts {
             self.stmt(s);
         }
+        self.block_depth -= 1;
     }
 
     fn stmt(&mut self, s: &Stmt) {

@@ -21,8 +21,10 @@ use crate::sandbox::report::{HelperMessage, SandboxReport};
 
 /// The hidden subcommand that runs the sandbox helper.
 pub const HELPER_SUBCOMMAND: &str = "__sandbox-exec";
-/// Longest protocol line the server accepts from a worker.
-const MAX_RESPONSE_LINE: u64 = 8 << 20;
+/// Longest protocol line the server accepts from a worker, before the per-call part
+/// (the result and traceback are capped at the output limit, and JSON's `\uXXXX`
+/// escapes can grow each character sixfold).
+const BASE_RESPONSE_LINE: u64 = 1 << 20;
 /// How long a new worker may take to install its walls and start Python.
 const SPAWN_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long to wait for the end-of-output markers once the result is in, and for the
@@ -120,6 +122,24 @@ pub struct Worker {
     stderr_carry: Vec<u8>,
     report: SandboxReport,
     next_id: u64,
+    /// A call was started and never completed (its future was dropped: the client
+    /// cancelled). The worker's protocol state is unknown, so it must not be reused.
+    busy: bool,
+}
+
+/// Kills the worker's process group if a call is abandoned midway (its future dropped),
+/// so cancelled code cannot keep running unseen.
+struct KillOnDrop {
+    pid: i32,
+    armed: bool,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            kill_group(self.pid);
+        }
+    }
 }
 
 type SpawnJob = Box<dyn FnOnce() + Send>;
@@ -195,10 +215,13 @@ async fn read_stderr_tail(stderr: &mut ChildStderr) -> String {
     }
 }
 
-async fn read_line(reader: &mut BufReader<pipe::Receiver>) -> std::io::Result<Option<Vec<u8>>> {
+async fn read_line(
+    reader: &mut BufReader<pipe::Receiver>,
+    limit: u64,
+) -> std::io::Result<Option<Vec<u8>>> {
     let mut line = Vec::new();
     let n = (&mut *reader)
-        .take(MAX_RESPONSE_LINE)
+        .take(limit)
         .read_until(b'\n', &mut line)
         .await?;
     if n == 0 {
@@ -270,7 +293,7 @@ impl Worker {
             let mut framed = (policy_json.len() as u64).to_le_bytes().to_vec();
             framed.extend_from_slice(&policy_json);
             requests.write_all(&framed).await?;
-            let report = match read_line(&mut responses).await? {
+            let report = match read_line(&mut responses, BASE_RESPONSE_LINE).await? {
                 Some(line) => match serde_json::from_slice::<HelperMessage>(&line) {
                     Ok(HelperMessage::Sandbox { report }) => report,
                     Ok(HelperMessage::SandboxError { wall, message }) => {
@@ -286,7 +309,7 @@ impl Worker {
                     });
                 }
             };
-            match read_line(&mut responses).await? {
+            match read_line(&mut responses, BASE_RESPONSE_LINE).await? {
                 Some(line) if line.starts_with(b"{\"type\": \"ready\"") => Ok(report),
                 Some(line) => Err(SpawnError::Protocol(
                     String::from_utf8_lossy(&line).trim().to_string(),
@@ -322,7 +345,13 @@ impl Worker {
             stderr_carry: Vec::new(),
             report,
             next_id: 1,
+            busy: false,
         })
+    }
+
+    /// A previous call on this worker was abandoned midway.
+    pub fn is_busy(&self) -> bool {
+        self.busy
     }
 
     pub fn report(&self) -> &SandboxReport {
@@ -343,6 +372,24 @@ impl Worker {
         output_cap: usize,
     ) -> RunOutput {
         let deadline = Instant::now() + timeout;
+        self.busy = true;
+        let mut abandon_guard = KillOnDrop {
+            pid: self.pid,
+            armed: true,
+        };
+        let output = self.execute_inner(code, inputs, deadline, output_cap).await;
+        abandon_guard.armed = false;
+        self.busy = false;
+        output
+    }
+
+    async fn execute_inner(
+        &mut self,
+        code: &str,
+        inputs: &[InputFile],
+        deadline: Instant,
+        output_cap: usize,
+    ) -> RunOutput {
         let id = self.next_id;
         self.next_id += 1;
         let nonce_bytes: [u8; 16] = crate::random_bytes();
@@ -371,6 +418,7 @@ impl Worker {
             }
         };
         let deadline_tokio = tokio::time::Instant::from_std(deadline);
+        let line_limit = BASE_RESPONSE_LINE + 2 * 6 * output_cap as u64;
         let write = tokio::time::timeout_at(deadline_tokio, self.requests.write_all(&line)).await;
         match write {
             Ok(Ok(())) => {}
@@ -389,7 +437,7 @@ impl Worker {
         let result = tokio::time::timeout_at(deadline_tokio, async {
             let (response, (), ()) = tokio::join!(
                 async {
-                    let response = read_line(responses).await;
+                    let response = read_line(responses, line_limit).await;
                     let _ = soft_tx.send(Some(tokio::time::Instant::now() + DRAIN_TIMEOUT));
                     response
                 },

@@ -217,8 +217,16 @@ impl WardenServer {
     async fn execute_python(
         &self,
         Parameters(args): Parameters<ExecuteArgs>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let result = self.sessions.execute(&args).await;
+        // A cancelled call drops the execution, which kills the worker's process group:
+        // cancelled code never keeps running.
+        let result = tokio::select! {
+            result = self.sessions.execute(&args) => result,
+            () = ctx.ct.cancelled() => {
+                return Err(McpError::invalid_request("the call was cancelled; its code was killed", None));
+            }
+        };
         wrapped("execute_python", &result, result.status != ExecStatus::Ok)
     }
 }

@@ -173,3 +173,34 @@ async fn workers_die_with_the_server() {
         "worker outlived the server"
     );
 }
+
+#[tokio::test]
+async fn a_cancelled_call_kills_its_code_and_the_session_recovers() {
+    let server = Server::start(&[]).await;
+    let uid = uid_of(&server, "c").await;
+    let serde_json::Value::Object(args) = json!({
+        "session": "c",
+        "timeout_s": 100,
+        "code": "while True:\n    pass"
+    }) else {
+        unreachable!()
+    };
+    // Dropping the request future makes rmcp's client send notifications/cancelled.
+    let call = server
+        .client
+        .call_tool(rmcp::model::CallToolRequestParams::new("execute_python").with_arguments(args));
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(800), call)
+            .await
+            .is_err()
+    );
+    assert!(
+        eventually(5, || processes_of_uid(uid).is_empty()).await,
+        "the cancelled code kept running"
+    );
+    let r = server.run("c", "print('after cancel')").await;
+    assert_eq!(stdout(&r), "after cancel\n", "{r}");
+    assert_eq!(r["worker_restarted"], true);
+    assert!(r["warnings"].to_string().contains("cancelled"), "{r}");
+    server.stop().await;
+}
