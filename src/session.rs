@@ -144,10 +144,7 @@ impl SessionManager {
                     reason,
                 }
             })?;
-            // A random range per instance, far above login and subuid ranges, so that two
-            // servers on one machine do not share uids.
-            let r: [u8; 4] = crate::random_bytes();
-            Some(1_600_000_000 + (u32::from_le_bytes(r) % 100_000) * 1_000)
+            Some(pick_uid_range())
         } else {
             None
         };
@@ -218,7 +215,7 @@ impl SessionManager {
                 format!("{MAX_SESSIONS} sessions are open; reuse one of them"),
             ));
         }
-        let run_as = self.allocate_uid();
+        let run_as = self.allocate_uid(&sessions);
         let dir = self.instance_dir.join(name);
         let paths = SessionPaths {
             workspace: dir.join("workspace"),
@@ -316,11 +313,22 @@ impl SessionManager {
         )
     }
 
-    fn allocate_uid(&self) -> Option<RunAs> {
-        self.uid_base.map(|base| {
-            let id = base + self.next_uid.fetch_add(1, Ordering::Relaxed);
-            RunAs { uid: id, gid: id }
-        })
+    /// The next uid of this instance's range that no live session holds (the range
+    /// wraps, so uids of finished selftests are reused).
+    fn allocate_uid(&self, live: &HashMap<String, Arc<Session>>) -> Option<RunAs> {
+        let base = self.uid_base?;
+        let held = |uid: u32| {
+            live.values()
+                .any(|s| s.run_as.is_some_and(|r| r.uid == uid))
+        };
+        let mut uid = base;
+        for _ in 0..UID_RANGE {
+            uid = base + self.next_uid.fetch_add(1, Ordering::Relaxed) % UID_RANGE;
+            if !held(uid) {
+                break;
+            }
+        }
+        Some(RunAs { uid, gid: uid })
     }
 
     /// This instance's directory (workspaces, probe fixtures).
@@ -348,7 +356,10 @@ impl SessionManager {
             workspace: dir.join("workspace"),
             tmp: dir.join("tmp"),
         };
-        let run_as = self.allocate_uid();
+        let run_as = match self.sessions.lock() {
+            Ok(live) => self.allocate_uid(&live),
+            Err(_) => return Err(ErrorInfo::new("InternalError", "session table poisoned")),
+        };
         create_session_dirs(&dir, &paths, run_as).map_err(|e| {
             ErrorInfo::new(
                 "InternalError",
@@ -584,6 +595,48 @@ fn guard_error(v: &Verdict) -> ErrorInfo {
         )
     };
     ErrorInfo::new(kind, message)
+}
+
+/// Width of one instance's uid range (one uid per session, selftests included).
+const UID_RANGE: u32 = 1_000;
+
+/// A random uid range far above login and subuid ranges that no running process uses,
+/// so that two servers on one machine never share a uid.
+fn pick_uid_range() -> u32 {
+    let in_use = uids_in_use();
+    let mut base = 0;
+    for _ in 0..64 {
+        let r: [u8; 4] = crate::random_bytes();
+        base = 1_000_000_000 + (u32::from_le_bytes(r) % 3_000_000) * UID_RANGE;
+        if !in_use.iter().any(|u| (base..base + UID_RANGE).contains(u)) {
+            break;
+        }
+    }
+    base
+}
+
+/// Real uids of the processes running now.
+fn uids_in_use() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|u| u.parse().ok())
+        })
+        .collect()
 }
 
 fn create_session_dirs(
