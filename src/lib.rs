@@ -5,6 +5,7 @@
 //! workspace and persistent worker) → [`sandbox`] (the host backend: policy, walls,
 //! worker protocol). [`config`] reads the settings; [`provenance`] wraps every result.
 
+pub mod audit;
 pub mod config;
 pub mod execution;
 pub mod grants;

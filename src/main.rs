@@ -53,6 +53,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Verify the audit log's hash chain (default: the data directory's audit.jsonl).
+    AuditVerify { path: Option<PathBuf> },
     /// Prove by live probes what the sandbox enforces here (JSON on stdout). Exits
     /// non-zero when a required probe is not blocked.
     Selftest {
@@ -84,6 +86,9 @@ fn main() -> anyhow::Result<()> {
     if let Command::Check { files, json } = &cli.command {
         return check_files(&settings, files, *json);
     }
+    if let Command::AuditVerify { path } = &cli.command {
+        return audit_verify(&settings, path.clone());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -100,7 +105,7 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Run { file, timeout_s } => run_once(settings, file, timeout_s).await,
             Command::Selftest { human } => selftest(settings, human).await,
-            Command::Check { .. } => Ok(()),
+            Command::Check { .. } | Command::AuditVerify { .. } => Ok(()),
         }
     })
 }
@@ -193,6 +198,23 @@ async fn shutdown_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+fn audit_verify(settings: &Settings, path: Option<PathBuf>) -> anyhow::Result<()> {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() == 0 };
+    let path = match path {
+        Some(p) => p,
+        None => settings
+            .data_dir
+            .clone()
+            .or_else(|| warden::config::default_data_dir(root))
+            .context("no data directory; give the audit log's path")?
+            .join("audit.jsonl"),
+    };
+    let last = warden::audit::verify(&path)?;
+    println!("{}: chain intact (last hash {last})", path.display());
+    Ok(())
 }
 
 fn check_files(settings: &Settings, files: &[PathBuf], json: bool) -> anyhow::Result<()> {

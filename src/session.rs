@@ -46,6 +46,8 @@ pub enum SessionError {
     Python(#[from] python::PythonError),
     #[error(transparent)]
     Guard(#[from] crate::guard::GuardError),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
     #[error("pre-approved grant from {origin}: {error}")]
     PreApproval { origin: String, error: GrantError },
 }
@@ -67,6 +69,7 @@ pub struct SessionManager {
     forbidden: ForbiddenPaths,
     /// Grants the operator approved at start (CLI flags, config file): every session.
     operator_grants: Vec<Grant>,
+    audit: crate::audit::AuditLog,
 }
 
 /// A path the operator approved before start-up.
@@ -148,6 +151,7 @@ impl SessionManager {
         } else {
             None
         };
+        let audit = crate::audit::AuditLog::open(&data_dir.join("audit.jsonl"))?;
         let mut warden_dirs = vec![data_dir.clone()];
         if let Some(config) = crate::config::config_dir() {
             warden_dirs.push(config);
@@ -190,6 +194,7 @@ impl SessionManager {
             gate: Mutex::new(None),
             forbidden,
             operator_grants,
+            audit,
         })
     }
 
@@ -244,8 +249,14 @@ impl SessionManager {
         sessions.get(name).map(|s| s.paths.workspace.clone())
     }
 
-    /// Runs one `execute_python` call.
+    /// Runs one `execute_python` call and records it in the audit log.
     pub async fn execute(&self, args: &ExecuteArgs) -> ExecResult {
+        let result = self.execute_unaudited(args).await;
+        self.audit_execution(&result.session, &args.code, &result);
+        result
+    }
+
+    async fn execute_unaudited(&self, args: &ExecuteArgs) -> ExecResult {
         let name = args.session.as_deref().unwrap_or("default");
         if let Some(reason) = self.gate_reason() {
             return ExecResult::refused(name, ErrorInfo::new("SandboxRefused", reason), Vec::new());
@@ -565,6 +576,67 @@ impl SessionManager {
 
     pub fn guard(&self) -> Option<&Guard> {
         self.guard.as_ref()
+    }
+
+    pub fn audit(&self) -> &crate::audit::AuditLog {
+        &self.audit
+    }
+
+    /// One audit line for an `execute_python` call.
+    fn audit_execution(&self, session: &str, code: &str, result: &ExecResult) {
+        let enforce = self.settings.codeguard == GuardMode::Enforce;
+        let blocked = result
+            .guard
+            .as_ref()
+            .is_some_and(|v| v.decision == Decision::Blocked);
+        let rule = result
+            .guard
+            .as_ref()
+            .and_then(|v| v.findings.first())
+            .map(|f| f.rule.clone());
+        let kill_run = result.guard.as_ref().is_some_and(Verdict::tripwire) && enforce;
+        let status = serde_json::to_value(result.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let detail = result
+            .error
+            .as_ref()
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e.kind,
+                    e.message.chars().take(300).collect::<String>()
+                )
+            })
+            .unwrap_or_default();
+        let args_sha256 = Some(crate::audit::sha256_hex(code.as_bytes()));
+        if blocked {
+            self.audit.record(crate::audit::AuditEvent {
+                ts: crate::grants::now_secs(),
+                session: session.to_string(),
+                phase: "guard".into(),
+                decision: "blocked".into(),
+                rule: rule.clone(),
+                detail: detail.clone(),
+                args_sha256: args_sha256.clone(),
+                enforced: enforce,
+                kill_run,
+                duration_ms: None,
+            });
+        }
+        self.audit.record(crate::audit::AuditEvent {
+            ts: crate::grants::now_secs(),
+            session: session.to_string(),
+            phase: "execute".into(),
+            decision: status,
+            rule,
+            detail,
+            args_sha256,
+            enforced: enforce,
+            kill_run,
+            duration_ms: Some(result.duration_ms),
+        });
     }
 }
 

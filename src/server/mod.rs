@@ -135,6 +135,7 @@ impl WardenServer {
                 "python_version": runtime.version,
                 "workspaces": self.sessions.instance_dir(),
                 "dedicated_uid_per_session": self.sessions.runs_as_dedicated_uids(),
+                "audit_log": self.sessions.audit().path(),
             },
             "last_selftest": last,
         })
@@ -156,7 +157,31 @@ impl WardenServer {
         Parameters(args): Parameters<GrantArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
+        let reason = args.reason.clone();
         let result = self.consent(args, &ctx).await;
+        self.sessions.audit().record(crate::audit::AuditEvent {
+            ts: crate::grants::now_secs(),
+            session: result.session.clone(),
+            phase: "grant".into(),
+            decision: if result.granted {
+                "approved"
+            } else {
+                "refused"
+            }
+            .into(),
+            rule: None,
+            detail: format!(
+                "{:?} {}: {} (agent's reason: {})",
+                result.access,
+                result.path,
+                result.message,
+                reason.chars().take(200).collect::<String>()
+            ),
+            args_sha256: Some(crate::audit::sha256_hex(result.path.as_bytes())),
+            enforced: true,
+            kill_run: false,
+            duration_ms: None,
+        });
         wrapped("request_grant", &result, !result.granted)
     }
 
@@ -200,6 +225,23 @@ impl WardenServer {
     async fn selftest(&self) -> Result<CallToolResult, McpError> {
         let report = crate::selftest::run(&self.sessions).await;
         self.remember_selftest(report.clone());
+        self.sessions.audit().record(crate::audit::AuditEvent {
+            ts: crate::grants::now_secs(),
+            session: String::new(),
+            phase: "selftest".into(),
+            decision: if report.failing_required.is_empty() {
+                "passed"
+            } else {
+                "failing"
+            }
+            .into(),
+            rule: None,
+            detail: report.failing_required.join(", "),
+            args_sha256: None,
+            enforced: true,
+            kill_run: false,
+            duration_ms: Some(report.duration_ms),
+        });
         wrapped("selftest", &report, false)
     }
 
