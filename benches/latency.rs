@@ -13,8 +13,20 @@ use rmcp::transport::TokioChildProcess;
 use serde_json::json;
 
 const WARM_CALLS: usize = 500;
-const COLD_SESSIONS: usize = 40;
+/// With the 32 concurrent ones and the warm one, within the server's 64-session cap.
+const COLD_SESSIONS: usize = 30;
 const PLAIN_RUNS: usize = 40;
+const CONCURRENT: usize = 32;
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
 
 fn percentile(samples: &mut [Duration], p: f64) -> f64 {
     samples.sort();
@@ -49,7 +61,31 @@ async fn main() {
     cmd.arg("serve")
         .env("SANDBOX_DATA_DIR", data.path())
         .env("SANDBOX_PYTHON", "/usr/bin/python3");
-    let client = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    let transport = TokioChildProcess::new(cmd).unwrap();
+    let server_pid = transport.id().unwrap();
+    let client = ().serve(transport).await.unwrap();
+    let idle_rss_kib = rss_kib(server_pid);
+
+    // 32 sessions at once on this machine's cores: every call must come back right.
+    let started = Instant::now();
+    let calls = (0..CONCURRENT).map(|i| {
+        let client = &client;
+        async move {
+            let t = Instant::now();
+            let r = client
+                .call_tool(args("print(sum(range(1000)))", &format!("conc{i}")))
+                .await
+                .unwrap();
+            (
+                t.elapsed(),
+                r.structured_content.unwrap()["stdout"] == "499500\n",
+            )
+        }
+    });
+    let results = futures::future::join_all(calls).await;
+    let wall = started.elapsed();
+    let lost = results.iter().filter(|(_, ok)| !ok).count();
+    let mut concurrent: Vec<Duration> = results.into_iter().map(|(d, _)| d).collect();
 
     let mut cold = Vec::new();
     for i in 0..COLD_SESSIONS {
@@ -86,5 +122,11 @@ async fn main() {
     report("first call of a new session (spawn worker)", &mut cold);
     report("warm execute_python(\"print(1+1)\")", &mut warm);
     report("plain python3 -c subprocess (no sandbox)", &mut plain);
+    report("32 new sessions at once, each call", &mut concurrent);
+    println!(
+        "32 concurrent sessions: all done in {:.0} ms, {lost} lost; server idle RSS {:.1} MB",
+        wall.as_secs_f64() * 1000.0,
+        idle_rss_kib as f64 / 1024.0
+    );
     client.cancel().await.unwrap();
 }
