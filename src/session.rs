@@ -290,6 +290,52 @@ impl SessionManager {
         session.execute(self, &args.code, &inputs, timeout).await
     }
 
+    /// Restarts a session's interpreter (`keep_files`), or closes the session: its
+    /// worker, workspace and grants are gone and its slot is free. Returns whether a
+    /// running worker was killed.
+    pub async fn reset(&self, name: &str, keep_files: bool) -> Result<bool, ErrorInfo> {
+        validate_session_name(name)?;
+        let session = self
+            .sessions
+            .lock()
+            .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ErrorInfo::new("NoSuchSession", format!("no session {name:?}")))?;
+        let mut state = session.state.lock().await;
+        if keep_files && let Some(reason) = &state.killed {
+            return Err(ErrorInfo::new(
+                "SessionKilled",
+                format!("{reason}; a killed session can only be closed (keep_files: false)"),
+            ));
+        }
+        let killed_worker = match state.worker.take() {
+            Some(mut worker) => {
+                worker.kill();
+                true
+            }
+            None => false,
+        };
+        state.lost_worker = None;
+        if keep_files {
+            return Ok(killed_worker);
+        }
+        if let Ok(mut map) = self.sessions.lock() {
+            map.remove(name);
+        }
+        let dir = self.instance_dir.join(name);
+        std::fs::remove_dir_all(&dir).map_err(|e| {
+            ErrorInfo::new(
+                "InternalError",
+                format!(
+                    "the session was closed but {} could not be removed: {e}",
+                    dir.display()
+                ),
+            )
+        })?;
+        Ok(killed_worker)
+    }
+
     /// Kills every worker and removes every workspace of this instance.
     pub async fn shutdown(&self) {
         let sessions: Vec<Arc<Session>> = match self.sessions.lock() {

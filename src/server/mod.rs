@@ -69,6 +69,28 @@ pub struct GrantResult {
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct ResetArgs {
+    /// The session (default "default").
+    #[serde(default)]
+    pub session: Option<String>,
+    /// true: only restart the interpreter (variables cleared; files and grants kept).
+    /// false (default): close the session; its workspace files and grants are deleted.
+    #[serde(default)]
+    pub keep_files: bool,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct ResetResult {
+    pub session: String,
+    pub ok: bool,
+    /// The session no longer exists (its name can be used again for a fresh one).
+    pub closed: bool,
+    /// A running interpreter was killed (its variables are gone).
+    pub worker_killed: bool,
+    pub message: String,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 pub struct ListGrantsArgs {
     /// Only this session's grants (and the operator's, which apply to all).
     #[serde(default)]
@@ -183,6 +205,46 @@ impl WardenServer {
             duration_ms: None,
         });
         wrapped("request_grant", &result, !result.granted)
+    }
+
+    #[tool(
+        description = include_str!("../../tools/reset_session.md"),
+        output_schema = schema_for_type::<ResetResult>(),
+        annotations(
+            title = "Restart or close a session",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn reset_session(
+        &self,
+        Parameters(args): Parameters<ResetArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let session = args.session.unwrap_or_else(|| "default".to_string());
+        let result = match self.sessions.reset(&session, args.keep_files).await {
+            Ok(worker_killed) => ResetResult {
+                session,
+                ok: true,
+                closed: !args.keep_files,
+                worker_killed,
+                message: if args.keep_files {
+                    "the interpreter was restarted: variables are cleared; workspace files and grants are kept".into()
+                } else {
+                    "the session was closed: its interpreter, workspace files and grants are gone"
+                        .into()
+                },
+            },
+            Err(e) => ResetResult {
+                session,
+                ok: false,
+                closed: false,
+                worker_killed: false,
+                message: format!("{}: {}", e.kind, e.message),
+            },
+        };
+        wrapped("reset_session", &result, !result.ok)
     }
 
     #[tool(

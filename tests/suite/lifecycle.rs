@@ -204,3 +204,50 @@ async fn a_cancelled_call_kills_its_code_and_the_session_recovers() {
     assert!(r["warnings"].to_string().contains("cancelled"), "{r}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn reset_restarts_or_closes_a_session() {
+    let server = Server::start(&[]).await;
+    server
+        .run("r", "x = 5\nopen('keep.txt', 'w').write('kept')")
+        .await;
+    let uid = uid_of(&server, "r").await;
+    let reset = server
+        .call("reset_session", json!({"session": "r", "keep_files": true}))
+        .await
+        .unwrap()
+        .structured_content
+        .unwrap();
+    assert_eq!(reset["ok"], true, "{reset}");
+    assert_eq!(reset["worker_killed"], true);
+    assert!(eventually(5, || processes_of_uid(uid).is_empty()).await);
+    let r = server.run("r", "print(open('keep.txt').read())\nx").await;
+    assert_eq!(stdout(&r), "kept\n", "{r}");
+    assert_eq!(r["error"]["type"], "NameError", "variables cleared: {r}");
+
+    let workspace = server.data_dir.path().join("sessions");
+    let closed = server
+        .call("reset_session", json!({"session": "r"}))
+        .await
+        .unwrap()
+        .structured_content
+        .unwrap();
+    assert_eq!(closed["closed"], true, "{closed}");
+    assert!(
+        super::find_files(&workspace, "keep.txt").is_empty(),
+        "files removed"
+    );
+    let r = server
+        .run(
+            "r",
+            "from pathlib import Path\nprint(Path('keep.txt').exists())",
+        )
+        .await;
+    assert_eq!(stdout(&r), "False\n", "a fresh session: {r}");
+    let missing = server
+        .call("reset_session", json!({"session": "never-opened"}))
+        .await
+        .unwrap();
+    assert_eq!(missing.is_error, Some(true));
+    server.stop().await;
+}
