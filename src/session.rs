@@ -243,6 +243,19 @@ impl SessionManager {
         Ok(session)
     }
 
+    /// Every open session's name and workspace directory, by name.
+    pub fn workspaces(&self) -> Vec<(String, PathBuf)> {
+        let mut out: Vec<(String, PathBuf)> = match self.sessions.lock() {
+            Ok(map) => map
+                .values()
+                .map(|s| (s.name.clone(), s.paths.workspace.clone()))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        out.sort();
+        out
+    }
+
     /// The workspace directory of a session, if it exists.
     pub fn workspace_of(&self, name: &str) -> Option<PathBuf> {
         let sessions = self.sessions.lock().ok()?;

@@ -107,6 +107,15 @@ impl Snapshot {
         snap
     }
 
+    /// Regular files, as (path relative to the workspace, size), in path order.
+    pub fn files(&self) -> Vec<(String, u64)> {
+        self.entries
+            .iter()
+            .filter(|(_, st)| st.kind == EntryKind::File)
+            .map(|(p, st)| (p.to_string_lossy().into_owned(), st.size))
+            .collect()
+    }
+
     /// What changed from `self` to `after`: files and symlinks, not directories (a new
     /// directory shows through the files in it).
     pub fn changes_to(&self, after: &Snapshot) -> Vec<FileChange> {
@@ -142,9 +151,117 @@ impl Snapshot {
     }
 }
 
+/// Largest file the server reads back out of a workspace (resources, images).
+pub const MAX_READ_BYTES: u64 = 10 << 20;
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+const RESOLVE_NO_XDEV: u64 = 0x01;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
+
+/// Reads `relative` inside `root` without ever leaving it: the kernel resolves the path
+/// beneath `root`, refusing `..` escapes, symlinks (at any component) and magic links,
+/// so code that swaps a file for a symlink after the fact gains nothing. Only regular
+/// files up to `max` bytes are read.
+pub fn read_beneath(root: &Path, relative: &str, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let invalid =
+        |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_string());
+    if relative.is_empty() || relative.starts_with('/') || relative.contains('\0') {
+        return Err(invalid("the path must be relative to the workspace"));
+    }
+    let dir = std::fs::File::open(root)?;
+    let path = std::ffi::CString::new(relative).map_err(|_| invalid("NUL in path"))?;
+    let how = OpenHow {
+        flags: (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK) as u64,
+        mode: 0,
+        resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+    };
+    // SAFETY: openat2 reads the path and the open_how struct, both alive for the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor and nothing else owns it.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(invalid("not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(invalid("file too large to return"));
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(invalid("file too large to return"));
+    }
+    Ok(out)
+}
+
+/// The MIME type for a workspace file, by extension.
+pub fn mime_for(path: &str) -> &'static str {
+    let ext = path.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
+    match ext.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "svg" => "image/svg+xml",
+        "csv" => "text/csv",
+        "json" => "application/json",
+        "txt" | "log" | "md" | "py" | "tsv" | "yaml" | "yml" | "toml" | "html" | "xml" => {
+            "text/plain"
+        }
+        _ => "application/octet-stream",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_beneath_refuses_every_way_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("ok.txt"), "inside").unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/deep.csv"), "a,b").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("link.txt")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("etcdir")).unwrap();
+        std::os::unix::fs::symlink("ok.txt", root.join("inner_link")).unwrap();
+        assert_eq!(read_beneath(root, "ok.txt", 100).unwrap(), b"inside");
+        assert_eq!(read_beneath(root, "sub/deep.csv", 100).unwrap(), b"a,b");
+        for bad in [
+            "link.txt",
+            "etcdir/passwd",
+            "inner_link",
+            "../../../../etc/passwd",
+            "/etc/passwd",
+            "sub",
+            "",
+        ] {
+            assert!(read_beneath(root, bad, 100).is_err(), "{bad:?} was read");
+        }
+        assert!(read_beneath(root, "ok.txt", 3).is_err(), "size cap");
+    }
 
     #[test]
     fn reports_created_modified_and_deleted_files() {

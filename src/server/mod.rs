@@ -2,6 +2,7 @@
 //! themselves and delegate to the session manager, then wrap the result (structured
 //! content plus a provenance-delimited text copy).
 
+mod files;
 mod prompts;
 
 use std::sync::{Arc, Mutex};
@@ -11,9 +12,9 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::schema_for_type;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, ListResourcesResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ServerCapabilities, ServerConfig,
+    CallToolResult, ContentBlock, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, ResourceTemplate, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{
@@ -331,7 +332,10 @@ impl WardenServer {
                 return Err(McpError::invalid_request("the call was cancelled; its code was killed", None));
             }
         };
-        wrapped("execute_python", &result, result.status != ExecStatus::Ok)
+        let mut call = wrapped("execute_python", &result, result.status != ExecStatus::Ok)?;
+        call.content
+            .extend(files::images_for(&self.sessions, &result));
+        Ok(call)
     }
 }
 
@@ -535,7 +539,20 @@ impl ServerHandler for WardenServer {
                  and the latest selftest report",
             )
             .with_mime_type("application/json");
-        Ok(ListResourcesResult::with_all_items(vec![resource]))
+        let mut all = vec![resource];
+        all.extend(files::list(&self.sessions));
+        Ok(ListResourcesResult::with_all_items(all))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let template =
+            ResourceTemplate::new("warden://sessions/{session}/files/{path}", "workspace file")
+                .with_description("A file in a session's workspace (read-only; 10 MiB at most)");
+        Ok(ListResourceTemplatesResult::with_all_items(vec![template]))
     }
 
     async fn read_resource(
@@ -543,6 +560,11 @@ impl ServerHandler for WardenServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        if request.uri.starts_with("warden://sessions/") {
+            let contents = files::read(&self.sessions, &request.uri)
+                .map_err(|e| McpError::resource_not_found(e, None))?;
+            return Ok(ReadResourceResult::new(vec![contents]).into());
+        }
         if request.uri != SETTINGS_URI {
             return Err(McpError::resource_not_found(
                 format!("no resource {}; try {SETTINGS_URI}", request.uri),

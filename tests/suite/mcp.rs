@@ -399,3 +399,78 @@ async fn the_data_analysis_prompt_is_listed_and_filled() {
     assert!(text.contains("sales.csv"), "{text}");
     server.stop().await;
 }
+
+const TINY_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+#[tokio::test]
+async fn new_images_come_back_as_image_content_and_files_as_resources() {
+    let server = Server::start(&[]).await;
+    let code = format!(
+        "import base64\nopen('plot.png', 'wb').write(base64.b64decode({TINY_PNG:?}))\nopen('table.csv', 'w').write('a,b\\n1,2\\n')"
+    );
+    let raw = server
+        .call("execute_python", json!({"session": "img", "code": code}))
+        .await
+        .unwrap();
+    let images: Vec<_> = raw
+        .content
+        .iter()
+        .filter_map(|c| c.as_image().cloned())
+        .collect();
+    assert_eq!(images.len(), 1, "{raw:?}");
+    assert_eq!(images[0].mime_type, "image/png");
+    assert_eq!(images[0].data, TINY_PNG);
+
+    let resources = server.client.list_all_resources().await.unwrap();
+    let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
+    assert!(
+        uris.contains(&"warden://sessions/img/files/table.csv"),
+        "{uris:?}"
+    );
+    let read = server
+        .client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "warden://sessions/img/files/table.csv",
+        ))
+        .await
+        .unwrap();
+    match &read.contents[0] {
+        rmcp::model::ResourceContents::TextResourceContents { text, .. } => {
+            assert_eq!(text, "a,b\n1,2\n")
+        }
+        other => panic!("{other:?}"),
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn workspace_symlinks_never_make_the_server_read_outside() {
+    let server = Server::start(&[]).await;
+    let r = server
+        .run(
+            "sym",
+            "import os\nos.symlink('/etc/passwd', 'evil.png')\nos.symlink('/etc', 'etc')\nos.symlink('/etc/shadow', 'shadow.csv')",
+        )
+        .await;
+    assert_eq!(r["status"], "ok", "{r}");
+    let raw = server
+        .call("execute_python", json!({"session": "sym", "code": "1"}))
+        .await
+        .unwrap();
+    assert!(raw.content.iter().all(|c| c.as_image().is_none()));
+    for path in [
+        "evil.png",
+        "etc/passwd",
+        "shadow.csv",
+        "../../../../etc/passwd",
+    ] {
+        let read = server
+            .client
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(format!(
+                "warden://sessions/sym/files/{path}"
+            )))
+            .await;
+        assert!(read.is_err(), "{path} was read: {read:?}");
+    }
+    server.stop().await;
+}
