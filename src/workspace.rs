@@ -3,7 +3,7 @@
 //! bounded, so a workspace with a million files costs a bounded amount of time.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
@@ -57,11 +57,27 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Walks `root` through directory descriptors opened beneath it without following
+    /// symlinks, so code that swaps a directory for a symlink mid-walk cannot make the
+    /// server list anything outside the workspace.
     pub fn take(root: &Path) -> Snapshot {
         let mut snap = Snapshot::default();
-        let mut stack = vec![(root.to_path_buf(), 0usize)];
-        while let Some((dir, depth)) = stack.pop() {
-            let Ok(read) = std::fs::read_dir(&dir) else {
+        let Ok(root_dir) = std::fs::File::open(root) else {
+            return snap;
+        };
+        let mut stack: Vec<(PathBuf, usize)> = vec![(PathBuf::new(), 0)];
+        while let Some((rel_dir, depth)) = stack.pop() {
+            let dir = if rel_dir.as_os_str().is_empty() {
+                root_dir.try_clone()
+            } else {
+                open_beneath(&root_dir, &rel_dir.to_string_lossy(), libc::O_DIRECTORY)
+            };
+            let Ok(dir) = dir else {
+                continue;
+            };
+            // The descriptor's own listing: the directory that was opened, whatever the
+            // path now points to.
+            let Ok(read) = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
                 continue;
             };
             for entry in read.flatten() {
@@ -69,39 +85,35 @@ impl Snapshot {
                     snap.incomplete = true;
                     return snap;
                 }
-                let path = entry.path();
-                let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                let name = entry.file_name();
+                let Some(meta) = stat_nofollow(&dir, &name) else {
                     continue;
                 };
-                let kind = if meta.file_type().is_symlink() {
-                    EntryKind::Symlink
-                } else if meta.is_dir() {
-                    EntryKind::Dir
-                } else if meta.is_file() {
-                    EntryKind::File
-                } else {
-                    EntryKind::Other
+                let kind = match meta.st_mode & libc::S_IFMT {
+                    libc::S_IFLNK => EntryKind::Symlink,
+                    libc::S_IFDIR => EntryKind::Dir,
+                    libc::S_IFREG => EntryKind::File,
+                    _ => EntryKind::Other,
                 };
                 let stamp = Stamp {
                     size: if kind == EntryKind::Dir {
                         0
                     } else {
-                        meta.len()
+                        u64::try_from(meta.st_size).unwrap_or(0)
                     },
-                    mtime_ns: i128::from(meta.mtime()) * 1_000_000_000
-                        + i128::from(meta.mtime_nsec()),
+                    mtime_ns: i128::from(meta.st_mtime) * 1_000_000_000
+                        + i128::from(meta.st_mtime_nsec),
                     kind,
                 };
+                let rel = rel_dir.join(&name);
                 if kind == EntryKind::Dir {
                     if depth + 1 < MAX_DEPTH {
-                        stack.push((path.clone(), depth + 1));
+                        stack.push((rel.clone(), depth + 1));
                     } else {
                         snap.incomplete = true;
                     }
                 }
-                if let Ok(rel) = path.strip_prefix(root) {
-                    snap.entries.insert(rel.to_path_buf(), stamp);
-                }
+                snap.entries.insert(rel, stamp);
             }
         }
         snap
@@ -172,16 +184,40 @@ const RESOLVE_BENEATH: u64 = 0x08;
 /// files up to `max` bytes are read.
 pub fn read_beneath(root: &Path, relative: &str, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let invalid =
         |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_string());
     if relative.is_empty() || relative.starts_with('/') || relative.contains('\0') {
         return Err(invalid("the path must be relative to the workspace"));
     }
     let dir = std::fs::File::open(root)?;
-    let path = std::ffi::CString::new(relative).map_err(|_| invalid("NUL in path"))?;
+    let file = open_beneath(&dir, relative, libc::O_NONBLOCK | libc::O_NOCTTY)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(invalid("not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(invalid("file too large to return"));
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(invalid("file too large to return"));
+    }
+    Ok(out)
+}
+
+/// Opens `relative` beneath the directory `dir` for reading with `openat2`, refusing
+/// `..` escapes, symlinks at any component and magic links.
+fn open_beneath(
+    dir: &std::fs::File,
+    relative: &str,
+    extra_flags: i32,
+) -> std::io::Result<std::fs::File> {
+    let path = std::ffi::CString::new(relative).map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path".to_string())
+    })?;
     let how = OpenHow {
-        flags: (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK) as u64,
+        flags: (libc::O_RDONLY | libc::O_CLOEXEC | extra_flags) as u64,
         mode: 0,
         resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
     };
@@ -199,20 +235,27 @@ pub fn read_beneath(root: &Path, relative: &str, max: u64) -> std::io::Result<Ve
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: the kernel just returned this descriptor and nothing else owns it.
-    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(invalid("not a regular file"));
-    }
-    if meta.len() > max {
-        return Err(invalid("file too large to return"));
-    }
-    let mut out = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1).read_to_end(&mut out)?;
-    if out.len() as u64 > max {
-        return Err(invalid("file too large to return"));
-    }
-    Ok(out)
+    Ok(std::fs::File::from(unsafe {
+        OwnedFd::from_raw_fd(fd as i32)
+    }))
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
+fn stat_nofollow(dir: &std::fs::File, name: &std::ffi::OsStr) -> Option<libc::stat> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(name.as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstatat writes one stat struct into `st`; the name is NUL-terminated.
+    let rc = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    // SAFETY: fstatat succeeded, so it initialised the struct.
+    (rc == 0).then(|| unsafe { st.assume_init() })
 }
 
 /// The MIME type for a workspace file, by extension.
@@ -236,6 +279,16 @@ pub fn mime_for(path: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn snapshot_never_descends_through_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/etc", dir.path().join("etcdir")).unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::fs::write(dir.path().join("real/x.txt"), "x").unwrap();
+        let files = Snapshot::take(dir.path()).files();
+        assert_eq!(files, vec![("real/x.txt".to_string(), 1)]);
+    }
 
     #[test]
     fn read_beneath_refuses_every_way_out() {
