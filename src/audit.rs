@@ -32,6 +32,24 @@ pub struct AuditEvent {
     pub duration_ms: Option<u64>,
 }
 
+impl AuditEvent {
+    /// An event stamped now, enforced, with no rule, detail or duration yet.
+    pub fn now(session: &str, phase: &str, decision: &str) -> AuditEvent {
+        AuditEvent {
+            ts: crate::grants::now_secs(),
+            session: session.to_string(),
+            phase: phase.to_string(),
+            decision: decision.to_string(),
+            rule: None,
+            detail: String::new(),
+            args_sha256: None,
+            enforced: true,
+            kill_run: false,
+            duration_ms: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Line {
     #[serde(flatten)]

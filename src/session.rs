@@ -147,7 +147,7 @@ impl SessionManager {
                     reason,
                 }
             })?;
-            Some(pick_uid_range())
+            Some(crate::sandbox::uids::pick_uid_range())
         } else {
             None
         };
@@ -392,8 +392,9 @@ impl SessionManager {
                 .any(|s| s.run_as.is_some_and(|r| r.uid == uid))
         };
         let mut uid = base;
-        for _ in 0..UID_RANGE {
-            uid = base + self.next_uid.fetch_add(1, Ordering::Relaxed) % UID_RANGE;
+        for _ in 0..crate::sandbox::uids::UID_RANGE {
+            uid = base
+                + self.next_uid.fetch_add(1, Ordering::Relaxed) % crate::sandbox::uids::UID_RANGE;
             if !held(uid) {
                 break;
             }
@@ -669,32 +670,24 @@ impl SessionManager {
                 )
             })
             .unwrap_or_default();
-        let args_sha256 = Some(crate::audit::sha256_hex(code.as_bytes()));
+        let base = crate::audit::AuditEvent {
+            rule,
+            detail,
+            args_sha256: Some(crate::audit::sha256_hex(code.as_bytes())),
+            enforced: enforce,
+            kill_run,
+            ..crate::audit::AuditEvent::now(session, "execute", &status)
+        };
         if blocked {
             self.audit.record(crate::audit::AuditEvent {
-                ts: crate::grants::now_secs(),
-                session: session.to_string(),
                 phase: "guard".into(),
                 decision: "blocked".into(),
-                rule: rule.clone(),
-                detail: detail.clone(),
-                args_sha256: args_sha256.clone(),
-                enforced: enforce,
-                kill_run,
-                duration_ms: None,
+                ..base.clone()
             });
         }
         self.audit.record(crate::audit::AuditEvent {
-            ts: crate::grants::now_secs(),
-            session: session.to_string(),
-            phase: "execute".into(),
-            decision: status,
-            rule,
-            detail,
-            args_sha256,
-            enforced: enforce,
-            kill_run,
             duration_ms: Some(result.duration_ms),
+            ..base
         });
     }
 }
@@ -726,48 +719,6 @@ fn guard_error(v: &Verdict) -> ErrorInfo {
         )
     };
     ErrorInfo::new(kind, message)
-}
-
-/// Width of one instance's uid range (one uid per session, selftests included).
-const UID_RANGE: u32 = 1_000;
-
-/// A random uid range far above login and subuid ranges that no running process uses,
-/// so that two servers on one machine never share a uid.
-fn pick_uid_range() -> u32 {
-    let in_use = uids_in_use();
-    let mut base = 0;
-    for _ in 0..64 {
-        let r: [u8; 4] = crate::random_bytes();
-        base = 1_000_000_000 + (u32::from_le_bytes(r) % 3_000_000) * UID_RANGE;
-        if !in_use.iter().any(|u| (base..base + UID_RANGE).contains(u)) {
-            break;
-        }
-    }
-    base
-}
-
-/// Real uids of the processes running now.
-fn uids_in_use() -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        })
-        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
-        .filter_map(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|u| u.parse().ok())
-        })
-        .collect()
 }
 
 fn create_session_dirs(

@@ -14,6 +14,7 @@ pub mod macos;
 pub mod policy;
 pub mod python;
 pub mod report;
+pub mod uids;
 pub mod windows;
 pub mod worker;
 

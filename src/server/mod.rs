@@ -201,9 +201,15 @@ impl WardenServer {
                 reason.chars().take(200).collect::<String>()
             ),
             args_sha256: Some(crate::audit::sha256_hex(result.path.as_bytes())),
-            enforced: true,
-            kill_run: false,
-            duration_ms: None,
+            ..crate::audit::AuditEvent::now(
+                &result.session,
+                "grant",
+                if result.granted {
+                    "approved"
+                } else {
+                    "refused"
+                },
+            )
         });
         wrapped("request_grant", &result, !result.granted)
     }
