@@ -232,3 +232,75 @@ fn an_unprivileged_server_confines_just_the_same() {
         );
     }
 }
+
+/// The desktop threat model: warden runs as the user, so the worker has the uid that
+/// owns the user's files and file permissions protect nothing. Landlock and seccomp
+/// alone must keep the user's files (here owned by uid 65534) unread and unchanged.
+#[test]
+fn the_users_own_files_are_safe_from_a_worker_with_the_users_uid() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let bin = dir.path().join("warden");
+    std::fs::copy(BIN, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = dir.path().join("home");
+    let ssh = home.join(".ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    let key = ssh.join("id_ed25519");
+    std::fs::write(&key, "PRIVATE-KEY-CANARY").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for p in [&home, &ssh, &key] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    let code = format!(
+        r#"import os
+key = {key:?}
+attempts = [
+    ("read", lambda: open(key).read()),
+    ("write", lambda: open(key, "w").write("x")),
+    ("chmod", lambda: os.chmod(key, 0o666)),
+    ("rename", lambda: os.rename(key, key + ".moved")),
+    ("unlink", lambda: os.unlink(key)),
+    ("truncate", lambda: os.truncate(key, 0)),
+    ("symlink_out", lambda: os.symlink("/tmp", os.path.join(os.path.dirname(key), "l"))),
+    ("listdir", lambda: os.listdir(os.path.dirname(key))),
+]
+for name, fn in attempts:
+    try:
+        r = fn()
+        print(name, "DONE", r)
+    except OSError as e:
+        print(name, "denied", e.errno)
+"#,
+        key = key.display().to_string()
+    );
+    let script = dir.path().join("attack.py");
+    std::fs::write(&script, code).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .arg("run")
+        .arg(&script)
+        .env("HOME", &home)
+        .env("SANDBOX_DATA_DIR", dir.path().join("data"))
+        .env("SANDBOX_PYTHON", "/usr/bin/python3")
+        .env("CODEGUARD", "off")
+        .output()
+        .unwrap();
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stdout = result["stdout"].as_str().unwrap();
+    assert!(!stdout.contains("DONE"), "{stdout}");
+    assert!(!stdout.contains("PRIVATE-KEY-CANARY"), "{stdout}");
+    assert_eq!(stdout.matches("denied").count(), 8, "{result}");
+    let meta = std::fs::metadata(&key).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta.uid(), 65534);
+    assert_eq!(std::fs::read_to_string(&key).unwrap(), "PRIVATE-KEY-CANARY");
+    assert_eq!(
+        std::fs::read_dir(&ssh).unwrap().count(),
+        1,
+        "nothing created or moved"
+    );
+}

@@ -49,6 +49,7 @@ const SYS_SETXATTRAT: i64 = 463;
 const SYS_REMOVEXATTRAT: i64 = 466;
 const SYS_OPEN_TREE_ATTR: i64 = 467;
 const SYS_FILE_SETATTR: i64 = 469;
+const SYS_FCHMODAT2: i64 = 452;
 
 /// Filter A: kill foreign architectures (i386 `int 0x80`), ENOSYS for x32 and unknown
 /// numbers. Hand-written because seccompiler has no x32 check (rust-vmm/seccompiler#74).
@@ -307,10 +308,15 @@ pub fn eperm_rules(plan: SeccompPlan) -> Result<BTreeMap<i64, Vec<SeccompRule>>,
             libc::SYS_mq_getsetattr,
         ],
     );
-    // Ownership and extended attributes, which Landlock cannot restrict.
+    // Ownership, modes and extended attributes, which Landlock cannot restrict: a worker
+    // running as the desktop user's own uid could otherwise chmod that user's files
+    // anywhere (say ~/.ssh). fchmod stays: its fd comes from an open Landlock allowed.
     always(
         &mut rules,
         &[
+            libc::SYS_chmod,
+            libc::SYS_fchmodat,
+            SYS_FCHMODAT2,
             libc::SYS_chown,
             libc::SYS_fchown,
             libc::SYS_lchown,
@@ -435,9 +441,16 @@ mod tests {
             libc::SYS_perf_event_open,
             libc::SYS_setsid,
             libc::SYS_execveat,
+            libc::SYS_chmod,
+            libc::SYS_fchmodat,
+            SYS_FCHMODAT2,
         ] {
             assert_eq!(rules.get(&nr).map(Vec::len), Some(0), "syscall {nr}");
         }
+        assert!(
+            !rules.contains_key(&libc::SYS_fchmod),
+            "fd-based chmod stays"
+        );
         // No new processes, and no namespaces for new threads.
         assert_eq!(rules.get(&libc::SYS_clone).map(Vec::len), Some(8));
         assert_eq!(rules.get(&libc::SYS_kill).map(Vec::len), Some(1));
