@@ -234,11 +234,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn policy() -> Policy {
-        Policy::from_toml(include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/policies/default.toml"
-        )))
-        .unwrap()
+        Policy::from_toml(crate::guard::DEFAULT_POLICY).unwrap()
     }
 
     fn roots() -> Roots {

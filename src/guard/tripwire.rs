@@ -23,11 +23,7 @@ mod tests {
     use super::*;
 
     fn policy() -> Policy {
-        Policy::from_toml(include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/policies/default.toml"
-        )))
-        .unwrap()
+        Policy::from_toml(crate::guard::DEFAULT_POLICY).unwrap()
     }
 
     fn ids(p: &Policy, v: &str) -> Vec<String> {

@@ -176,26 +176,42 @@ fn cli_selftest_prints_json_and_a_table() {
     assert_eq!(report["filesystem_isolation"]["status"], "blocked");
 }
 
+/// Runs a copy of warden as uid 65534 (the build directory may not be reachable by other
+/// users), in a world-writable scratch directory that the caller keeps alive.
+fn run_as_nobody(
+    dir: &std::path::Path,
+    args: &[&std::ffi::OsStr],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> std::process::Output {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let bin = dir.join("warden");
+    if !bin.exists() {
+        std::fs::copy(BIN, &bin).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(args)
+        .env("SANDBOX_DATA_DIR", dir.join("data"))
+        .env("SANDBOX_PYTHON", "/usr/bin/python3");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
 /// A person's desktop client runs warden as an ordinary user: no uid switch, user
 /// namespaces created unprivileged. Every wall must stand the same.
 #[test]
 fn an_unprivileged_server_confines_just_the_same() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    // The build directory may not be reachable by other users: run a copy.
-    let bin = dir.path().join("warden");
-    std::fs::copy(BIN, &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&bin)
-        .arg("selftest")
-        .env("HOME", dir.path())
-        .env("SANDBOX_DATA_DIR", dir.path().join("data"))
-        .env("SANDBOX_PYTHON", "/usr/bin/python3")
-        .output()
-        .unwrap();
+    let out = run_as_nobody(
+        dir.path(),
+        &["selftest".as_ref()],
+        &[("HOME", dir.path().as_os_str())],
+    );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "{e}: {}\n{}",
@@ -240,10 +256,6 @@ fn an_unprivileged_server_confines_just_the_same() {
 fn the_users_own_files_are_safe_from_a_worker_with_the_users_uid() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let bin = dir.path().join("warden");
-    std::fs::copy(BIN, &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let home = dir.path().join("home");
     let ssh = home.join(".ssh");
     std::fs::create_dir_all(&ssh).unwrap();
@@ -278,17 +290,11 @@ for name, fn in attempts:
     let script = dir.path().join("attack.py");
     std::fs::write(&script, code).unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&bin)
-        .arg("run")
-        .arg(&script)
-        .env("HOME", &home)
-        .env("SANDBOX_DATA_DIR", dir.path().join("data"))
-        .env("SANDBOX_PYTHON", "/usr/bin/python3")
-        .env("CODEGUARD", "off")
-        .output()
-        .unwrap();
+    let out = run_as_nobody(
+        dir.path(),
+        &["run".as_ref(), script.as_os_str()],
+        &[("HOME", home.as_os_str()), ("CODEGUARD", "off".as_ref())],
+    );
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     let stdout = result["stdout"].as_str().unwrap();
     assert!(!stdout.contains("DONE"), "{stdout}");
