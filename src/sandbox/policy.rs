@@ -210,6 +210,7 @@ mod tests {
     fn runtime() -> PythonRuntime {
         PythonRuntime {
             executable: PathBuf::from("/usr/bin/python3.11"),
+            binary: PathBuf::from("/usr/bin/python3.11"),
             elf_interpreter: Some(PathBuf::from(
                 "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
             )),

@@ -38,7 +38,12 @@ pub enum PythonError {
 /// The interpreter as the sandbox sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PythonRuntime {
+    /// The path the worker execs: `sys.executable` as the interpreter reports it. A
+    /// venv's `bin/python` is a symlink, and it must be run by that path for Python to
+    /// find `pyvenv.cfg` and the venv's packages.
     pub executable: PathBuf,
+    /// The real ELF binary behind `executable` (symlinks resolved).
+    pub binary: PathBuf,
     pub elf_interpreter: Option<PathBuf>,
     pub version: String,
     /// Prefixes and `sys.path` entries: what the worker must be able to read.
@@ -76,7 +81,10 @@ pub fn resolve(
         None => find_on_path("python3").ok_or(PythonError::NotFound)?,
     };
     let runtime = query(&candidate)?;
-    if must_be_world_readable && let Err(reason) = world_reachable(&runtime.executable) {
+    if must_be_world_readable
+        && let Err(reason) =
+            world_reachable(&runtime.executable).and_then(|()| world_reachable(&runtime.binary))
+    {
         if explicit {
             return Err(PythonError::Unreachable {
                 path: runtime.executable,
@@ -90,7 +98,7 @@ pub fn resolve(
             "python3 on PATH is not reachable by the sandbox user; falling back to /usr/bin/python3 (set SANDBOX_PYTHON to choose)"
         );
         let runtime = query(fallback)?;
-        world_reachable(&runtime.executable).map_err(|reason| PythonError::Unreachable {
+        world_reachable(&runtime.binary).map_err(|reason| PythonError::Unreachable {
             path: runtime.executable.clone(),
             reason,
         })?;
@@ -123,16 +131,26 @@ fn query(candidate: &Path) -> Result<PythonRuntime, PythonError> {
         })?;
     // -S hides site-packages from the query; add the conventional ones explicitly so the
     // sandbox can read packages installed there.
-    let executable = fs::canonicalize(&answer.executable).map_err(|e| PythonError::BadAnswer {
+    let executable = PathBuf::from(&answer.executable);
+    if !executable.is_absolute() {
+        return Err(PythonError::BadAnswer {
+            path: candidate.to_path_buf(),
+            detail: format!(
+                "sys.executable {:?} is not an absolute path",
+                answer.executable
+            ),
+        });
+    }
+    let binary = fs::canonicalize(&executable).map_err(|e| PythonError::BadAnswer {
         path: candidate.to_path_buf(),
         detail: format!("sys.executable {:?}: {e}", answer.executable),
     })?;
-    let head = read_head(&executable).map_err(|e| PythonError::Query {
-        path: executable.clone(),
+    let head = read_head(&binary).map_err(|e| PythonError::Query {
+        path: binary.clone(),
         source: e,
     })?;
     if !head.starts_with(b"\x7fELF") {
-        return Err(PythonError::NotElf { path: executable });
+        return Err(PythonError::NotElf { path: binary });
     }
     let elf_interpreter = elf_interpreter(&head)
         .map(PathBuf::from)
@@ -160,19 +178,26 @@ fn query(candidate: &Path) -> Result<PythonRuntime, PythonError> {
     }
     Ok(PythonRuntime {
         executable,
+        binary,
         elf_interpreter,
         version: answer.version,
         read_roots,
     })
 }
 
-/// Site-packages directories, asked for with site enabled (the -S query hides them).
+/// Site-packages directories and the venv root, asked for with `site` enabled (the -S
+/// query hides both: in a venv, `sys.prefix` is set by `site`).
 fn site_roots(executable: &Path, answer: &QueryAnswer) -> Result<Vec<PathBuf>, PythonError> {
+    #[derive(Deserialize)]
+    struct SiteAnswer {
+        site: Vec<String>,
+        prefix: String,
+    }
     let output = Command::new(executable)
         .args([
             "-I",
             "-c",
-            "import site, json; print(json.dumps(site.getsitepackages()))",
+            "import site, sys, json; print(json.dumps({'site': site.getsitepackages(), 'prefix': sys.prefix}))",
         ])
         .env_clear()
         .output()
@@ -180,10 +205,17 @@ fn site_roots(executable: &Path, answer: &QueryAnswer) -> Result<Vec<PathBuf>, P
             path: executable.to_path_buf(),
             source,
         })?;
-    let roots: Vec<String> = serde_json::from_slice(&output.stdout).unwrap_or_default();
-    let mut out: Vec<PathBuf> = roots.into_iter().map(PathBuf::from).collect();
-    if out.is_empty() {
-        out.push(Path::new(&answer.prefix).join("lib"));
+    let mut out = Vec::new();
+    match serde_json::from_slice::<SiteAnswer>(&output.stdout) {
+        Ok(site) => {
+            out.extend(site.site.into_iter().map(PathBuf::from));
+            // A venv: Python reads its pyvenv.cfg at start-up.
+            let prefix = PathBuf::from(site.prefix);
+            if prefix.join("pyvenv.cfg").is_file() {
+                out.push(prefix);
+            }
+        }
+        Err(_) => out.push(Path::new(&answer.prefix).join("lib")),
     }
     Ok(out)
 }

@@ -474,3 +474,41 @@ async fn workspace_symlinks_never_make_the_server_read_outside() {
     }
     server.stop().await;
 }
+
+/// SANDBOX_PYTHON may name a venv's python: the worker must run it as the venv (by its
+/// own path, with pyvenv.cfg readable) so that the venv's packages import.
+#[tokio::test]
+async fn a_venv_interpreter_brings_its_packages() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let venv = dir.path().join("venv");
+    let status = std::process::Command::new("/usr/bin/python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let site = venv.join("lib/python3.11/site-packages");
+    assert!(site.is_dir(), "unexpected venv layout");
+    std::fs::write(site.join("venvprobe.py"), "VALUE = 'from-the-venv'\n").unwrap();
+    std::fs::set_permissions(
+        site.join("venvprobe.py"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let python = venv.join("bin/python3");
+    let server = Server::start(&[("SANDBOX_PYTHON", python.to_str().unwrap())]).await;
+    let r = server
+        .run(
+            "v",
+            "import venvprobe, sys\nprint(venvprobe.VALUE, sys.prefix)",
+        )
+        .await;
+    assert_eq!(
+        stdout(&r),
+        format!("from-the-venv {}\n", venv.display()),
+        "{r}"
+    );
+    server.stop().await;
+}
