@@ -366,6 +366,18 @@ mod tests {
     }
 
     #[test]
+    fn probe_address_must_be_ipv4() {
+        assert_eq!(settings(&[]).unwrap().probe_addr, "192.0.2.1");
+        assert_eq!(
+            settings(&[("SANDBOX_PROBE_ADDR", "127.0.0.2")])
+                .unwrap()
+                .probe_addr,
+            "127.0.0.2"
+        );
+        assert!(settings(&[("SANDBOX_PROBE_ADDR", "example.com")]).is_err());
+    }
+
+    #[test]
     fn sizes_parse_with_binary_units() {
         assert_eq!(parse_size("2g"), Some(2 << 30));
         assert_eq!(parse_size("512M"), Some(512 << 20));

@@ -827,6 +827,14 @@ impl Session {
                 summarize(v)
             ));
         }
+        if let Some(v) = &verdict
+            && v.decision == Decision::Restricted
+        {
+            warnings.push(format!(
+                "the guard allowed this code with warnings: {}",
+                summarize(v)
+            ));
+        }
         let mut worker_restarted = false;
         if state.worker.as_ref().is_some_and(Worker::is_busy) {
             // The previous call was cancelled midway and its worker already killed.

@@ -9,6 +9,7 @@ pub mod lifecycle;
 pub mod mcp;
 pub mod redteam;
 pub mod selftest;
+pub mod settings;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
