@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod benign;
+pub mod fail_closed;
 
 pub mod grants;
 pub mod guard_mcp;

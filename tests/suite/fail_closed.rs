@@ -1,0 +1,94 @@
+//! A wall the kernel refuses: the server runs under a seccomp filter (installed by the
+//! test before exec) that makes unshare(2) fail, so no user or network namespace can be
+//! made. best-effort must say so in every result; require must refuse to run code and
+//! name the wall.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+
+use rmcp::ServiceExt;
+use rmcp::transport::TokioChildProcess;
+use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+
+use super::{Net, Server, data_dir, server_command, stdout};
+
+fn no_unshare_filter() -> BpfProgram {
+    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
+        [(libc::SYS_unshare, vec![])].into_iter().collect();
+    SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        TargetArch::x86_64,
+    )
+    .unwrap()
+    .try_into()
+    .unwrap()
+}
+
+async fn start_without_namespaces(mode: &str) -> Server {
+    let data = data_dir();
+    let mut cmd = server_command(Net::Host, &[("HOST_SANDBOX", mode)], &[], data.path());
+    let filter = no_unshare_filter();
+    // SAFETY: between fork and exec only prctl/seccomp run (apply_filter makes no
+    // allocation: the program was built before the fork).
+    unsafe {
+        cmd.pre_exec(move || seccompiler::apply_filter(&filter).map_err(std::io::Error::other));
+    }
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let client = ().serve(transport).await.unwrap();
+    Server {
+        client,
+        data_dir: data,
+    }
+}
+
+#[tokio::test]
+async fn best_effort_runs_and_reports_the_missing_wall_in_every_result() {
+    let server = start_without_namespaces("best-effort").await;
+    for _ in 0..2 {
+        let r = server.run("b", "print('ran')").await;
+        assert_eq!(stdout(&r), "ran\n", "{r}");
+        let warnings = r["warnings"].to_string();
+        assert!(
+            warnings.contains("sandbox wall 'namespaces' is not enforced"),
+            "{r}"
+        );
+    }
+    // The other walls still hold.
+    let r = server
+        .run(
+            "b",
+            "try:\n    open('/etc/passwd')\nexcept OSError as e:\n    print(e.errno)",
+        )
+        .await;
+    assert_eq!(stdout(&r), "13\n");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn require_refuses_to_run_anything_and_names_the_wall() {
+    let server = start_without_namespaces("require").await;
+    let raw = server
+        .call(
+            "execute_python",
+            serde_json::json!({"code": "print('must not run')"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(raw.is_error, Some(true));
+    let r = raw.structured_content.unwrap();
+    assert_eq!(r["stdout"], "", "{r}");
+    assert_eq!(r["error"]["type"], "SandboxRefused", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("namespaces"),
+        "{r}"
+    );
+    server.stop().await;
+}
