@@ -438,7 +438,7 @@ impl SessionManager {
             )
         })?;
         let policy = self.policy_for(&paths, run_as, &[]);
-        Ok(Ephemeral { dir, paths, policy })
+        Ok(Ephemeral { dir, policy })
     }
 
     /// Refuses every later execution with `reason` (HOST_SANDBOX=require when the startup
@@ -583,7 +583,6 @@ impl SessionManager {
 /// A session directory for one-off workers (selftest), removed on drop.
 pub struct Ephemeral {
     pub dir: PathBuf,
-    pub paths: SessionPaths,
     pub policy: WorkerPolicy,
 }
 
@@ -634,8 +633,9 @@ impl SessionManager {
         }
     }
 
-    pub fn guard(&self) -> Option<&Guard> {
-        self.guard.as_ref()
+    /// What the guard's policy holds, when the guard is on.
+    pub fn guard_summary(&self) -> Option<crate::guard::PolicySummary> {
+        self.guard.as_ref().map(Guard::policy_summary)
     }
 
     pub fn audit(&self) -> &crate::audit::AuditLog {

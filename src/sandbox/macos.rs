@@ -3,7 +3,7 @@
 //! under `sandbox-exec -p <profile>` is macOS platform glue that this build does not
 //! contain yet, so `selftest` reports the mechanism as `unsupported` elsewhere.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::config::NetworkMode;
 use crate::sandbox::policy::WorkerPolicy;
@@ -34,34 +34,23 @@ pub fn sbpl_profile(policy: &WorkerPolicy) -> String {
     ));
     // No process-fork: no subprocesses, as on Linux.
     p.push_str("(allow signal (target self))\n(allow sysctl-read)\n");
-    for dir in &policy.read_only_dirs {
-        p.push_str(&format!(
-            "(allow file-read* (subpath {}))\n",
-            sbpl_string(dir)
-        ));
-    }
-    for file in &policy.read_only_files {
-        p.push_str(&format!(
-            "(allow file-read* (literal {}))\n",
-            sbpl_string(file)
-        ));
-    }
-    p.push_str(&format!(
-        "(allow file-read* (literal {}))\n",
-        sbpl_string(&policy.python)
-    ));
-    for dir in &policy.writable_dirs {
-        p.push_str(&format!(
-            "(allow file-read* file-write* (subpath {}))\n",
-            sbpl_string(dir)
-        ));
-    }
-    for file in &policy.writable_files {
-        p.push_str(&format!(
-            "(allow file-read* file-write* (literal {}))\n",
-            sbpl_string(file)
-        ));
-    }
+    let mut allow = |rights: &str, filter: &str, paths: &[PathBuf]| {
+        for path in paths {
+            p.push_str(&format!(
+                "(allow {rights} ({filter} {}))\n",
+                sbpl_string(path)
+            ));
+        }
+    };
+    allow("file-read*", "subpath", &policy.read_only_dirs);
+    allow("file-read*", "literal", &policy.read_only_files);
+    allow(
+        "file-read*",
+        "literal",
+        std::slice::from_ref(&policy.python),
+    );
+    allow("file-read* file-write*", "subpath", &policy.writable_dirs);
+    allow("file-read* file-write*", "literal", &policy.writable_files);
     p.push_str("(allow file-read* file-write-data (literal \"/dev/null\"))\n");
     match policy.network {
         NetworkMode::Deny => p.push_str("(deny network*)\n"),

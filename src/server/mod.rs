@@ -159,6 +159,7 @@ impl WardenServer {
                 "workspaces": self.sessions.instance_dir(),
                 "dedicated_uid_per_session": self.sessions.runs_as_dedicated_uids(),
                 "audit_log": self.sessions.audit().path(),
+                "guard_policy": self.sessions.guard_summary(),
             },
             "last_selftest": last,
         })

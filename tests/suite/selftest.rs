@@ -105,7 +105,7 @@ async fn with_the_sandbox_off_the_probes_say_allowed() {
 
 #[tokio::test]
 async fn settings_resource_shows_configured_and_resolved() {
-    let server = Server::start(&[("SANDBOX_TIMEOUT_S", "7")]).await;
+    let server = Server::start(&[("SANDBOX_TIMEOUT_S", "7"), ("CODEGUARD", "enforce")]).await;
     let resources = server.client.list_all_resources().await.unwrap();
     assert!(resources.iter().any(|r| r.uri == "warden://settings"));
     let read = server
@@ -124,6 +124,11 @@ async fn settings_resource_shows_configured_and_resolved() {
     assert_eq!(doc["configured"]["host_sandbox"], "best-effort");
     assert_eq!(doc["resolved"]["backend"], "host");
     assert!(doc["resolved"]["python"].as_str().unwrap().starts_with('/'));
+    // The guard's policy, with at least the seed's counts.
+    let policy = &doc["resolved"]["guard_policy"];
+    assert!(policy["modules"].as_u64().unwrap() >= 31, "{policy}");
+    assert!(policy["builtins"].as_u64().unwrap() >= 11, "{policy}");
+    assert!(policy["tripwires"].as_u64().unwrap() >= 21, "{policy}");
     server.stop().await;
 }
 
