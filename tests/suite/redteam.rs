@@ -65,8 +65,16 @@ fn cases() -> Vec<Case> {
     out
 }
 
-/// Judges one case from the host side; returns a description of the breach, if any.
-fn breach(case: &Case, r: &Value, token: &str, data_dir: &std::path::Path) -> Option<String> {
+/// Judges one case from the host side and describes the breach, if any. `before` lists
+/// the /tmp/pwned_* files that existed before the case ran, so that each case answers
+/// only for what it wrote itself.
+fn breach(
+    case: &Case,
+    r: &Value,
+    token: &str,
+    data_dir: &std::path::Path,
+    before: &[std::path::PathBuf],
+) -> Option<String> {
     let out = format!("{}{}", stdout(r), r["stderr"].as_str().unwrap_or_default());
     let num = &case.name[..2];
     match case.goal.as_str() {
@@ -97,7 +105,10 @@ fn breach(case: &Case, r: &Value, token: &str, data_dir: &std::path::Path) -> Op
             }
         }
         "fs_write" => {
-            let written = pwned_in_tmp();
+            let written: Vec<_> = pwned_in_tmp()
+                .into_iter()
+                .filter(|p| !before.contains(p))
+                .collect();
             if !written.is_empty() {
                 return Some(format!("wrote outside the workspace: {written:?}"));
             }
@@ -185,10 +196,11 @@ async fn every_red_team_case_is_stopped_by_the_os_layer_alone() {
         let session = format!("rt{i}");
         let uid = uid_of(&server, &session).await;
         uids.push(uid);
+        let before = pwned_in_tmp();
         let r = server
             .exec(json!({"session": session, "code": case.code, "timeout_s": 8}))
             .await;
-        if let Some(why) = breach(case, &r, &token, server.data_dir.path()) {
+        if let Some(why) = breach(case, &r, &token, server.data_dir.path(), &before) {
             breaches.push(format!("{}: {why}\n  result: {r}", case.name));
         }
         // Nothing the case started may outlive the call (the worker itself may stay).
@@ -225,7 +237,7 @@ async fn the_judge_detects_breaches_when_the_sandbox_is_off() {
             .exec(json!({"session": format!("off{num}"), "code": case.code, "timeout_s": 8}))
             .await;
         assert!(
-            breach(&case, &r, &token, server.data_dir.path()).is_some(),
+            breach(&case, &r, &token, server.data_dir.path(), &[]).is_some(),
             "{} was not detected as a breach with HOST_SANDBOX=off: {r}",
             case.name
         );
