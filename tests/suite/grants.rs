@@ -345,7 +345,7 @@ fn a_forbidden_pre_approval_stops_the_server_at_start() {
 /// The Python MCP SDK as a second, independent client with an elicitation callback.
 #[test]
 fn python_sdk_client_with_an_elicitation_callback_gets_the_grant() {
-    let has_sdk = std::process::Command::new("python3")
+    let has_sdk = std::process::Command::new(super::test_python())
         .args(["-c", "import mcp"])
         .status()
         .map(|s| s.success())
@@ -353,7 +353,7 @@ fn python_sdk_client_with_an_elicitation_callback_gets_the_grant() {
     if !has_sdk {
         assert!(
             std::env::var_os("CI").is_none(),
-            "CI must install the Python mcp SDK (pip install mcp)"
+            "CI must install the Python mcp SDK (.ci/run makes a venv and sets WARDEN_TEST_PYTHON)"
         );
         eprintln!("skipping: the Python mcp SDK is not installed (pip install mcp)");
         return;
@@ -361,7 +361,7 @@ fn python_sdk_client_with_an_elicitation_callback_gets_the_grant() {
     let (_keep, dir) = shared_dir("via-python-sdk");
     let data = data_dir();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/grant_client.py");
-    let out = std::process::Command::new("python3")
+    let out = std::process::Command::new(super::test_python())
         .arg(&script)
         .arg(super::BIN)
         .arg(&dir)

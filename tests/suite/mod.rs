@@ -230,6 +230,12 @@ pub fn sandbox_python_has(module: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// The Python that runs test clients (the MCP SDK): `WARDEN_TEST_PYTHON` (a venv that
+/// `.ci/run` makes, since Debian's pip refuses global installs), else `python3`.
+pub fn test_python() -> std::ffi::OsString {
+    std::env::var_os("WARDEN_TEST_PYTHON").unwrap_or_else(|| "python3".into())
+}
+
 pub fn corpus(kind: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/corpus")
