@@ -10,6 +10,7 @@ pub mod config;
 pub mod execution;
 pub mod grants;
 pub mod guard;
+pub mod owner;
 pub mod provenance;
 pub mod sandbox;
 pub mod selftest;

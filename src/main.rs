@@ -281,12 +281,15 @@ async fn run_once(
     };
     let sessions = SessionManager::new(settings, &[]).context("cannot prepare sessions")?;
     let result = sessions
-        .execute(&ExecuteArgs {
-            code,
-            session: Some("run".into()),
-            timeout_s,
-            inputs: None,
-        })
+        .execute(
+            &warden::owner::Owner::Local,
+            &ExecuteArgs {
+                code,
+                session: Some("run".into()),
+                timeout_s,
+                inputs: None,
+            },
+        )
         .await;
     sessions.shutdown().await;
     println!("{}", serde_json::to_string_pretty(&result)?);

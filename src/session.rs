@@ -1,5 +1,5 @@
-//! Sessions: shared server state keyed by session name (not by connection), each with its
-//! own workspace directory, its own uid when the server is root, and at most one
+//! Sessions: shared server state keyed by (owner, session name) — see [`crate::owner`] —
+//! not by connection, each with its own workspace directory, its own uid when the server is root, and at most one
 //! persistent sandboxed worker. Calls in one session are serialised; calls in different
 //! sessions run in parallel. All workspaces of this server instance are removed at
 //! shutdown.
@@ -18,6 +18,7 @@ use crate::execution::{
 };
 use crate::grants::{Access, ForbiddenPaths, Grant, GrantError, PathKind};
 use crate::guard::{CheckContext, Decision, Guard, Verdict};
+use crate::owner::{Owner, SessionKey};
 use crate::sandbox::policy::{RunAs, SessionPaths, WorkerPolicy};
 use crate::sandbox::python::{self, PythonRuntime};
 use crate::sandbox::worker::{Outcome, SpawnError, Worker};
@@ -60,7 +61,7 @@ pub struct SessionManager {
     /// First uid of this instance's range, when the server is root.
     uid_base: Option<u32>,
     next_uid: AtomicU32,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
     /// The static guard; `None` when CODEGUARD=off.
     guard: Option<Guard>,
     /// Set when code must not run at all, with the reason.
@@ -82,7 +83,10 @@ pub struct PreApproval {
 }
 
 pub struct Session {
+    /// The name the client gave (what results and tools show).
     name: String,
+    /// Owner and name: the table key, the directory name, the audit log's name.
+    key: SessionKey,
     paths: SessionPaths,
     run_as: Option<RunAs>,
     /// Grants a person approved for this session.
@@ -206,12 +210,13 @@ impl SessionManager {
         &self.settings
     }
 
-    pub(crate) fn session(&self, name: &str) -> Result<Arc<Session>, ErrorInfo> {
+    pub(crate) fn session(&self, key: &SessionKey) -> Result<Arc<Session>, ErrorInfo> {
+        let name = key.name.as_str();
         let mut sessions = self
             .sessions
             .lock()
             .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?;
-        if let Some(s) = sessions.get(name) {
+        if let Some(s) = sessions.get(key) {
             return Ok(s.clone());
         }
         if sessions.len() >= MAX_SESSIONS {
@@ -221,7 +226,7 @@ impl SessionManager {
             ));
         }
         let run_as = self.allocate_uid(&sessions);
-        let dir = self.instance_dir.join(name);
+        let dir = self.instance_dir.join(key.dir_name());
         let paths = SessionPaths {
             workspace: dir.join("workspace"),
             tmp: dir.join("tmp"),
@@ -234,20 +239,22 @@ impl SessionManager {
         })?;
         let session = Arc::new(Session {
             name: name.to_string(),
+            key: key.clone(),
             paths,
             run_as,
             grants: Mutex::new(Vec::new()),
             state: tokio::sync::Mutex::new(SessionState::default()),
         });
-        sessions.insert(name.to_string(), session.clone());
+        sessions.insert(key.clone(), session.clone());
         Ok(session)
     }
 
-    /// Every open session's name and workspace directory, by name.
-    pub fn workspaces(&self) -> Vec<(String, PathBuf)> {
+    /// The name and workspace directory of every open session of `owner`, by name.
+    pub fn workspaces(&self, owner: &Owner) -> Vec<(String, PathBuf)> {
         let mut out: Vec<(String, PathBuf)> = match self.sessions.lock() {
             Ok(map) => map
                 .values()
+                .filter(|s| &s.key.owner == owner)
                 .map(|s| (s.name.clone(), s.paths.workspace.clone()))
                 .collect(),
             Err(_) => Vec::new(),
@@ -256,20 +263,23 @@ impl SessionManager {
         out
     }
 
-    /// The workspace directory of a session, if it exists.
-    pub fn workspace_of(&self, name: &str) -> Option<PathBuf> {
+    /// The workspace directory of a session of `owner`, if it exists.
+    pub fn workspace_of(&self, owner: &Owner, name: &str) -> Option<PathBuf> {
         let sessions = self.sessions.lock().ok()?;
-        sessions.get(name).map(|s| s.paths.workspace.clone())
+        sessions
+            .get(&SessionKey::new(owner, name))
+            .map(|s| s.paths.workspace.clone())
     }
 
-    /// Runs one `execute_python` call and records it in the audit log.
-    pub async fn execute(&self, args: &ExecuteArgs) -> ExecResult {
-        let result = self.execute_unaudited(args).await;
-        self.audit_execution(&result.session, &args.code, &result);
+    /// Runs one `execute_python` call for `owner` and records it in the audit log.
+    pub async fn execute(&self, owner: &Owner, args: &ExecuteArgs) -> ExecResult {
+        let result = self.execute_unaudited(owner, args).await;
+        let key = SessionKey::new(owner, &result.session);
+        self.audit_execution(&key.to_string(), &args.code, &result);
         result
     }
 
-    async fn execute_unaudited(&self, args: &ExecuteArgs) -> ExecResult {
+    async fn execute_unaudited(&self, owner: &Owner, args: &ExecuteArgs) -> ExecResult {
         let name = args.session.as_deref().unwrap_or("default");
         if let Some(reason) = self.gate_reason() {
             return ExecResult::refused(name, ErrorInfo::new("SandboxRefused", reason), Vec::new());
@@ -295,7 +305,7 @@ impl SessionManager {
             Ok(i) => i,
             Err(e) => return ExecResult::refused(name, e, Vec::new()),
         };
-        let session = match self.session(name) {
+        let session = match self.session(&SessionKey::new(owner, name)) {
             Ok(s) => s,
             Err(e) => return ExecResult::refused(name, e, Vec::new()),
         };
@@ -306,13 +316,19 @@ impl SessionManager {
     /// Restarts a session's interpreter (`keep_files`), or closes the session: its
     /// worker, workspace and grants are gone and its slot is free. Returns whether a
     /// running worker was killed.
-    pub async fn reset(&self, name: &str, keep_files: bool) -> Result<bool, ErrorInfo> {
+    pub async fn reset(
+        &self,
+        owner: &Owner,
+        name: &str,
+        keep_files: bool,
+    ) -> Result<bool, ErrorInfo> {
         validate_session_name(name)?;
+        let key = SessionKey::new(owner, name);
         let session = self
             .sessions
             .lock()
             .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?
-            .get(name)
+            .get(&key)
             .cloned()
             .ok_or_else(|| ErrorInfo::new("NoSuchSession", format!("no session {name:?}")))?;
         let mut state = session.state.lock().await;
@@ -334,9 +350,9 @@ impl SessionManager {
             return Ok(killed_worker);
         }
         if let Ok(mut map) = self.sessions.lock() {
-            map.remove(name);
+            map.remove(&key);
         }
-        let dir = self.instance_dir.join(name);
+        let dir = self.instance_dir.join(key.dir_name());
         std::fs::remove_dir_all(&dir).map_err(|e| {
             ErrorInfo::new(
                 "InternalError",
@@ -385,7 +401,7 @@ impl SessionManager {
 
     /// The next uid of this instance's range that no live session holds (the range
     /// wraps, so uids of finished selftests are reused).
-    fn allocate_uid(&self, live: &HashMap<String, Arc<Session>>) -> Option<RunAs> {
+    fn allocate_uid(&self, live: &HashMap<SessionKey, Arc<Session>>) -> Option<RunAs> {
         let base = self.uid_base?;
         let held = |uid: u32| {
             live.values()
@@ -471,7 +487,12 @@ impl SessionManager {
     }
 
     /// An existing live grant that already gives `access` to `path` in `session`.
-    pub fn covering_grant(&self, session: &str, path: &Path, access: Access) -> Option<Grant> {
+    pub fn covering_grant(
+        &self,
+        session: &SessionKey,
+        path: &Path,
+        access: Access,
+    ) -> Option<Grant> {
         let session = self.session(session).ok()?;
         self.effective_grants(&session)
             .into_iter()
@@ -481,8 +502,8 @@ impl SessionManager {
     /// Records an approved grant and restarts the session's worker, since a sealed
     /// Landlock ruleset cannot be widened. Returns whether a running worker (and so its
     /// variables) was discarded.
-    pub async fn add_grant(&self, session_name: &str, grant: Grant) -> Result<bool, ErrorInfo> {
-        let session = self.session(session_name)?;
+    pub async fn add_grant(&self, session: &SessionKey, grant: Grant) -> Result<bool, ErrorInfo> {
+        let session = self.session(session)?;
         let mut state = session.state.lock().await;
         session
             .grants
@@ -502,8 +523,9 @@ impl SessionManager {
         Ok(restarted)
     }
 
-    /// Every live grant, per session ("*" for the operator's, which apply to all).
-    pub fn list_grants(&self, only: Option<&str>) -> Vec<(String, Grant)> {
+    /// Every live grant of `owner`'s sessions, per session name ("*" for the
+    /// operator's, which apply to all).
+    pub fn list_grants(&self, owner: &Owner, only: Option<&str>) -> Vec<(String, Grant)> {
         let now = crate::grants::now_secs();
         let mut out: Vec<(String, Grant)> = self
             .operator_grants
@@ -511,7 +533,11 @@ impl SessionManager {
             .map(|g| ("*".to_string(), g.clone()))
             .collect();
         let sessions: Vec<Arc<Session>> = match self.sessions.lock() {
-            Ok(map) => map.values().cloned().collect(),
+            Ok(map) => map
+                .values()
+                .filter(|s| &s.key.owner == owner)
+                .cloned()
+                .collect(),
             Err(_) => Vec::new(),
         };
         for s in sessions {
@@ -768,7 +794,7 @@ impl Session {
         };
         if !expired.is_empty() {
             for g in &expired {
-                tracing::info!(session = %self.name, path = %g.path.display(), "grant expired");
+                tracing::info!(session = %self.key, path = %g.path.display(), "grant expired");
             }
             if let Some(mut worker) = state.worker.take() {
                 worker.kill();
@@ -809,7 +835,7 @@ impl Session {
                             .collect::<Vec<_>>()
                             .join(", ")
                     );
-                    tracing::warn!(session = %self.name, %reason, "tripwire");
+                    tracing::warn!(session = %self.key, %reason, "tripwire");
                     state.killed = Some(reason);
                     if let Some(mut worker) = state.worker.take() {
                         worker.kill();
@@ -855,7 +881,7 @@ impl Session {
                         SpawnError::Refused { .. } => "SandboxRefused",
                         _ => "WorkerStartFailed",
                     };
-                    tracing::error!(session = %self.name, error = %e, "worker did not start");
+                    tracing::error!(session = %self.key, error = %e, "worker did not start");
                     let mut result = ExecResult::refused(
                         &self.name,
                         ErrorInfo::new(kind, e.to_string()),

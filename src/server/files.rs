@@ -8,6 +8,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_perc
 use rmcp::model::{ContentBlock, Resource, ResourceContents};
 
 use crate::execution::ExecResult;
+use crate::owner::Owner;
 use crate::session::SessionManager;
 use crate::workspace::{Change, EntryKind, MAX_READ_BYTES, Snapshot, mime_for, read_beneath};
 
@@ -44,8 +45,12 @@ pub fn parse_file_uri(uri: &str) -> Option<(String, String)> {
 }
 
 /// Image content blocks for the images a call created or changed.
-pub fn images_for(manager: &SessionManager, result: &ExecResult) -> Vec<ContentBlock> {
-    let Some(workspace) = manager.workspace_of(&result.session) else {
+pub fn images_for(
+    manager: &SessionManager,
+    owner: &Owner,
+    result: &ExecResult,
+) -> Vec<ContentBlock> {
+    let Some(workspace) = manager.workspace_of(owner, &result.session) else {
         return Vec::new();
     };
     let engine = base64::engine::general_purpose::STANDARD;
@@ -68,10 +73,10 @@ pub fn images_for(manager: &SessionManager, result: &ExecResult) -> Vec<ContentB
         .collect()
 }
 
-/// Every file of every session's workspace, as resources.
-pub fn list(manager: &SessionManager) -> Vec<Resource> {
+/// Every file of every session of `owner`, as resources.
+pub fn list(manager: &SessionManager, owner: &Owner) -> Vec<Resource> {
     let mut out = Vec::new();
-    for (session, workspace) in manager.workspaces() {
+    for (session, workspace) in manager.workspaces(owner) {
         for (path, size) in Snapshot::take(&workspace).files() {
             if out.len() >= MAX_LISTED {
                 return out;
@@ -86,12 +91,16 @@ pub fn list(manager: &SessionManager) -> Vec<Resource> {
     out
 }
 
-/// Reads one workspace file resource.
-pub fn read(manager: &SessionManager, uri: &str) -> Result<ResourceContents, String> {
+/// Reads one workspace file resource of one of `owner`'s sessions.
+pub fn read(
+    manager: &SessionManager,
+    owner: &Owner,
+    uri: &str,
+) -> Result<ResourceContents, String> {
     let (session, path) =
         parse_file_uri(uri).ok_or_else(|| format!("{uri} is not a workspace file URI"))?;
     let workspace = manager
-        .workspace_of(&session)
+        .workspace_of(owner, &session)
         .ok_or_else(|| format!("no session {session:?}"))?;
     let bytes = read_beneath(&workspace, &path, MAX_READ_BYTES)
         .map_err(|e| format!("cannot read {path} in session {session:?}: {e}"))?;

@@ -25,6 +25,7 @@ use serde_json::json;
 
 use crate::execution::{ExecResult, ExecStatus, ExecuteArgs, validate_session_name};
 use crate::grants::{Access, Grant};
+use crate::owner::{Owner, SessionKey};
 use crate::provenance;
 use crate::selftest::SelftestReport;
 use crate::session::SessionManager;
@@ -118,7 +119,8 @@ const MAX_REASON_CHARS: usize = 500;
 /// The resource that shows configured settings beside what really resolved.
 pub const SETTINGS_URI: &str = "warden://settings";
 
-/// Server state shared by every connection (sessions are keyed by name, not by client).
+/// Server state shared by every connection. Sessions are keyed by (owner, name): over
+/// stdio the owner is always [`Owner::Local`]; over HTTP each client has its own.
 #[derive(Clone)]
 pub struct WardenServer {
     sessions: Arc<SessionManager>,
@@ -229,9 +231,11 @@ impl WardenServer {
     async fn reset_session(
         &self,
         Parameters(args): Parameters<ResetArgs>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
+        let owner = owner_of(&ctx);
         let session = args.session.unwrap_or_else(|| "default".to_string());
-        let result = match self.sessions.reset(&session, args.keep_files).await {
+        let result = match self.sessions.reset(&owner, &session, args.keep_files).await {
             Ok(worker_killed) => ResetResult {
                 session,
                 ok: true,
@@ -269,11 +273,13 @@ impl WardenServer {
     async fn list_grants(
         &self,
         Parameters(args): Parameters<ListGrantsArgs>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
+        let owner = owner_of(&ctx);
         let list = GrantList {
             grants: self
                 .sessions
-                .list_grants(args.session.as_deref())
+                .list_grants(&owner, args.session.as_deref())
                 .into_iter()
                 .map(|(session, grant)| GrantEntry { session, grant })
                 .collect(),
@@ -333,15 +339,16 @@ impl WardenServer {
     ) -> Result<CallToolResult, McpError> {
         // A cancelled call drops the execution, which kills the worker's process group:
         // cancelled code never keeps running.
+        let owner = owner_of(&ctx);
         let result = tokio::select! {
-            result = self.sessions.execute(&args) => result,
+            result = self.sessions.execute(&owner, &args) => result,
             () = ctx.ct.cancelled() => {
                 return Err(McpError::invalid_request("the call was cancelled; its code was killed", None));
             }
         };
         let mut call = wrapped("execute_python", &result, result.status != ExecStatus::Ok)?;
         call.content
-            .extend(files::images_for(&self.sessions, &result));
+            .extend(files::images_for(&self.sessions, &owner, &result));
         Ok(call)
     }
 }
@@ -354,6 +361,7 @@ impl WardenServer {
             .session
             .clone()
             .unwrap_or_else(|| "default".to_string());
+        let key = SessionKey::new(&owner_of(ctx), &session);
         let mut result = GrantResult {
             granted: false,
             path: args.path.clone(),
@@ -376,7 +384,7 @@ impl WardenServer {
             }
         };
         result.path = path.display().to_string();
-        if let Some(existing) = self.sessions.covering_grant(&session, &path, args.access) {
+        if let Some(existing) = self.sessions.covering_grant(&key, &path, args.access) {
             result.granted = true;
             result.expires_at = existing.expires_at;
             result.message = format!(
@@ -463,14 +471,14 @@ impl WardenServer {
             reason,
         };
         tracing::warn!(
-            session = %session,
+            session = %key,
             path = %path.display(),
             access = ?args.access,
             approved_by = %grant.approved_by,
             expires_at = ?expires_at,
             "grant approved by the user"
         );
-        match self.sessions.add_grant(&session, grant).await {
+        match self.sessions.add_grant(&key, grant).await {
             Ok(restarted) => {
                 result.granted = true;
                 result.expires_at = expires_at;
@@ -488,6 +496,11 @@ impl WardenServer {
         }
         result
     }
+}
+
+/// Whose sessions a request may see. Over stdio: the local client's.
+pub(crate) fn owner_of(_ctx: &RequestContext<RoleServer>) -> Owner {
+    Owner::Local
 }
 
 /// Structured content for clients that read it, the same JSON inside provenance
@@ -537,7 +550,7 @@ impl ServerHandler for WardenServer {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let resource = Resource::new(SETTINGS_URI, "settings")
             .with_title("warden settings")
@@ -547,7 +560,7 @@ impl ServerHandler for WardenServer {
             )
             .with_mime_type("application/json");
         let mut all = vec![resource];
-        all.extend(files::list(&self.sessions));
+        all.extend(files::list(&self.sessions, &owner_of(&context)));
         Ok(ListResourcesResult::with_all_items(all))
     }
 
@@ -565,10 +578,10 @@ impl ServerHandler for WardenServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         if request.uri.starts_with("warden://sessions/") {
-            let contents = files::read(&self.sessions, &request.uri)
+            let contents = files::read(&self.sessions, &owner_of(&context), &request.uri)
                 .map_err(|e| McpError::resource_not_found(e, None))?;
             return Ok(ReadResourceResult::new(vec![contents]).into());
         }
