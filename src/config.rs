@@ -1,21 +1,199 @@
-//! Settings: one name each, read from the environment (DESIGN §7) and overridable by CLI
-//! flags. Parsing is pure (`Settings::from_lookup`) so every rule is unit-tested without
-//! touching the process environment; an invalid value is a startup error that names the
-//! setting, never a silent default.
+//! Settings: the one registry of every setting warden reads ([`REGISTRY`]: name, default,
+//! meaning), and their parsing. `warden serve --help`, the README's settings table and
+//! the `warden://settings` resource are all generated from the registry, so a setting
+//! cannot exist in one of them and not in the others (unit tests hold the README and the
+//! parser to it).
+//!
+//! A value comes from, strongest first: `--set NAME=VALUE` on the command line, the
+//! environment, the `[settings]` table of the config file, the registry's default.
+//! Parsing is pure ([`Settings::from_layers`]) so every rule is unit-tested without
+//! touching the process environment; an invalid value is a start-up error that names the
+//! setting and where its value came from, never a silent default.
+//!
+//! Adding a setting: one [`Spec`] row in [`REGISTRY`], one field in [`Settings`], one line
+//! in [`Settings::from_layers`] reading it through the [`Reader`] (which takes the default
+//! from the row), and the README table regenerated with `warden settings --markdown`.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 /// Hard ceiling for any per-call wall-clock limit, whatever the configuration says.
 pub const TIMEOUT_CAP_S: u64 = 120;
 
+/// One setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Spec {
+    /// Its one name: environment variable, config-file key and `--set` name.
+    pub name: &'static str,
+    pub default: DefaultValue,
+    /// What it does, in a sentence or two (Markdown: `code` only).
+    pub doc: &'static str,
+    /// Whether the config file's `[settings]` table may set it (not the settings that
+    /// locate the config file or must be known before it is read).
+    pub in_config_file: bool,
+}
+
+/// A setting's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DefaultValue {
+    /// A literal value, parsed by the same rules as a configured one.
+    Value(&'static str),
+    /// Worked out at start-up; the text says how.
+    Computed(&'static str),
+}
+
+const fn spec(name: &'static str, default: &'static str, doc: &'static str) -> Spec {
+    Spec {
+        name,
+        default: DefaultValue::Value(default),
+        doc,
+        in_config_file: true,
+    }
+}
+
+const fn computed(name: &'static str, how: &'static str, doc: &'static str) -> Spec {
+    Spec {
+        name,
+        default: DefaultValue::Computed(how),
+        doc,
+        in_config_file: true,
+    }
+}
+
+/// Every setting warden reads, in the order the README and `--help` show them.
+pub const REGISTRY: &[Spec] = &[
+    spec(
+        "EXECUTION_BACKEND",
+        "host",
+        "`host`. `docker` is refused with a clear error until the Docker backend lands.",
+    ),
+    spec(
+        "HOST_SANDBOX",
+        "best-effort",
+        "`best-effort`: install every wall the kernel supports, report missing ones in \
+         `warnings`. `require`: refuse to run code unless every wall stands, naming the \
+         missing one. `off`: no sandbox at all (development only); every result says so.",
+    ),
+    spec(
+        "HOST_SANDBOX_NETWORK",
+        "deny",
+        "`deny`: no sockets at all. `allow`: outbound TCP/UDP over IP (still no UNIX, \
+         netlink or packet sockets; no network namespace).",
+    ),
+    spec(
+        "SANDBOX_MEM_LIMIT",
+        "2g",
+        "address-space limit per worker (`512m`, `4g`, bytes; at least `64m`).",
+    ),
+    spec(
+        "SANDBOX_PIDS_LIMIT",
+        "256",
+        "processes + threads per worker (RLIMIT_NPROC on the worker's own uid; only when \
+         the server runs as root; at least 8).",
+    ),
+    spec(
+        "SANDBOX_FILE_SIZE_LIMIT",
+        "256m",
+        "largest file the code can write (at least `1m`).",
+    ),
+    spec(
+        "SANDBOX_TIMEOUT_S",
+        "10",
+        "default wall clock per call, in seconds; hard cap 120.",
+    ),
+    spec(
+        "SANDBOX_OUTPUT_LIMIT",
+        "64k",
+        "per stream (stdout, stderr, result); beyond it the text is cut and \
+         `truncated: true` (at least `1k`).",
+    ),
+    computed(
+        "SANDBOX_DATA_DIR",
+        "per-user data dir (`~/.local/share/warden`); `/var/lib/warden` as root",
+        "where session workspaces (under `sessions/<instance>/`) and the audit log live. \
+         As root it must be traversable by other users.",
+    ),
+    computed(
+        "SANDBOX_PYTHON",
+        "`python3` on `PATH`, resolved to a real ELF binary",
+        "the interpreter (a venv's python brings its packages). Shims (pyenv) are resolved \
+         by asking the interpreter itself. As root, an interpreter the sandbox uid cannot \
+         reach (e.g. under `/root`) falls back to `/usr/bin/python3` with a warning.",
+    ),
+    spec(
+        "CODEGUARD",
+        "enforce",
+        "the static guard: `enforce` (a blocked call runs nothing), `shadow` (runs the \
+         code, reports what would have been blocked in `warnings` and `guard`), `off` \
+         (every result says the guard is off).",
+    ),
+    computed(
+        "SANDBOX_POLICY",
+        "embedded `policies/default.toml`",
+        "guard policy file (TOML; see the comments in the default).",
+    ),
+    spec(
+        "SANDBOX_PROBE_ADDR",
+        "192.0.2.1",
+        "where selftest's connect probe aims (an IPv4 address; the default is RFC 5737 \
+         TEST-NET-1).",
+    ),
+    Spec {
+        in_config_file: false,
+        ..computed(
+            "WARDEN_CONFIG",
+            "`~/.config/warden/config.toml` (the per-user config dir)",
+            "the config file: `[settings]` (any setting here but this one and \
+             `WARDEN_LOG`) and pre-approved `[[grants]]`. Named explicitly, it must exist.",
+        )
+    },
+    Spec {
+        in_config_file: false,
+        ..spec(
+            "WARDEN_LOG",
+            "warn",
+            "log filter (tracing `EnvFilter` syntax, e.g. `info`, `warden=debug`); logs \
+             go to stderr.",
+        )
+    },
+];
+
+/// The registry row of `name`.
+pub fn lookup_spec(name: &str) -> Option<&'static Spec> {
+    REGISTRY.iter().find(|s| s.name == name)
+}
+
+/// Where a setting's value came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    Default,
+    ConfigFile,
+    Environment,
+    Flag,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Origin::Default => "the default",
+            Origin::ConfigFile => "the config file",
+            Origin::Environment => "the environment",
+            Origin::Flag => "--set on the command line",
+        })
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    #[error("{name}={value:?} is not valid: {expected}")]
+    #[error("{name}={value:?} (from {origin}) is not valid: {expected}")]
     Invalid {
         name: &'static str,
         value: String,
+        origin: Origin,
         expected: &'static str,
     },
     #[error(
@@ -23,6 +201,18 @@ pub enum ConfigError {
          or set it to \"host\" (the Linux Landlock + seccomp sandbox)"
     )]
     DockerNotAvailable,
+    #[error("{given} names no setting; known settings: {known}")]
+    Unknown { given: String, known: String },
+    #[error("{name} cannot be set in the config file's [settings] (set it in the environment)")]
+    NotInFile { name: String },
+    #[error("--set expects NAME=VALUE, got {0:?}")]
+    BadFlag(String),
+    #[error("WARDEN_CONFIG={path} (from {origin}): {problem}")]
+    ConfigFile {
+        path: PathBuf,
+        origin: Origin,
+        problem: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -60,6 +250,15 @@ pub enum GuardMode {
     Off,
 }
 
+/// One setting as it resolved: for `warden://settings`, `warden settings` and errors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Resolved {
+    pub name: &'static str,
+    /// The text given, or the literal default; `None` for a computed default.
+    pub value: Option<String>,
+    pub origin: Origin,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Settings {
     pub backend: Backend,
@@ -78,85 +277,197 @@ pub struct Settings {
     pub codeguard: GuardMode,
     /// Where the selftest's connect probe aims (RFC 5737 TEST-NET-1 by default).
     pub probe_addr: String,
+    /// The config file, when one was named or the default one exists.
+    pub config_file: Option<PathBuf>,
+    /// `WARDEN_LOG`.
+    pub log_filter: String,
+    /// Every registry setting in registry order, with where its value came from.
+    #[serde(skip)]
+    pub resolved: Vec<Resolved>,
+}
+
+/// The sources a value can come from, weakest last.
+#[derive(Debug, Default, Clone)]
+pub struct Layers {
+    /// `--set NAME=VALUE`.
+    pub flags: BTreeMap<String, String>,
+    /// The environment's values of registry names (and nothing else).
+    pub env: BTreeMap<String, String>,
+    /// The config file's `[settings]`.
+    pub file: BTreeMap<String, String>,
+}
+
+impl Layers {
+    /// The strongest non-blank value of `name`, and where it came from.
+    fn get(&self, name: &str) -> Option<(String, Origin)> {
+        let pick = |map: &BTreeMap<String, String>, origin: Origin| {
+            map.get(name)
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| (v.clone(), origin))
+        };
+        pick(&self.flags, Origin::Flag)
+            .or_else(|| pick(&self.env, Origin::Environment))
+            .or_else(|| pick(&self.file, Origin::ConfigFile))
+    }
+}
+
+/// Reads settings through the layers, taking defaults from the registry and recording
+/// where each value came from.
+struct Reader<'a> {
+    layers: &'a Layers,
+    resolved: Vec<Resolved>,
+}
+
+impl Reader<'_> {
+    /// The given text of `name` (or its literal default) parsed by `parse`.
+    fn value<T>(
+        &mut self,
+        name: &'static str,
+        expected: &'static str,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Result<T, ConfigError> {
+        match self.optional(name, expected, parse)? {
+            Some(v) => Ok(v),
+            // A computed default read through `value` is a registry mistake.
+            None => Err(ConfigError::Invalid {
+                name,
+                value: String::new(),
+                origin: Origin::Default,
+                expected: "a literal default in the settings registry",
+            }),
+        }
+    }
+
+    /// Like [`Reader::value`], `None` when unset and the default is computed.
+    fn optional<T>(
+        &mut self,
+        name: &'static str,
+        expected: &'static str,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Result<Option<T>, ConfigError> {
+        let spec = lookup_spec(name).ok_or_else(|| ConfigError::Unknown {
+            given: name.to_string(),
+            known: known_names(),
+        })?;
+        let (text, origin) = match (self.layers.get(name), spec.default) {
+            (Some((text, origin)), _) => (text, origin),
+            (None, DefaultValue::Value(v)) => (v.to_string(), Origin::Default),
+            (None, DefaultValue::Computed(_)) => {
+                self.resolved.push(Resolved {
+                    name,
+                    value: None,
+                    origin: Origin::Default,
+                });
+                return Ok(None);
+            }
+        };
+        let parsed = parse(text.trim()).ok_or_else(|| ConfigError::Invalid {
+            name,
+            value: text.clone(),
+            origin: origin.clone(),
+            expected,
+        })?;
+        self.resolved.push(Resolved {
+            name,
+            value: Some(text),
+            origin,
+        });
+        Ok(Some(parsed))
+    }
+
+    /// A choice among fixed words.
+    fn choice<T: Copy>(
+        &mut self,
+        name: &'static str,
+        expected: &'static str,
+        words: &[(&str, T)],
+    ) -> Result<T, ConfigError> {
+        self.value(name, expected, |t| {
+            words.iter().find(|(w, _)| *w == t).map(|(_, v)| *v)
+        })
+    }
 }
 
 impl Settings {
-    /// Reads every setting from the process environment.
+    /// Reads every setting from the process environment alone (no flags, no file).
     pub fn from_env() -> Result<Settings, ConfigError> {
         Settings::from_lookup(|name| std::env::var(name).ok())
     }
 
-    /// Reads every setting through `lookup` (the environment in production, a map in tests).
+    /// Reads every setting through `lookup` as if it were the environment (tests).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
-        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let backend = match get("EXECUTION_BACKEND").as_deref().map(str::trim) {
-            None | Some("host") => Backend::Host,
-            Some("docker") => return Err(ConfigError::DockerNotAvailable),
-            Some(other) => return Err(invalid("EXECUTION_BACKEND", other, "host or docker")),
+        let env = REGISTRY
+            .iter()
+            .filter_map(|s| lookup(s.name).map(|v| (s.name.to_string(), v)))
+            .collect();
+        Settings::from_layers(&Layers {
+            env,
+            ..Layers::default()
+        })
+    }
+
+    /// Reads every setting of the registry through the layers. Pure.
+    pub fn from_layers(layers: &Layers) -> Result<Settings, ConfigError> {
+        let mut r = Reader {
+            layers,
+            resolved: Vec::new(),
         };
-        let host_sandbox = match get("HOST_SANDBOX").as_deref().map(str::trim) {
-            None | Some("best-effort") => SandboxMode::BestEffort,
-            Some("require") => SandboxMode::Require,
-            Some("off") => SandboxMode::Off,
-            Some(other) => {
-                return Err(invalid(
-                    "HOST_SANDBOX",
-                    other,
-                    "off, best-effort or require",
-                ));
-            }
-        };
-        let network = match get("HOST_SANDBOX_NETWORK").as_deref().map(str::trim) {
-            None | Some("deny") => NetworkMode::Deny,
-            Some("allow") => NetworkMode::Allow,
-            Some(other) => return Err(invalid("HOST_SANDBOX_NETWORK", other, "deny or allow")),
-        };
-        let codeguard = match get("CODEGUARD").as_deref().map(str::trim) {
-            None | Some("enforce") => GuardMode::Enforce,
-            Some("shadow") => GuardMode::Shadow,
-            Some("off") => GuardMode::Off,
-            Some(other) => return Err(invalid("CODEGUARD", other, "enforce, shadow or off")),
-        };
-        let mem_limit_bytes = size_setting(&get, "SANDBOX_MEM_LIMIT", 2 << 30, 64 << 20)?;
-        let file_size_limit_bytes =
-            size_setting(&get, "SANDBOX_FILE_SIZE_LIMIT", 256 << 20, 1 << 20)?;
-        let output_limit_bytes = size_setting(&get, "SANDBOX_OUTPUT_LIMIT", 64 << 10, 1 << 10)?;
-        let output_limit_bytes = usize::try_from(output_limit_bytes).map_err(|_| {
-            invalid(
-                "SANDBOX_OUTPUT_LIMIT",
-                &output_limit_bytes.to_string(),
-                "a size this machine can address",
-            )
+        let backend = r.value("EXECUTION_BACKEND", "host or docker", |t| match t {
+            "host" => Some(Ok(Backend::Host)),
+            "docker" => Some(Err(ConfigError::DockerNotAvailable)),
+            _ => None,
+        })??;
+        let host_sandbox = r.choice(
+            "HOST_SANDBOX",
+            "off, best-effort or require",
+            &[
+                ("best-effort", SandboxMode::BestEffort),
+                ("require", SandboxMode::Require),
+                ("off", SandboxMode::Off),
+            ],
+        )?;
+        let network = r.choice(
+            "HOST_SANDBOX_NETWORK",
+            "deny or allow",
+            &[("deny", NetworkMode::Deny), ("allow", NetworkMode::Allow)],
+        )?;
+        let mem_limit_bytes = r.value("SANDBOX_MEM_LIMIT", SIZE_64M, size_at_least(64 << 20))?;
+        let pids_limit = r.value("SANDBOX_PIDS_LIMIT", "a whole number from 8", |t| {
+            t.parse::<u64>()
+                .ok()
+                .filter(|n| (8..=1_000_000).contains(n))
         })?;
-        let pids_limit = match get("SANDBOX_PIDS_LIMIT") {
-            None => 256,
-            Some(v) => match v.trim().parse::<u64>() {
-                Ok(n) if (8..=1_000_000).contains(&n) => n,
-                _ => return Err(invalid("SANDBOX_PIDS_LIMIT", &v, "a whole number from 8")),
-            },
-        };
-        let timeout_s = match get("SANDBOX_TIMEOUT_S") {
-            None => 10,
-            Some(v) => match v.trim().parse::<u64>() {
-                Ok(n) if n >= 1 => n.min(TIMEOUT_CAP_S),
-                _ => {
-                    return Err(invalid(
-                        "SANDBOX_TIMEOUT_S",
-                        &v,
-                        "whole seconds, at least 1",
-                    ));
-                }
-            },
-        };
-        let probe_addr = match get("SANDBOX_PROBE_ADDR") {
-            None => "192.0.2.1".to_string(),
-            Some(v) => match v.trim().parse::<std::net::Ipv4Addr>() {
-                Ok(addr) => addr.to_string(),
-                Err(_) => return Err(invalid("SANDBOX_PROBE_ADDR", &v, "an IPv4 address")),
-            },
-        };
+        let file_size_limit_bytes =
+            r.value("SANDBOX_FILE_SIZE_LIMIT", SIZE_1M, size_at_least(1 << 20))?;
+        let timeout_s = r.value("SANDBOX_TIMEOUT_S", "whole seconds, at least 1", |t| {
+            t.parse::<u64>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .map(|n| n.min(TIMEOUT_CAP_S))
+        })?;
+        let output_limit_bytes = r.value("SANDBOX_OUTPUT_LIMIT", SIZE_1K, |t| {
+            size_at_least(1 << 10)(t).and_then(|n| usize::try_from(n).ok())
+        })?;
+        let data_dir = r.optional("SANDBOX_DATA_DIR", "a directory path", path)?;
+        let python = r.optional("SANDBOX_PYTHON", "a path to a Python 3 interpreter", path)?;
+        let codeguard = r.choice(
+            "CODEGUARD",
+            "enforce, shadow or off",
+            &[
+                ("enforce", GuardMode::Enforce),
+                ("shadow", GuardMode::Shadow),
+                ("off", GuardMode::Off),
+            ],
+        )?;
+        let policy_file = r.optional("SANDBOX_POLICY", "a path to a policy file", path)?;
+        let probe_addr = r.value("SANDBOX_PROBE_ADDR", "an IPv4 address", |t| {
+            t.parse::<std::net::Ipv4Addr>().ok().map(|a| a.to_string())
+        })?;
+        let config_file = r.optional("WARDEN_CONFIG", "a path to a TOML file", path)?;
+        let log_filter = r.value("WARDEN_LOG", "a log filter such as warn or info", |t| {
+            Some(t.to_string())
+        })?;
         Ok(Settings {
-            probe_addr,
             backend,
             host_sandbox,
             network,
@@ -165,10 +476,14 @@ impl Settings {
             file_size_limit_bytes,
             timeout_s,
             output_limit_bytes,
-            data_dir: get("SANDBOX_DATA_DIR").map(PathBuf::from),
-            python: get("SANDBOX_PYTHON").map(PathBuf::from),
-            policy_file: get("SANDBOX_POLICY").map(PathBuf::from),
+            data_dir,
+            python,
+            policy_file,
             codeguard,
+            probe_addr,
+            config_file,
+            log_filter,
+            resolved: r.resolved,
         })
     }
 
@@ -176,33 +491,55 @@ impl Settings {
     pub fn effective_timeout_s(&self, requested: Option<u64>) -> u64 {
         requested.unwrap_or(self.timeout_s).clamp(1, TIMEOUT_CAP_S)
     }
-}
 
-fn invalid(name: &'static str, value: &str, expected: &'static str) -> ConfigError {
-    ConfigError::Invalid {
-        name,
-        value: value.to_string(),
-        expected,
+    /// `NAME=value (from origin)`, for error messages about a configured value.
+    pub fn describe(&self, name: &str) -> String {
+        match self.resolved.iter().find(|r| r.name == name) {
+            Some(Resolved {
+                value: Some(v),
+                origin,
+                ..
+            }) => format!("{name}={v} (from {origin})"),
+            _ => format!("{name} (unset, default)"),
+        }
+    }
+
+    /// Every setting with its value, origin, default and meaning, in registry order.
+    pub fn document(&self) -> Vec<serde_json::Value> {
+        REGISTRY
+            .iter()
+            .map(|spec| {
+                let r = self.resolved.iter().find(|r| r.name == spec.name);
+                serde_json::json!({
+                    "name": spec.name,
+                    "value": r.and_then(|r| r.value.clone()),
+                    "origin": r.map(|r| r.origin.clone()).unwrap_or(Origin::Default),
+                    "default": spec.default,
+                    "doc": spec.doc,
+                })
+            })
+            .collect()
     }
 }
 
-fn size_setting(
-    get: &impl Fn(&str) -> Option<String>,
-    name: &'static str,
-    default: u64,
-    minimum: u64,
-) -> Result<u64, ConfigError> {
-    let Some(value) = get(name) else {
-        return Ok(default);
-    };
-    match parse_size(&value) {
-        Some(n) if n >= minimum => Ok(n),
-        _ => Err(invalid(
-            name,
-            &value,
-            "a size such as 512m, 2g or 65536 (bytes), not below the minimum",
-        )),
-    }
+const SIZE_64M: &str = "a size such as 512m, 2g or 65536 (bytes), at least 64m";
+const SIZE_1M: &str = "a size such as 512m, 2g or 65536 (bytes), at least 1m";
+const SIZE_1K: &str = "a size such as 64k, 1m or 65536 (bytes), at least 1k";
+
+fn size_at_least(minimum: u64) -> impl Fn(&str) -> Option<u64> {
+    move |t| parse_size(t).filter(|n| *n >= minimum)
+}
+
+fn path(t: &str) -> Option<PathBuf> {
+    Some(PathBuf::from(t))
+}
+
+fn known_names() -> String {
+    REGISTRY
+        .iter()
+        .map(|s| s.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Parses `123`, `64k`, `512m`, `2g` (also `KiB`/`MB`-style suffixes; all binary units).
@@ -221,12 +558,62 @@ pub fn parse_size(text: &str) -> Option<u64> {
     n.checked_mul(1u64 << shift)
 }
 
+/// `--set NAME=VALUE` flags as a map; the name must be a registry setting.
+pub fn parse_flags(flags: &[String]) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for flag in flags {
+        let (name, value) = flag
+            .split_once('=')
+            .ok_or_else(|| ConfigError::BadFlag(flag.clone()))?;
+        let name = name.trim();
+        if lookup_spec(name).is_none() {
+            return Err(ConfigError::Unknown {
+                given: format!("--set {name}"),
+                known: known_names(),
+            });
+        }
+        out.insert(name.to_string(), value.to_string());
+    }
+    Ok(out)
+}
+
+/// The environment's values of registry names, and the names that look like warden
+/// settings but are not in the registry (probably typos; the caller warns about them).
+pub fn read_env(
+    vars: impl Iterator<Item = (String, String)>,
+) -> (BTreeMap<String, String>, Vec<String>) {
+    let mut known = BTreeMap::new();
+    let mut unknown = Vec::new();
+    for (name, value) in vars {
+        if lookup_spec(&name).is_some() {
+            known.insert(name, value);
+        } else if looks_like_a_setting(&name) {
+            unknown.push(name);
+        }
+    }
+    (known, unknown)
+}
+
+fn looks_like_a_setting(name: &str) -> bool {
+    let ours = [
+        "SANDBOX_",
+        "HOST_SANDBOX",
+        "WARDEN_",
+        "CODEGUARD",
+        "EXECUTION_BACKEND",
+    ];
+    // The test suite's own variables (WARDEN_TEST_PYTHON, WARDEN_TEST_USER) are not
+    // server settings.
+    ours.iter().any(|p| name.starts_with(p)) && !name.starts_with("WARDEN_TEST_")
+}
+
 /// warden's configuration directory (the config file and nothing a worker can write).
 pub fn config_dir() -> Option<PathBuf> {
     directories::ProjectDirs::from("dev", "warden", "warden").map(|d| d.config_dir().to_path_buf())
 }
 
-/// The config file: `WARDEN_CONFIG`, else `config.toml` in [`config_dir`].
+/// The config file: `WARDEN_CONFIG` from the environment, else `config.toml` in
+/// [`config_dir`]. (Prefer [`Settings::config_file`], which also honours `--set`.)
 pub fn config_file_path() -> Option<PathBuf> {
     match std::env::var_os("WARDEN_CONFIG") {
         Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
@@ -242,54 +629,122 @@ pub struct ConfigGrant {
     pub access: crate::grants::Access,
 }
 
+/// The config file's contents.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ConfigFile {
+    /// The file it was read from (`None`: no file).
+    pub path: Option<PathBuf>,
+    /// `[settings]`, values as text.
+    pub settings: BTreeMap<String, String>,
+    pub grants: Vec<ConfigGrant>,
+}
+
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ConfigFile {
+struct RawConfigFile {
+    #[serde(default)]
+    settings: BTreeMap<String, toml::Value>,
     #[serde(default)]
     grants: Vec<ConfigGrant>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigFileError {
-    #[error("cannot read the config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the config file {path} is not valid: {message}")]
-    Parse { path: PathBuf, message: String },
-}
-
-/// Reads the pre-approved grants of the config file; a missing default file is no grants.
-pub fn load_config_grants(
-    path: &std::path::Path,
-    explicit: bool,
-) -> Result<Vec<ConfigGrant>, ConfigFileError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(ConfigFileError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
+/// Parses the config file's text. Pure. Every `[settings]` key must be a registry name
+/// that may be set in a file; values may be strings, numbers or booleans.
+pub fn parse_config_file(text: &str) -> Result<ConfigFile, String> {
+    let raw: RawConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
+    let mut settings = BTreeMap::new();
+    for (name, value) in raw.settings {
+        let spec = lookup_spec(&name).ok_or_else(|| {
+            ConfigError::Unknown {
+                given: format!("[settings] {name}"),
+                known: known_names(),
+            }
+            .to_string()
+        })?;
+        if !spec.in_config_file {
+            return Err(ConfigError::NotInFile { name }.to_string());
         }
-    };
-    parse_config_grants(&text).map_err(|message| ConfigFileError::Parse {
-        path: path.to_path_buf(),
-        message,
+        let text = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(n) => n.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            _ => {
+                return Err(format!(
+                    "[settings] {name}: give a string, number or boolean"
+                ));
+            }
+        };
+        settings.insert(name, text);
+    }
+    Ok(ConfigFile {
+        path: None,
+        settings,
+        grants: raw.grants,
     })
 }
 
-/// Parses the config file's text. Pure.
-pub fn parse_config_grants(text: &str) -> Result<Vec<ConfigGrant>, String> {
-    toml::from_str::<ConfigFile>(text)
-        .map(|c| c.grants)
-        .map_err(|e| e.to_string())
+/// Reads the config file at `path`; a missing file is an empty config unless it was named
+/// explicitly (`origin` is not the default). Errors name `WARDEN_CONFIG`.
+pub fn load_config_file(path: &Path, origin: Origin) -> Result<ConfigFile, ConfigError> {
+    let fail = |problem: String| ConfigError::ConfigFile {
+        path: path.to_path_buf(),
+        origin: origin.clone(),
+        problem,
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && origin == Origin::Default => {
+            return Ok(ConfigFile::default());
+        }
+        Err(e) => return Err(fail(format!("cannot read the config file: {e}"))),
+    };
+    let mut file = parse_config_file(&text)
+        .map_err(|e| fail(format!("the config file is not valid: {}", e.trim_end())))?;
+    file.path = Some(path.to_path_buf());
+    Ok(file)
 }
 
-/// Where workspaces (and later the audit log) live when `SANDBOX_DATA_DIR` is unset.
+/// Settings as the command line starts them: `--set` flags, then the environment, then
+/// the config file that those name (or the default one), then the registry's defaults.
+/// Returns the settings, the config file, and names in the environment that look like
+/// misspelt settings.
+pub fn load(
+    flags: &[String],
+    env: impl Iterator<Item = (String, String)>,
+) -> Result<(Settings, ConfigFile, Vec<String>), ConfigError> {
+    let flags = parse_flags(flags)?;
+    let (env, unknown) = read_env(env);
+    let mut layers = Layers {
+        flags,
+        env,
+        file: BTreeMap::new(),
+    };
+    // Where the config file is: only flags and the environment may say.
+    let located = Settings::from_layers(&layers)?;
+    let (path, origin) = match located.config_file.clone() {
+        Some(p) => (
+            Some(p),
+            located
+                .resolved
+                .iter()
+                .find(|r| r.name == "WARDEN_CONFIG")
+                .map(|r| r.origin.clone())
+                .unwrap_or(Origin::Environment),
+        ),
+        None => (config_dir().map(|d| d.join("config.toml")), Origin::Default),
+    };
+    let file = match &path {
+        Some(p) => load_config_file(p, origin)?,
+        None => ConfigFile::default(),
+    };
+    layers.file = file.settings.clone();
+    let mut settings = Settings::from_layers(&layers)?;
+    settings.config_file = file.path.clone().or(settings.config_file);
+    Ok((settings, file, unknown))
+}
+
+/// Where workspaces and the audit log live when `SANDBOX_DATA_DIR` is unset.
 ///
 /// As root the per-user data dir is under `/root`, which no unprivileged sandbox uid can
 /// traverse, so root uses the system-service convention `/var/lib/warden` instead.
@@ -300,10 +755,62 @@ pub fn default_data_dir(running_as_root: bool) -> Option<PathBuf> {
     directories::ProjectDirs::from("dev", "warden", "warden").map(|d| d.data_dir().to_path_buf())
 }
 
+/// The registry as the README's Markdown table.
+pub fn markdown_table() -> String {
+    let mut out = String::from("| setting | default | meaning |\n|---|---|---|\n");
+    for s in REGISTRY {
+        let default = match s.default {
+            DefaultValue::Value(v) => format!("`{v}`"),
+            DefaultValue::Computed(how) => how.to_string(),
+        };
+        out.push_str(&format!("| `{}` | {default} | {} |\n", s.name, s.doc));
+    }
+    out
+}
+
+/// The registry as plain text for `--help`: each setting, its default, its meaning.
+pub fn help_text() -> String {
+    let mut out = String::from(
+        "Settings (environment variables; also `--set NAME=VALUE`, or `NAME = \"value\"` \
+         under [settings] in the config file; strongest first: --set, environment, config \
+         file, default):\n",
+    );
+    for s in REGISTRY {
+        let default = match s.default {
+            DefaultValue::Value(v) => v.to_string(),
+            DefaultValue::Computed(how) => how.replace('`', ""),
+        };
+        out.push_str(&format!("\n  {}  [default: {default}]\n", s.name));
+        for line in wrap(&s.doc.replace('`', ""), 84) {
+            out.push_str(&format!("      {line}\n"));
+        }
+    }
+    out
+}
+
+/// Greedy word wrap.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.len() + 1 + word.len() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use std::collections::{BTreeSet, HashMap};
 
     fn settings(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let map: HashMap<String, String> = pairs
@@ -324,6 +831,59 @@ mod tests {
         assert_eq!(s.timeout_s, 10);
         assert_eq!(s.output_limit_bytes, 64 << 10);
         assert_eq!(s.codeguard, GuardMode::Enforce);
+        assert_eq!(s.log_filter, "warn");
+    }
+
+    /// Every registry row is read by the parser (none is documented but ignored), and
+    /// the parser reads nothing that is not in the registry.
+    #[test]
+    fn the_parser_reads_exactly_the_registry() {
+        let asked = std::cell::RefCell::new(BTreeSet::new());
+        Settings::from_lookup(|name| {
+            asked.borrow_mut().insert(name.to_string());
+            None
+        })
+        .unwrap();
+        let registry: BTreeSet<String> = REGISTRY.iter().map(|s| s.name.to_string()).collect();
+        assert_eq!(*asked.borrow(), registry);
+        let s = settings(&[]).unwrap();
+        let resolved: Vec<&str> = s.resolved.iter().map(|r| r.name).collect();
+        let names: Vec<&str> = REGISTRY.iter().map(|s| s.name).collect();
+        assert_eq!(resolved, names, "every setting resolves, in registry order");
+        let unique: BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(unique.len(), names.len(), "no name twice");
+    }
+
+    #[test]
+    fn literal_defaults_parse_as_given_values() {
+        for spec in REGISTRY {
+            if let DefaultValue::Value(v) = spec.default {
+                settings(&[(spec.name, v)])
+                    .unwrap_or_else(|e| panic!("{}'s default {v:?}: {e}", spec.name));
+            }
+        }
+    }
+
+    /// The README's settings table is the registry's (regenerate it with
+    /// `warden settings --markdown`).
+    #[test]
+    fn readme_lists_every_setting() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let table = markdown_table();
+        assert!(
+            readme.contains(&table),
+            "README.md's settings table differs from the registry; replace it with:\n\n{table}"
+        );
+    }
+
+    #[test]
+    fn help_lists_every_setting_with_its_default() {
+        let help = help_text();
+        for spec in REGISTRY {
+            assert!(help.contains(&format!("\n  {}  [default: ", spec.name)));
+        }
+        assert!(help.contains("SANDBOX_MEM_LIMIT  [default: 2g]"));
     }
 
     #[test]
@@ -344,25 +904,132 @@ mod tests {
     }
 
     #[test]
-    fn bad_values_name_the_setting() {
+    fn bad_values_name_the_setting_and_its_origin() {
         let err = settings(&[("HOST_SANDBOX", "maybe")]).unwrap_err();
         assert!(err.to_string().contains("HOST_SANDBOX"), "{err}");
+        assert!(err.to_string().contains("the environment"), "{err}");
         let err = settings(&[("SANDBOX_MEM_LIMIT", "lots")]).unwrap_err();
         assert!(err.to_string().contains("SANDBOX_MEM_LIMIT"), "{err}");
         assert!(settings(&[("SANDBOX_MEM_LIMIT", "1k")]).is_err());
+        let layers = Layers {
+            file: [("SANDBOX_TIMEOUT_S".to_string(), "soon".to_string())].into(),
+            ..Layers::default()
+        };
+        let err = Settings::from_layers(&layers).unwrap_err().to_string();
+        assert!(
+            err.contains("SANDBOX_TIMEOUT_S") && err.contains("config file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn flags_beat_the_environment_which_beats_the_file() {
+        let one = |v: &str| [("SANDBOX_TIMEOUT_S".to_string(), v.to_string())].into();
+        let layers = Layers {
+            flags: one("3"),
+            env: one("4"),
+            file: one("5"),
+        };
+        assert_eq!(Settings::from_layers(&layers).unwrap().timeout_s, 3);
+        let layers = Layers {
+            flags: BTreeMap::new(),
+            ..layers
+        };
+        let s = Settings::from_layers(&layers).unwrap();
+        assert_eq!(s.timeout_s, 4);
+        assert_eq!(
+            s.describe("SANDBOX_TIMEOUT_S"),
+            "SANDBOX_TIMEOUT_S=4 (from the environment)"
+        );
+        let layers = Layers {
+            env: BTreeMap::new(),
+            ..layers
+        };
+        let s = Settings::from_layers(&layers).unwrap();
+        assert_eq!(s.timeout_s, 5);
+        let doc = s.document();
+        let row = doc
+            .iter()
+            .find(|d| d["name"] == "SANDBOX_TIMEOUT_S")
+            .unwrap();
+        assert_eq!(row["origin"], "config_file");
+        assert_eq!(row["value"], "5");
+        assert_eq!(row["default"], serde_json::json!({"value": "10"}));
+    }
+
+    #[test]
+    fn flags_and_file_keys_must_name_settings() {
+        assert!(parse_flags(&["SANDBOX_TIMEOUT_S=5".into()]).is_ok());
+        let err = parse_flags(&["SANDBOX_TIMEOUT=5".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("SANDBOX_TIMEOUT ") && err.contains("SANDBOX_TIMEOUT_S"),
+            "{err}"
+        );
+        assert!(parse_flags(&["novalue".into()]).is_err());
+        let err = parse_config_file("[settings]\nSANDBOX_TIMOUT_S = 5\n").unwrap_err();
+        assert!(err.contains("SANDBOX_TIMOUT_S"), "{err}");
+        let err = parse_config_file("[settings]\nWARDEN_CONFIG = \"/x\"\n").unwrap_err();
+        assert!(err.contains("WARDEN_CONFIG"), "{err}");
+        let file =
+            parse_config_file("[settings]\nSANDBOX_TIMEOUT_S = 30\nCODEGUARD = \"shadow\"\n")
+                .unwrap();
+        assert_eq!(file.settings["SANDBOX_TIMEOUT_S"], "30");
+        assert_eq!(file.settings["CODEGUARD"], "shadow");
+    }
+
+    #[test]
+    fn misspelt_environment_settings_are_noticed() {
+        let vars = [
+            ("SANDBOX_TIMEOUT", "5"),
+            ("SANDBOX_TIMEOUT_S", "5"),
+            ("WARDEN_TEST_USER", "x"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let (known, unknown) = read_env(vars.into_iter());
+        assert_eq!(known.len(), 1);
+        assert_eq!(unknown, vec!["SANDBOX_TIMEOUT".to_string()]);
+    }
+
+    #[test]
+    fn a_bad_config_file_names_warden_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.toml");
+        let err = load_config_file(&missing, Origin::Environment)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("WARDEN_CONFIG="), "{err}");
+        assert!(
+            load_config_file(&missing, Origin::Default)
+                .unwrap()
+                .path
+                .is_none()
+        );
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, "x=").unwrap();
+        let err = load_config_file(&bad, Origin::Default)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("WARDEN_CONFIG=") && err.contains("not valid"),
+            "{err}"
+        );
     }
 
     #[test]
     fn config_file_lists_pre_approved_grants() {
-        let grants = parse_config_grants(
+        let grants = parse_config_file(
             "[[grants]]\npath = \"/data/in\"\naccess = \"read\"\n[[grants]]\npath = \"/data/out\"\naccess = \"write\"\n",
         )
-        .unwrap();
+        .unwrap()
+        .grants;
         assert_eq!(grants.len(), 2);
         assert_eq!(grants[1].access, crate::grants::Access::Write);
-        assert!(parse_config_grants("[[grants]]\npath = \"/x\"\naccess = \"all\"\n").is_err());
-        assert!(parse_config_grants("grantz = 1\n").is_err());
-        assert!(parse_config_grants("").unwrap().is_empty());
+        assert!(parse_config_file("[[grants]]\npath = \"/x\"\naccess = \"all\"\n").is_err());
+        assert!(parse_config_file("grantz = 1\n").is_err());
+        assert!(parse_config_file("").unwrap().grants.is_empty());
     }
 
     #[test]

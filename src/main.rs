@@ -3,12 +3,13 @@
 
 use std::io::Read;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use rmcp::ServiceExt;
-use warden::config::Settings;
+use warden::config::{ConfigFile, Settings};
 use warden::execution::ExecuteArgs;
 use warden::sandbox::worker::HELPER_SUBCOMMAND;
 use warden::server::WardenServer;
@@ -18,9 +19,14 @@ use warden::session::{PreApproval, SessionManager};
 #[command(
     name = "warden",
     version,
-    about = "An MCP server that runs Python in a sandbox"
+    about = "An MCP server that runs Python in a sandbox",
+    after_help = "Every setting, with its default: `warden serve --help` or `warden settings`."
 )]
 struct Cli {
+    /// Set a setting for this run (repeatable), e.g. --set SANDBOX_TIMEOUT_S=30; stronger
+    /// than the environment and the config file.
+    #[arg(long = "set", value_name = "NAME=VALUE", global = true)]
+    set: Vec<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -28,6 +34,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve MCP over stdio (what an MCP client launches).
+    #[command(after_help = warden::config::help_text())]
     Serve {
         /// Pre-approve read access to a path for every session (repeatable). Use this
         /// when the MCP client cannot ask you for consent.
@@ -55,6 +62,12 @@ enum Command {
     },
     /// Verify the audit log's hash chain (default: the data directory's audit.jsonl).
     AuditVerify { path: Option<PathBuf> },
+    /// Show every setting: its value, where the value came from, and its default.
+    Settings {
+        /// The README's Markdown table of every setting instead.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Prove by live probes what the sandbox enforces here (JSON on stdout). Exits
     /// non-zero when a required probe is not blocked.
     Selftest {
@@ -64,7 +77,7 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     // The helper stage must stay single-threaded: dispatch before any runtime exists.
     if std::env::args_os()
         .nth(1)
@@ -73,21 +86,62 @@ fn main() -> anyhow::Result<()> {
         warden::sandbox::linux::helper::run_helper_main();
     }
     harden_server_process();
+    match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            // The whole chain on one line, no backtrace: this is what a user (or an MCP
+            // client's log) sees when warden cannot start.
+            eprintln!("warden: error: {}", render_error(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, skipping a cause whose text the line already
+/// holds (many messages quote their source).
+fn render_error(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+fn real_main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    let (settings, config, misspelt) = warden::config::load(&cli.set, std::env::vars())?;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
+            tracing_subscriber::EnvFilter::try_new(&settings.log_filter)
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    let cli = Cli::parse();
-    let settings = Arc::new(Settings::from_env().context("invalid settings")?);
-    if let Command::Check { files, json } = &cli.command {
-        return check_files(&settings, files, *json);
+    for name in misspelt {
+        tracing::warn!(
+            "{name} is set in the environment but is not a warden setting (see `warden settings`)"
+        );
     }
-    if let Command::AuditVerify { path } = &cli.command {
-        return audit_verify(&settings, path.clone());
+    let settings = Arc::new(settings);
+    match &cli.command {
+        Command::Check { files, json } => return check_files(&settings, files, *json),
+        Command::AuditVerify { path } => {
+            audit_verify(&settings, path.clone())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Settings { markdown } => {
+            show_settings(&settings, *markdown)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -100,12 +154,16 @@ fn main() -> anyhow::Result<()> {
                 allow_read,
                 allow_write,
             } => {
-                let pre = pre_approvals(&allow_read, &allow_write)?;
-                serve(settings, pre).await
+                let pre = pre_approvals(&allow_read, &allow_write, &config);
+                serve(settings, pre).await.map(|()| ExitCode::SUCCESS)
             }
-            Command::Run { file, timeout_s } => run_once(settings, file, timeout_s).await,
+            Command::Run { file, timeout_s } => run_once(settings, file, timeout_s)
+                .await
+                .map(|()| ExitCode::SUCCESS),
             Command::Selftest { human } => selftest(settings, human).await,
-            Command::Check { .. } | Command::AuditVerify { .. } => Ok(()),
+            Command::Check { .. } | Command::AuditVerify { .. } | Command::Settings { .. } => {
+                Ok(ExitCode::SUCCESS)
+            }
         }
     })
 }
@@ -128,7 +186,8 @@ fn harden_server_process() {
 fn pre_approvals(
     allow_read: &[String],
     allow_write: &[String],
-) -> anyhow::Result<Vec<PreApproval>> {
+    config: &ConfigFile,
+) -> Vec<PreApproval> {
     use warden::grants::Access;
     let mut out: Vec<PreApproval> = Vec::new();
     for (paths, access, flag) in [
@@ -141,17 +200,35 @@ fn pre_approvals(
             source: flag.to_string(),
         }));
     }
-    if let Some(file) = warden::config::config_file_path() {
-        let explicit = std::env::var_os("WARDEN_CONFIG").is_some_and(|v| !v.is_empty());
-        for g in warden::config::load_config_grants(&file, explicit)? {
-            out.push(PreApproval {
-                path: g.path,
-                access: g.access,
-                source: format!("config file {}", file.display()),
-            });
-        }
+    if let Some(file) = &config.path {
+        out.extend(config.grants.iter().map(|g| PreApproval {
+            path: g.path.clone(),
+            access: g.access,
+            source: format!("config file {}", file.display()),
+        }));
     }
-    Ok(out)
+    out
+}
+
+/// `warden settings`: each setting's value and origin, or the README's table.
+fn show_settings(settings: &Settings, markdown: bool) -> anyhow::Result<()> {
+    if markdown {
+        print!("{}", warden::config::markdown_table());
+        return Ok(());
+    }
+    for row in settings.document() {
+        let value = match (&row["value"], &row["default"]["computed"]) {
+            (serde_json::Value::String(v), _) => v.clone(),
+            (_, serde_json::Value::String(how)) => format!("<{}>", how.replace('`', "")),
+            _ => String::new(),
+        };
+        let origin = row["origin"].as_str().unwrap_or_default().replace('_', " ");
+        println!(
+            "{:<24} {value}   [{origin}]",
+            row["name"].as_str().unwrap_or_default()
+        );
+    }
+    Ok(())
 }
 
 async fn serve(settings: Arc<Settings>, pre: Vec<PreApproval>) -> anyhow::Result<()> {
@@ -174,16 +251,20 @@ async fn serve(settings: Arc<Settings>, pre: Vec<PreApproval>) -> anyhow::Result
         }
         server.remember_selftest(report);
     }
-    let running = server
-        .serve(rmcp::transport::stdio())
-        .await
-        .context("MCP initialisation failed")?;
-    tokio::select! {
-        r = running.waiting() => { r.context("MCP service failed")?; }
-        _ = shutdown_signal() => { tracing::info!("signal received, shutting down"); }
-    }
+    let outcome = match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => tokio::select! {
+            r = running.waiting() => r.map(|_| ()).context("MCP service failed"),
+            _ = shutdown_signal() => {
+                tracing::info!("signal received, shutting down");
+                Ok(())
+            }
+        },
+        // A client that goes away before initialising is no reason to leave anything
+        // behind: the instance directory is removed below all the same.
+        Err(e) => Err(anyhow::Error::new(e).context("MCP initialisation failed")),
+    };
     sessions.shutdown().await;
-    Ok(())
+    outcome
 }
 
 async fn shutdown_signal() {
@@ -217,7 +298,7 @@ fn audit_verify(settings: &Settings, path: Option<PathBuf>) -> anyhow::Result<()
     Ok(())
 }
 
-fn check_files(settings: &Settings, files: &[PathBuf], json: bool) -> anyhow::Result<()> {
+fn check_files(settings: &Settings, files: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {
     use warden::guard::{CheckContext, Decision, Guard};
     let guard = match &settings.policy_file {
         Some(path) => Guard::from_policy_file(path)?,
@@ -246,13 +327,14 @@ fn check_files(settings: &Settings, files: &[PathBuf], json: bool) -> anyhow::Re
     if json {
         println!("{}", serde_json::to_string_pretty(&verdicts)?);
     }
-    if blocked {
-        std::process::exit(1);
-    }
-    Ok(())
+    Ok(if blocked {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
-async fn selftest(settings: Arc<Settings>, human: bool) -> anyhow::Result<()> {
+async fn selftest(settings: Arc<Settings>, human: bool) -> anyhow::Result<ExitCode> {
     let sessions = SessionManager::new(settings, &[]).context("cannot prepare sessions")?;
     let report = warden::selftest::run(&sessions).await;
     sessions.shutdown().await;
@@ -261,10 +343,13 @@ async fn selftest(settings: Arc<Settings>, human: bool) -> anyhow::Result<()> {
     } else {
         println!("{}", serde_json::to_string_pretty(&report)?);
     }
-    if warden::selftest::report::gate_reason(&report).is_some() {
-        std::process::exit(2);
-    }
-    Ok(())
+    Ok(
+        if warden::selftest::report::gate_reason(&report).is_some() {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
 }
 
 async fn run_once(

@@ -43,10 +43,20 @@ pub enum SessionError {
     DataDirUnreachable { path: PathBuf, reason: String },
     #[error("no data directory could be determined; set SANDBOX_DATA_DIR")]
     NoDataDir,
-    #[error(transparent)]
-    Python(#[from] python::PythonError),
-    #[error(transparent)]
-    Guard(#[from] crate::guard::GuardError),
+    #[error("{setting}: {source}")]
+    Python {
+        /// `SANDBOX_PYTHON=… (from …)`, the setting at fault.
+        setting: String,
+        #[source]
+        source: python::PythonError,
+    },
+    #[error("{setting}: {source}")]
+    Guard {
+        /// `SANDBOX_POLICY=… (from …)`, the setting at fault.
+        setting: String,
+        #[source]
+        source: crate::guard::GuardError,
+    },
     #[error(transparent)]
     Audit(#[from] crate::audit::AuditError),
     #[error("pre-approved grant from {origin}: {error}")]
@@ -116,12 +126,23 @@ impl SessionManager {
     ) -> Result<SessionManager, SessionError> {
         let guard = match (settings.codeguard, &settings.policy_file) {
             (GuardMode::Off, _) => None,
-            (_, Some(path)) => Some(Guard::from_policy_file(path)?),
-            (_, None) => Some(Guard::with_default_policy()?),
-        };
+            (_, Some(path)) => Some(Guard::from_policy_file(path)),
+            (_, None) => Some(Guard::with_default_policy()),
+        }
+        .transpose()
+        .map_err(|source| SessionError::Guard {
+            setting: settings.describe("SANDBOX_POLICY"),
+            source,
+        })?;
         let root = running_as_root();
         let sandboxed = settings.host_sandbox != crate::config::SandboxMode::Off;
-        let runtime = python::resolve(settings.python.as_deref(), root && sandboxed)?;
+        let runtime =
+            python::resolve(settings.python.as_deref(), root && sandboxed).map_err(|source| {
+                SessionError::Python {
+                    setting: settings.describe("SANDBOX_PYTHON"),
+                    source,
+                }
+            })?;
         let data_dir = match &settings.data_dir {
             Some(d) => d.clone(),
             None => crate::config::default_data_dir(root).ok_or(SessionError::NoDataDir)?,
@@ -596,7 +617,11 @@ impl SessionManager {
 
     /// How a person can pre-approve paths when their client cannot ask them.
     pub fn pre_approval_hint(&self) -> String {
-        let config = crate::config::config_file_path()
+        let config = self
+            .settings
+            .config_file
+            .clone()
+            .or_else(crate::config::config_file_path)
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "the file named by WARDEN_CONFIG".to_string());
         format!(

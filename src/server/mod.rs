@@ -152,6 +152,7 @@ impl WardenServer {
         let runtime = self.sessions.runtime();
         let last = self.last_selftest.lock().ok().and_then(|l| l.clone());
         json!({
+            "settings": self.sessions.settings().document(),
             "configured": self.sessions.settings(),
             "resolved": {
                 "backend": "host",

@@ -139,3 +139,157 @@ async fn config_file_grants_are_pre_approved() {
     );
     server.stop().await;
 }
+
+/// Runs `warden serve` with stdin closed and returns (exit status, stderr).
+fn serve_without_client(
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String, std::path::PathBuf) {
+    let data = super::data_dir();
+    let mut cmd = std::process::Command::new(super::BIN);
+    cmd.arg("serve")
+        .env("SANDBOX_DATA_DIR", data.path())
+        .env("SANDBOX_PYTHON", "/usr/bin/python3")
+        .env("RUST_BACKTRACE", "1")
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        data.keep(),
+    )
+}
+
+/// Config errors say which setting is wrong, in one line without a backtrace.
+#[test]
+fn config_errors_name_their_setting() {
+    let (status, stderr, _) = serve_without_client(&[("SANDBOX_PYTHON", "/nonexistent")]);
+    assert!(!status.success());
+    assert!(
+        stderr.starts_with("warden: error:")
+            && stderr.contains("SANDBOX_PYTHON=/nonexistent (from the environment)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Stack backtrace"), "{stderr}");
+
+    let (status, stderr, _) =
+        serve_without_client(&[("WARDEN_CONFIG", "/nonexistent/warden.toml")]);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("WARDEN_CONFIG=/nonexistent/warden.toml"),
+        "{stderr}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[settings]\nSANDBOX_TIMEOUT_S = \"soon\"\n").unwrap();
+    let (status, stderr, _) = serve_without_client(&[("WARDEN_CONFIG", bad.to_str().unwrap())]);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("SANDBOX_TIMEOUT_S=\"soon\" (from the config file)"),
+        "{stderr}"
+    );
+    std::fs::write(&bad, "[settings]\nSANDBOX_TIMOUT_S = 5\n").unwrap();
+    let (_, stderr, _) = serve_without_client(&[("WARDEN_CONFIG", bad.to_str().unwrap())]);
+    assert!(
+        stderr.contains("WARDEN_CONFIG=") && stderr.contains("SANDBOX_TIMOUT_S"),
+        "{stderr}"
+    );
+    let (_, stderr, _) = serve_without_client(&[("HOST_SANDBOX", "sometimes")]);
+    assert!(stderr.contains("HOST_SANDBOX=\"sometimes\""), "{stderr}");
+}
+
+/// A server whose client goes away before initialising leaves no instance directory.
+#[test]
+fn a_server_without_a_client_leaves_nothing_behind() {
+    let (_, stderr, data) = serve_without_client(&[]);
+    let sessions = data.join("sessions");
+    let left: Vec<_> = std::fs::read_dir(&sessions)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&data);
+    assert!(left.is_empty(), "left behind: {left:?} ({stderr})");
+}
+
+/// `warden serve --help` lists every setting of the registry with its default.
+#[test]
+fn serve_help_lists_every_setting_with_its_default() {
+    let out = std::process::Command::new(super::BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for spec in warden::config::REGISTRY {
+        assert!(
+            help.contains(&format!("  {}  [default: ", spec.name)),
+            "{} missing:\n{help}",
+            spec.name
+        );
+    }
+    assert!(help.contains("SANDBOX_TIMEOUT_S  [default: 10]"), "{help}");
+}
+
+/// Settings come from the config file's [settings] and from --set, and
+/// warden://settings says where each value came from.
+#[tokio::test]
+async fn settings_come_from_the_file_and_flags_and_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[settings]\nSANDBOX_TIMEOUT_S = 7\nSANDBOX_OUTPUT_LIMIT = \"2k\"\n",
+    )
+    .unwrap();
+    let data = super::data_dir();
+    let mut cmd = super::server_command(
+        Net::Host,
+        &[("WARDEN_CONFIG", config.to_str().unwrap())],
+        &["--set", "SANDBOX_OUTPUT_LIMIT=4k"],
+        data.path(),
+    );
+    cmd.stderr(std::process::Stdio::inherit());
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let client = rmcp::ServiceExt::serve((), transport).await.unwrap();
+    let server = Server {
+        client,
+        data_dir: data,
+    };
+    let read = server
+        .client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "warden://settings",
+        ))
+        .await
+        .unwrap();
+    let rmcp::model::ResourceContents::TextResourceContents { text, .. } = &read.contents[0] else {
+        panic!("text resource expected")
+    };
+    let doc: serde_json::Value = serde_json::from_str(text).unwrap();
+    let row = |name: &str| {
+        doc["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(row("SANDBOX_TIMEOUT_S")["value"], "7");
+    assert_eq!(row("SANDBOX_TIMEOUT_S")["origin"], "config_file");
+    assert_eq!(row("SANDBOX_OUTPUT_LIMIT")["value"], "4k");
+    assert_eq!(row("SANDBOX_OUTPUT_LIMIT")["origin"], "flag");
+    assert_eq!(row("HOST_SANDBOX")["origin"], "default");
+    assert_eq!(row("SANDBOX_DATA_DIR")["origin"], "environment");
+    assert_eq!(
+        doc["settings"].as_array().unwrap().len(),
+        warden::config::REGISTRY.len()
+    );
+    assert_eq!(doc["configured"]["timeout_s"], 7);
+    let r = server.run("o", "print('x' * 5000)").await;
+    assert_eq!(r["truncated"], true, "{r}");
+    assert_eq!(stdout(&r).len(), 4096, "the flag's 4k, not the file's 2k");
+    server.stop().await;
+}
