@@ -487,9 +487,15 @@ impl Settings {
         })
     }
 
-    /// The per-call wall clock: the caller's wish, else the default, never above the cap.
-    pub fn effective_timeout_s(&self, requested: Option<u64>) -> u64 {
-        requested.unwrap_or(self.timeout_s).clamp(1, TIMEOUT_CAP_S)
+    /// The per-call wall clock: the caller's wish (already checked to be above 0), else
+    /// the default, never above the cap.
+    pub fn effective_timeout(&self, requested: Option<f64>) -> std::time::Duration {
+        let cap = TIMEOUT_CAP_S as f64;
+        let seconds = match requested {
+            Some(s) if s.is_finite() && s > 0.0 => s.min(cap),
+            _ => self.timeout_s.clamp(1, TIMEOUT_CAP_S) as f64,
+        };
+        std::time::Duration::from_secs_f64(seconds)
     }
 
     /// `NAME=value (from origin)`, for error messages about a configured value.
@@ -890,9 +896,10 @@ mod tests {
     fn timeout_is_capped_at_120_seconds() {
         let s = settings(&[("SANDBOX_TIMEOUT_S", "999")]).unwrap();
         assert_eq!(s.timeout_s, 120);
-        assert_eq!(s.effective_timeout_s(Some(5000)), 120);
-        assert_eq!(s.effective_timeout_s(Some(0)), 1);
-        assert_eq!(s.effective_timeout_s(None), 120);
+        let secs = |d: std::time::Duration| d.as_secs_f64();
+        assert_eq!(secs(s.effective_timeout(Some(5000.0))), 120.0);
+        assert_eq!(secs(s.effective_timeout(Some(2.5))), 2.5);
+        assert_eq!(secs(s.effective_timeout(None)), 120.0);
     }
 
     #[test]

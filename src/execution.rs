@@ -18,7 +18,10 @@ pub const MAX_INPUT_BYTES: usize = 16 << 20;
 /// Longest session name.
 pub const MAX_SESSION_NAME: usize = 64;
 
+/// `execute_python`'s arguments. Unknown arguments are refused by name (a model that
+/// writes `timeout` instead of `timeout_s` learns it at once instead of being ignored).
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExecuteArgs {
     /// The Python source code to run. The value of a final bare expression is returned
     /// as `result` (like a notebook cell).
@@ -27,14 +30,54 @@ pub struct ExecuteArgs {
     /// workspace files persist between calls of one session; sessions share nothing.
     #[serde(default)]
     pub session: Option<String>,
-    /// Wall-clock limit for this call in seconds (default from SANDBOX_TIMEOUT_S, capped
-    /// at 120).
-    #[serde(default)]
-    pub timeout_s: Option<u64>,
+    /// Wall-clock limit for this call in seconds, greater than 0; fractions allowed
+    /// (default from SANDBOX_TIMEOUT_S; at most 120).
+    #[serde(default, deserialize_with = "seconds")]
+    #[schemars(with = "f64", extend("exclusiveMinimum" = 0))]
+    pub timeout_s: Option<f64>,
     /// Files written into the session's workspace before the code runs: relative path →
     /// text, or `{"base64": "..."}` for binary content. 16 MiB in all.
     #[serde(default)]
     pub inputs: Option<BTreeMap<String, InputContent>>,
+}
+
+/// What `timeout_s` accepts: a JSON number (`15`, `15.0`, `2.5`), or a string holding
+/// one (`"2"`, as some clients send every value), greater than 0; `null` is "not given".
+/// Anything else is refused with a message that says what to send.
+fn seconds<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<f64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(f64),
+        Text(String),
+    }
+    let raw = Option::<Raw>::deserialize(de).map_err(|_| {
+        serde::de::Error::custom("must be a number of seconds greater than 0, e.g. 15 or 2.5")
+    })?;
+    let value = match raw {
+        None => return Ok(None),
+        Some(Raw::Number(n)) => n,
+        Some(Raw::Text(text)) => text.trim().parse::<f64>().map_err(|_| {
+            serde::de::Error::custom(format!(
+                "must be a number of seconds greater than 0, e.g. 15 or 2.5; got the string {:?}",
+                text.chars().take(40).collect::<String>()
+            ))
+        })?,
+    };
+    check_seconds(value)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+/// A wall-clock limit must be a finite number of seconds above 0. Pure.
+pub fn check_seconds(value: f64) -> Result<f64, String> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(format!(
+            "must be a number of seconds greater than 0, e.g. 15 or 2.5; got {value}"
+        ))
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -219,6 +262,48 @@ fn validate_input_name(name: &str) -> Result<(), ErrorInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(v: serde_json::Value) -> Result<ExecuteArgs, String> {
+        serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn timeout_takes_numbers_fractions_and_numeric_strings() {
+        use serde_json::json;
+        for (given, want) in [
+            (json!(15), 15.0),
+            (json!(15.0), 15.0),
+            (json!(2.5), 2.5),
+            (json!("2"), 2.0),
+            (json!(" 0.25 "), 0.25),
+        ] {
+            let args = parse(json!({"code": "1", "timeout_s": given})).unwrap();
+            assert_eq!(args.timeout_s, Some(want));
+        }
+        assert_eq!(parse(json!({"code": "1"})).unwrap().timeout_s, None);
+        assert_eq!(
+            parse(json!({"code": "1", "timeout_s": null}))
+                .unwrap()
+                .timeout_s,
+            None
+        );
+    }
+
+    #[test]
+    fn zero_negative_and_non_numeric_timeouts_are_clear_errors() {
+        use serde_json::json;
+        for bad in [
+            json!(0),
+            json!(-1),
+            json!(-0.5),
+            json!("soon"),
+            json!(true),
+            json!([1]),
+        ] {
+            let err = parse(json!({"code": "1", "timeout_s": bad})).unwrap_err();
+            assert!(err.contains("greater than 0"), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn session_names_are_safe_directory_names() {

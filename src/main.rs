@@ -48,9 +48,9 @@ enum Command {
     /// as JSON.
     Run {
         file: PathBuf,
-        /// Wall-clock limit in seconds.
-        #[arg(long)]
-        timeout_s: Option<u64>,
+        /// Wall-clock limit in seconds (fractions allowed).
+        #[arg(long, value_parser = parse_seconds)]
+        timeout_s: Option<f64>,
     },
     /// Check files with the static guard only (nothing runs). Exits 1 when anything is
     /// blocked.
@@ -352,10 +352,17 @@ async fn selftest(settings: Arc<Settings>, human: bool) -> anyhow::Result<ExitCo
     )
 }
 
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    warden::execution::check_seconds(value)
+}
+
 async fn run_once(
     settings: Arc<Settings>,
     file: PathBuf,
-    timeout_s: Option<u64>,
+    timeout_s: Option<f64>,
 ) -> anyhow::Result<()> {
     let code = if file.as_os_str() == "-" {
         let mut s = String::new();

@@ -330,7 +330,7 @@ impl SessionManager {
             Ok(s) => s,
             Err(e) => return ExecResult::refused(name, e, Vec::new()),
         };
-        let timeout = Duration::from_secs(self.settings.effective_timeout_s(args.timeout_s));
+        let timeout = self.settings.effective_timeout(args.timeout_s);
         session.execute(self, &args.code, &inputs, timeout).await
     }
 

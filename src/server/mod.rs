@@ -2,19 +2,21 @@
 //! themselves and delegate to the session manager, then wrap the result (structured
 //! content plus a provenance-delimited text copy).
 
+mod args;
 mod files;
 mod prompts;
+pub mod schema;
 
 use std::sync::{Arc, Mutex};
 
 use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::tool::schema_for_type;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, ListResourceTemplatesResult, ListResourcesResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    Resource, ResourceContents, ResourceTemplate, ServerCapabilities, ServerConfig,
+    CallToolResult, ContentBlock, Implementation, JsonObject, ListResourceTemplatesResult,
+    ListResourcesResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ResourceTemplate, ServerCapabilities,
+    ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{
@@ -31,6 +33,7 @@ use crate::selftest::SelftestReport;
 use crate::session::SessionManager;
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct GrantArgs {
     /// Absolute path of the file or directory the code needs.
     pub path: String,
@@ -71,6 +74,7 @@ pub struct GrantResult {
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ResetArgs {
     /// The session (default "default").
     #[serde(default)]
@@ -93,6 +97,7 @@ pub struct ResetResult {
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ListGrantsArgs {
     /// Only this session's grants (and the operator's, which apply to all).
     #[serde(default)]
@@ -170,7 +175,8 @@ impl WardenServer {
 
     #[tool(
         description = include_str!("../../tools/request_grant.md"),
-        output_schema = schema_for_type::<GrantResult>(),
+        input_schema = schema::input::<GrantArgs>(),
+        output_schema = schema::output::<GrantResult>(),
         annotations(
             title = "Ask the user for access to a path",
             read_only_hint = false,
@@ -181,9 +187,13 @@ impl WardenServer {
     )]
     async fn request_grant(
         &self,
-        Parameters(args): Parameters<GrantArgs>,
+        Parameters(raw): Parameters<JsonObject>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
+        let args: GrantArgs = match args::parse("request_grant", raw) {
+            Ok(a) => a,
+            Err(e) => return Ok(e.into_result()),
+        };
         let reason = args.reason.clone();
         let result = self.consent(args, &ctx).await;
         self.sessions.audit().record(crate::audit::AuditEvent {
@@ -220,7 +230,8 @@ impl WardenServer {
 
     #[tool(
         description = include_str!("../../tools/reset_session.md"),
-        output_schema = schema_for_type::<ResetResult>(),
+        input_schema = schema::input::<ResetArgs>(),
+        output_schema = schema::output::<ResetResult>(),
         annotations(
             title = "Restart or close a session",
             read_only_hint = false,
@@ -231,9 +242,13 @@ impl WardenServer {
     )]
     async fn reset_session(
         &self,
-        Parameters(args): Parameters<ResetArgs>,
+        Parameters(raw): Parameters<JsonObject>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
+        let args: ResetArgs = match args::parse("reset_session", raw) {
+            Ok(a) => a,
+            Err(e) => return Ok(e.into_result()),
+        };
         let owner = owner_of(&ctx);
         let session = args.session.unwrap_or_else(|| "default".to_string());
         let result = match self.sessions.reset(&owner, &session, args.keep_files).await {
@@ -262,7 +277,8 @@ impl WardenServer {
 
     #[tool(
         description = include_str!("../../tools/list_grants.md"),
-        output_schema = schema_for_type::<GrantList>(),
+        input_schema = schema::input::<ListGrantsArgs>(),
+        output_schema = schema::output::<GrantList>(),
         annotations(
             title = "List granted paths",
             read_only_hint = true,
@@ -273,9 +289,16 @@ impl WardenServer {
     )]
     async fn list_grants(
         &self,
-        Parameters(args): Parameters<ListGrantsArgs>,
+        Parameters(raw): Parameters<JsonObject>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
+        let args: ListGrantsArgs = match args::parse("list_grants", raw) {
+            Ok(a) => a,
+            Err(e) => return Ok(e.into_result()),
+        };
+        if let Some(Err(e)) = args.session.as_deref().map(validate_session_name) {
+            return Ok(args::ArgError::invalid("list_grants", "session", &e.message).into_result());
+        }
         let owner = owner_of(&ctx);
         let list = GrantList {
             grants: self
@@ -290,7 +313,7 @@ impl WardenServer {
 
     #[tool(
         description = include_str!("../../tools/selftest.md"),
-        output_schema = schema_for_type::<SelftestReport>(),
+        output_schema = schema::output::<SelftestReport>(),
         annotations(
             title = "Prove what the sandbox enforces",
             read_only_hint = true,
@@ -324,7 +347,8 @@ impl WardenServer {
 
     #[tool(
         description = include_str!("../../tools/execute_python.md"),
-        output_schema = schema_for_type::<ExecResult>(),
+        input_schema = schema::input::<ExecuteArgs>(),
+        output_schema = schema::output::<ExecResult>(),
         annotations(
             title = "Run Python in the sandbox",
             read_only_hint = false,
@@ -335,9 +359,13 @@ impl WardenServer {
     )]
     async fn execute_python(
         &self,
-        Parameters(args): Parameters<ExecuteArgs>,
+        Parameters(raw): Parameters<JsonObject>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
+        let args: ExecuteArgs = match args::parse("execute_python", raw) {
+            Ok(a) => a,
+            Err(e) => return Ok(e.into_result()),
+        };
         // A cancelled call drops the execution, which kills the worker's process group:
         // cancelled code never keeps running.
         let owner = owner_of(&ctx);

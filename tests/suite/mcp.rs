@@ -241,7 +241,7 @@ async fn bad_arguments_get_clear_errors_and_the_server_keeps_serving() {
         server
             .call("execute_python", json!({"code": "1", "timeout_s": "soon"}))
             .await,
-        "expected u64",
+        "invalid argument `timeout_s`",
     );
 
     let r = server

@@ -1,5 +1,6 @@
 //! Shared harness: start a server with chosen settings, call tools, inspect the host.
 
+pub mod args;
 pub mod audit;
 pub mod benign;
 pub mod fail_closed;
