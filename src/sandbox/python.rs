@@ -1,7 +1,9 @@
 //! Finding the Python interpreter the workers run: a real ELF binary (never a shell shim
 //! such as pyenv's), the ELF loader it needs, and the directories its imports come from.
-//! The interpreter is asked once, at start-up, outside any sandbox; no user code is
-//! involved in that query.
+//! The interpreter is asked once, at start-up, outside any sandbox, so it runs isolated
+//! (`-I -S -B`): no environment variables, no user site, no `site` module, hence no
+//! `.pth` file and no `sitecustomize` of its site-packages is ever executed there. Only
+//! the standard library runs; the venv is found by reading `pyvenv.cfg` ourselves.
 
 use std::fs;
 use std::io::Read;
@@ -51,10 +53,24 @@ pub struct PythonRuntime {
 }
 
 /// Printed by the interpreter itself so that shims, venvs and symlinks are all resolved
-/// the way Python resolves them.
-const QUERY: &str = "import sys, json\n\
-print(json.dumps({'executable': sys.executable, 'version': sys.version.split()[0], \
-'prefix': sys.prefix, 'base_prefix': sys.base_prefix, 'path': [p for p in sys.path if p]}))";
+/// the way Python resolves them. It runs with `-S`: `import site` then only defines
+/// functions (no `site.main()`, so no `.pth` processing). A venv is recognised the way
+/// CPython does, by a `pyvenv.cfg` beside or above the executable.
+const QUERY: &str = r#"import sys, json, os, site
+exe = sys.executable
+venv = None
+for d in (os.path.dirname(exe), os.path.dirname(os.path.dirname(exe))):
+    if os.path.isfile(os.path.join(d, 'pyvenv.cfg')):
+        venv = d
+        break
+print(json.dumps({'executable': exe, 'version': sys.version.split()[0],
+    'prefix': sys.prefix, 'base_prefix': sys.base_prefix,
+    'path': [p for p in sys.path if p], 'site': site.getsitepackages(), 'venv': venv}))
+"#;
+
+/// Flags for every query: isolated mode (no `PYTHON*` variables, no user site), no
+/// `site`, no bytecode written.
+const QUERY_FLAGS: [&str; 3] = ["-I", "-S", "-B"];
 
 #[derive(Deserialize)]
 struct QueryAnswer {
@@ -63,6 +79,8 @@ struct QueryAnswer {
     prefix: String,
     base_prefix: String,
     path: Vec<String>,
+    site: Vec<String>,
+    venv: Option<String>,
 }
 
 /// Resolves `configured` (or python3 on PATH) to a runtime usable by a sandboxed worker.
@@ -109,7 +127,8 @@ pub fn resolve(
 
 fn query(candidate: &Path) -> Result<PythonRuntime, PythonError> {
     let output = Command::new(candidate)
-        .args(["-I", "-S", "-c", QUERY])
+        .args(QUERY_FLAGS)
+        .args(["-c", QUERY])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", std::env::var("HOME").unwrap_or_default())
@@ -129,8 +148,6 @@ fn query(candidate: &Path) -> Result<PythonRuntime, PythonError> {
             path: candidate.to_path_buf(),
             detail: e.to_string(),
         })?;
-    // -S hides site-packages from the query; add the conventional ones explicitly so the
-    // sandbox can read packages installed there.
     let executable = PathBuf::from(&answer.executable);
     if !executable.is_absolute() {
         return Err(PythonError::BadAnswer {
@@ -155,7 +172,6 @@ fn query(candidate: &Path) -> Result<PythonRuntime, PythonError> {
     let elf_interpreter = elf_interpreter(&head)
         .map(PathBuf::from)
         .and_then(|p| fs::canonicalize(p).ok());
-    let site = site_roots(&executable, &answer)?;
     let mut read_roots: Vec<PathBuf> = Vec::new();
     let mut push = |p: PathBuf| {
         if let Ok(c) = fs::canonicalize(&p)
@@ -165,16 +181,16 @@ fn query(candidate: &Path) -> Result<PythonRuntime, PythonError> {
             read_roots.push(c);
         }
     };
-    for p in answer.path.iter().map(PathBuf::from).chain(site) {
+    for p in answer.path.iter().chain(&answer.site).map(PathBuf::from) {
         push(p);
     }
     for prefix in [&answer.prefix, &answer.base_prefix] {
         push(Path::new(prefix).join("lib"));
-        // A venv's pyvenv.cfg tells the interpreter where its base lives.
-        let cfg = Path::new(prefix).join("pyvenv.cfg");
-        if cfg.is_file() {
-            push(Path::new(prefix).to_path_buf());
-        }
+    }
+    // A venv: the interpreter reads its pyvenv.cfg at start-up, and its packages live
+    // inside it. The whole venv is read-only to the worker.
+    if let Some(venv) = &answer.venv {
+        push(PathBuf::from(venv));
     }
     Ok(PythonRuntime {
         executable,
@@ -183,41 +199,6 @@ fn query(candidate: &Path) -> Result<PythonRuntime, PythonError> {
         version: answer.version,
         read_roots,
     })
-}
-
-/// Site-packages directories and the venv root, asked for with `site` enabled (the -S
-/// query hides both: in a venv, `sys.prefix` is set by `site`).
-fn site_roots(executable: &Path, answer: &QueryAnswer) -> Result<Vec<PathBuf>, PythonError> {
-    #[derive(Deserialize)]
-    struct SiteAnswer {
-        site: Vec<String>,
-        prefix: String,
-    }
-    let output = Command::new(executable)
-        .args([
-            "-I",
-            "-c",
-            "import site, sys, json; print(json.dumps({'site': site.getsitepackages(), 'prefix': sys.prefix}))",
-        ])
-        .env_clear()
-        .output()
-        .map_err(|source| PythonError::Query {
-            path: executable.to_path_buf(),
-            source,
-        })?;
-    let mut out = Vec::new();
-    match serde_json::from_slice::<SiteAnswer>(&output.stdout) {
-        Ok(site) => {
-            out.extend(site.site.into_iter().map(PathBuf::from));
-            // A venv: Python reads its pyvenv.cfg at start-up.
-            let prefix = PathBuf::from(site.prefix);
-            if prefix.join("pyvenv.cfg").is_file() {
-                out.push(prefix);
-            }
-        }
-        Err(_) => out.push(Path::new(&answer.prefix).join("lib")),
-    }
-    Ok(out)
 }
 
 fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {

@@ -39,10 +39,13 @@ async fn start_without_namespaces(mode: &str) -> Server {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
+    let pid = transport.id().unwrap();
     let client = ().serve(transport).await.unwrap();
     Server {
         client,
         data_dir: data,
+        pid,
+        who: super::As::Root,
     }
 }
 

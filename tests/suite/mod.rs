@@ -12,6 +12,7 @@ pub mod mcp;
 pub mod redteam;
 pub mod selftest;
 pub mod settings;
+pub mod walls;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,113 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_warden");
 pub struct Server {
     pub client: RunningService<RoleClient, ()>,
     pub data_dir: tempfile::TempDir,
+    /// The server process itself (the MCP child; wrappers exec into it).
+    pub pid: u32,
+    /// Who it runs as.
+    pub who: As,
+}
+
+/// Who the server under test runs as. Every wall is tested both ways: a root server
+/// gives each session an unprivileged uid of its own; a desktop user's server runs its
+/// workers with that user's own uid, so the user's own files and processes are the
+/// canaries there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum As {
+    Root,
+    /// The login user named by `WARDEN_TEST_USER` (`.ci/run` creates `warden-test`).
+    User,
+}
+
+/// The login user the unprivileged mode runs as.
+#[derive(Clone, Debug)]
+pub struct LoginUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+}
+
+/// `WARDEN_TEST_USER`, looked up in /etc/passwd. `None` (and a note) when it is not set
+/// outside CI; in CI a missing user is a failure, never a skip.
+pub fn login_user() -> Option<LoginUser> {
+    let Some(name) = std::env::var("WARDEN_TEST_USER")
+        .ok()
+        .filter(|n| !n.is_empty())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set WARDEN_TEST_USER (.ci/run creates the login user warden-test)"
+        );
+        eprintln!("skipping the login-user half: WARDEN_TEST_USER is not set");
+        return None;
+    };
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let fields: Vec<&str> = passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() >= 7 && f[0] == name)
+        .unwrap_or_else(|| panic!("WARDEN_TEST_USER={name} is not in /etc/passwd"));
+    Some(LoginUser {
+        name: name.clone(),
+        uid: fields[2].parse().unwrap(),
+        gid: fields[3].parse().unwrap(),
+        home: PathBuf::from(fields[5]),
+    })
+}
+
+/// Both modes this machine can test: root always, the login user when configured.
+pub fn both_modes() -> Vec<As> {
+    let mut modes = vec![As::Root];
+    if login_user().is_some() {
+        modes.push(As::User);
+    }
+    modes
+}
+
+/// Whether a process with no special rights can reach and run `path`.
+fn reachable_by_others(path: &Path) -> bool {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    meta.permissions().mode() & 0o005 == 0o005
+        && path
+            .ancestors()
+            .skip(1)
+            .all(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+}
+
+/// The warden binary as the login user can run it: the build directory itself when
+/// others can reach it, else one copy per test process in a world-readable directory.
+pub fn user_bin() -> PathBuf {
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        if reachable_by_others(Path::new(BIN)) {
+            return PathBuf::from(BIN);
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("warden-test-bin-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = dir.join("warden");
+        std::fs::copy(BIN, &bin).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        bin
+    })
+    .clone()
+}
+
+/// A data directory for a server running as `who`: the login user's own when it runs as
+/// that user.
+pub fn data_dir_for(who: As) -> tempfile::TempDir {
+    let dir = data_dir();
+    if who == As::User {
+        let user = login_user().expect("login user");
+        std::os::unix::fs::chown(dir.path(), Some(user.uid), Some(user.gid)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    dir
 }
 
 /// Where the server runs.
@@ -56,7 +164,7 @@ const NETNS_SETUP: &str = "set -e; ip link set lo up; \
 ip link add wt0 type veth peer name wt1; \
 ip addr add 198.51.100.1/24 dev wt0; ip link set wt0 up; ip link set wt1 up; \
 ip route add 192.0.2.0/24 via 198.51.100.2 dev wt0; \
-exec \"$0\" serve";
+exec \"$@\"";
 
 /// The server command line for a test: netns wrapper, settings, data dir.
 pub fn server_command(
@@ -65,18 +173,59 @@ pub fn server_command(
     extra_args: &[&str],
     data_dir: &Path,
 ) -> tokio::process::Command {
+    server_command_as(As::Root, net, env, extra_args, data_dir)
+}
+
+/// The same, running the server as `who`. As the login user, the server gets that user's
+/// identity and home (HOME, USER), no supplementary groups, and the binary by a path the
+/// user can reach.
+pub fn server_command_as(
+    who: As,
+    net: Net,
+    env: &[(&str, &str)],
+    extra_args: &[&str],
+    data_dir: &Path,
+) -> tokio::process::Command {
+    // The argv that finally runs warden (every wrapper execs, so its pid is the server's).
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    let user = (who == As::User).then(|| login_user().expect("login user"));
+    if let Some(user) = &user {
+        argv.extend(
+            [
+                "setpriv".to_string(),
+                format!("--reuid={}", user.uid),
+                format!("--regid={}", user.gid),
+                "--clear-groups".to_string(),
+                "--".to_string(),
+            ]
+            .map(Into::into),
+        );
+        argv.push(user_bin().into());
+    } else {
+        argv.push(BIN.into());
+    }
+    argv.push("serve".into());
+    argv.extend(extra_args.iter().map(Into::into));
     let mut cmd = match net {
         Net::Host => {
-            let mut c = tokio::process::Command::new(BIN);
-            c.arg("serve").args(extra_args);
+            let mut c = tokio::process::Command::new(&argv[0]);
+            c.args(&argv[1..]);
             c
         }
         Net::Isolated => {
             let mut c = tokio::process::Command::new("unshare");
-            c.args(["--net", "--", "sh", "-c", NETNS_SETUP, BIN]);
+            c.args(["--net", "--", "sh", "-c", NETNS_SETUP, "sh"]);
+            c.args(&argv);
             c
         }
     };
+    if let Some(user) = &user {
+        cmd.env("HOME", &user.home)
+            .env("USER", &user.name)
+            .env("LOGNAME", &user.name)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_DATA_HOME");
+    }
     cmd.env("SANDBOX_DATA_DIR", data_dir)
         .env("WARDEN_LOG", "warn")
         .env("RUST_BACKTRACE", "0")
@@ -98,14 +247,25 @@ impl Server {
     }
 
     pub async fn start_in(net: Net, env: &[(&str, &str)]) -> Server {
-        let data_dir = data_dir();
-        let cmd = server_command(net, env, &[], data_dir.path());
+        Server::start_as(As::Root, net, env).await
+    }
+
+    /// Starts a server as `who` (root, or the login user of `WARDEN_TEST_USER`).
+    pub async fn start_as(who: As, net: Net, env: &[(&str, &str)]) -> Server {
+        let data_dir = data_dir_for(who);
+        let cmd = server_command_as(who, net, env, &[], data_dir.path());
         let (transport, _stderr) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn warden");
+        let pid = transport.id().expect("server pid");
         let client = ().serve(transport).await.expect("MCP initialize");
-        Server { client, data_dir }
+        Server {
+            client,
+            data_dir,
+            pid,
+            who,
+        }
     }
 
     /// Calls a tool; protocol errors are returned as Err.
@@ -145,7 +305,8 @@ impl Server {
         .await;
         assert!(
             cleaned,
-            "the server left workspaces in {}",
+            "the server ({:?}) left workspaces in {}",
+            self.who,
             sessions.display()
         );
     }
@@ -241,4 +402,59 @@ pub fn corpus(kind: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/corpus")
         .join(kind)
+}
+
+/// A process's identity that survives pid reuse: (pid, start time in clock ticks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcId {
+    pub pid: u32,
+    pub start: u64,
+}
+
+/// Parent pid and start time of a live process (fields 4 and 22 of /proc/PID/stat).
+fn stat_fields(pid: u32) -> Option<(u32, u64, char)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    Some((
+        fields.get(1)?.parse().ok()?,
+        fields.get(19)?.parse().ok()?,
+        state,
+    ))
+}
+
+/// Whether this exact process (not a later one that reused its pid) is still running.
+pub fn is_alive(p: ProcId) -> bool {
+    stat_fields(p.pid).is_some_and(|(_, start, state)| start == p.start && state != 'Z')
+}
+
+/// Every live descendant of `pid` (children, grandchildren, ...), found through the
+/// parent links in /proc: only processes this test's own server started.
+pub fn descendants(pid: u32) -> Vec<ProcId> {
+    let mut table: Vec<(u32, u32, u64)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if let Some((ppid, start, state)) = stat_fields(p)
+                && state != 'Z'
+            {
+                table.push((p, ppid, start));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for &(p, ppid, start) in &table {
+            if ppid == parent {
+                out.push(ProcId { pid: p, start });
+                frontier.push(p);
+            }
+        }
+    }
+    out
 }

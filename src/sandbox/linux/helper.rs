@@ -159,14 +159,18 @@ fn run() -> Result<Infallible, Refusal> {
         list: Vec::new(),
     };
 
-    enter_new_session(policy.parent_pid)?;
+    enter_new_session()?;
+    if policy.mode != SandboxMode::Off {
+        drop_privileges(&policy, &mut walls)?;
+    }
+    // After the uid change, which clears the parent-death signal.
+    die_with_parent(policy.parent_pid)?;
     walls.enforced(
         "process_group",
         "own session and process group; killed with the server",
     );
 
     if policy.mode != SandboxMode::Off {
-        drop_privileges(&policy, &mut walls)?;
         enter_namespaces(&policy, &mut walls)?;
         let limits = rlimits::rlimits_for(&policy.limits);
         rlimits::apply(&limits).map_err(|e| refuse("rlimits", e))?;
@@ -217,6 +221,7 @@ fn run() -> Result<Infallible, Refusal> {
             }
             Err(e) => return Err(refuse("landlock", e.to_string())),
         }
+        forbid_writable_executable_memory(&mut walls)?;
         install_seccomp(&policy, &mut walls)?;
         verify_no_new_privs(&mut walls)?;
         self_check(&policy, &walls)?;
@@ -251,12 +256,19 @@ fn mode_name(mode: SandboxMode) -> &'static str {
     }
 }
 
-fn enter_new_session(parent_pid: i32) -> Result<(), Refusal> {
+fn enter_new_session() -> Result<(), Refusal> {
+    // SAFETY: plain syscall without pointers.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(refuse("process_group", os_error("setsid")));
+    }
+    Ok(())
+}
+
+/// The kernel clears the parent-death signal whenever the credentials change (setresuid,
+/// setresgid), so it is set only after the last change, then the parent is checked.
+fn die_with_parent(parent_pid: i32) -> Result<(), Refusal> {
     // SAFETY: plain syscalls without pointers.
     unsafe {
-        if libc::setsid() < 0 {
-            return Err(refuse("process_group", os_error("setsid")));
-        }
         if libc::prctl(
             libc::PR_SET_PDEATHSIG,
             libc::SIGKILL as libc::c_ulong,
@@ -495,6 +507,39 @@ fn install_seccomp(policy: &WorkerPolicy, walls: &mut Walls) -> Result<(), Refus
     }
 }
 
+/// W^X (Linux 6.3+): no mapping may become writable and executable, nor gain execute
+/// later, so code cannot write machine code into memory and run it. Inherited across
+/// execve. A kernel without it leaves the wall unenforced and says so; it is not a
+/// refusal under `require` (the memfd and exec walls do not depend on it).
+fn forbid_writable_executable_memory(walls: &mut Walls) -> Result<(), Refusal> {
+    // SAFETY: plain prctl with integer arguments.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_MDWE,
+            libc::PR_MDWE_REFUSE_EXEC_GAIN as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    if rc == 0 {
+        walls.enforced(
+            "w_xor_x",
+            "PR_SET_MDWE: no memory is ever writable and executable",
+        );
+        return Ok(());
+    }
+    if errno() == libc::EINVAL {
+        walls.list.push(WallStatus {
+            name: "w_xor_x".to_string(),
+            enforced: false,
+            detail: "this kernel has no PR_SET_MDWE (Linux 6.3+): native code could be written into memory and run; it still runs confined by every other wall".to_string(),
+        });
+        return Ok(());
+    }
+    Err(refuse("w_xor_x", os_error("PR_SET_MDWE")))
+}
+
 fn verify_no_new_privs(walls: &mut Walls) -> Result<(), Refusal> {
     // SAFETY: plain prctl.
     let nnp = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
@@ -537,6 +582,16 @@ fn self_check(policy: &WorkerPolicy, walls: &Walls) -> Result<(), Refusal> {
                     "self-check: socket(AF_INET) was not denied",
                 ));
             }
+        }
+        // SAFETY: memfd_create reads a NUL-terminated name; a success is closed at once.
+        let fd = unsafe { libc::memfd_create(c"selfcheck".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd >= 0 {
+            // SAFETY: closing the fd we just got.
+            unsafe { libc::close(fd) };
+            return Err(refuse(
+                "seccomp",
+                "self-check: an executable memfd could be created",
+            ));
         }
         // SAFETY: an x32 getpid takes no arguments.
         let rc = unsafe { libc::syscall(0x4000_0000 | libc::SYS_getpid) };

@@ -50,6 +50,11 @@ const SYS_REMOVEXATTRAT: i64 = 466;
 const SYS_OPEN_TREE_ATTR: i64 = 467;
 const SYS_FILE_SETATTR: i64 = 469;
 const SYS_FCHMODAT2: i64 = 452;
+/// memfd_create flags (linux/memfd.h), missing from the libc crate for this target.
+pub const MFD_NOEXEC_SEAL: u64 = 0x0008;
+pub const MFD_EXEC: u64 = 0x0010;
+/// ioprio_set's "which" for a single process or thread (linux/ioprio.h).
+const IOPRIO_WHO_PROCESS: u64 = 1;
 
 /// Filter A: kill foreign architectures (i386 `int 0x80`), ENOSYS for x32 and unknown
 /// numbers. Hand-written because seccompiler has no x32 check (rust-vmm/seccompiler#74).
@@ -186,6 +191,55 @@ pub fn eperm_rules(plan: SeccompPlan) -> Result<BTreeMap<i64, Vec<SeccompRule>>,
             libc::SYS_pidfd_open,
             libc::SYS_pidfd_send_signal,
             libc::SYS_pidfd_getfd,
+        ],
+    );
+    // Limits and scheduling of other processes: with the desktop user's own uid, a worker
+    // could otherwise lower the server's RLIMIT_CPU (killing it), or renice and pin other
+    // programs of the user. Only the worker itself (pid 0 or its own pid) may be named.
+    for nr in [
+        libc::SYS_prlimit64,
+        libc::SYS_sched_setscheduler,
+        libc::SYS_sched_setparam,
+        libc::SYS_sched_setaffinity,
+        libc::SYS_sched_setattr,
+    ] {
+        rules.insert(nr, vec![rule(vec![cond(0, Ne, 0)?, cond(0, Ne, me)?])?]);
+    }
+    // setpriority(which, who, prio) and ioprio_set(which, who, ioprio): process groups and
+    // users are never allowed (they reach every process of the uid); a process only itself.
+    for (nr, single) in [
+        (libc::SYS_setpriority, libc::PRIO_PROCESS as u64),
+        (libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS),
+    ] {
+        rules.insert(
+            nr,
+            vec![
+                rule(vec![cond(0, Ne, single)?])?,
+                rule(vec![cond(1, Ne, 0)?, cond(1, Ne, me)?])?,
+            ],
+        );
+    }
+    // File-system watches report names and events from outside every other wall (Landlock
+    // has no right for them): /tmp, /home, other sessions' workspaces.
+    always(
+        &mut rules,
+        &[
+            libc::SYS_inotify_init,
+            libc::SYS_inotify_init1,
+            libc::SYS_inotify_add_watch,
+            libc::SYS_inotify_rm_watch,
+            libc::SYS_fanotify_init,
+            libc::SYS_fanotify_mark,
+        ],
+    );
+    // A memfd is executable through /proc/self/fd/N, and Landlock's execute right covers
+    // paths, not memfds: only sealed, never-executable memfds may be created (Linux 6.3+;
+    // older kernels reject the flag, so memfds are unavailable there).
+    rules.insert(
+        libc::SYS_memfd_create,
+        vec![
+            rule(vec![cond(1, MaskedEq(MFD_NOEXEC_SEAL), 0)?])?,
+            rule(vec![cond(1, MaskedEq(MFD_EXEC), MFD_EXEC)?])?,
         ],
     );
     // SIGIO to a foreign process.
@@ -458,6 +512,44 @@ mod tests {
             !rules.contains_key(&libc::SYS_execve),
             "the helper needs execve"
         );
+    }
+
+    #[test]
+    fn limits_and_scheduling_only_for_the_worker_itself() {
+        let rules = eperm_rules(plan(NetworkMode::Deny)).unwrap();
+        for nr in [
+            libc::SYS_prlimit64,
+            libc::SYS_sched_setscheduler,
+            libc::SYS_sched_setparam,
+            libc::SYS_sched_setaffinity,
+            libc::SYS_sched_setattr,
+        ] {
+            // One rule: the pid is neither 0 nor the worker's own.
+            assert_eq!(rules.get(&nr).map(Vec::len), Some(1), "syscall {nr}");
+        }
+        for nr in [libc::SYS_setpriority, libc::SYS_ioprio_set] {
+            // Two rules: a group or user target, or a process other than itself.
+            assert_eq!(rules.get(&nr).map(Vec::len), Some(2), "syscall {nr}");
+        }
+        assert!(
+            !rules.contains_key(&libc::SYS_setrlimit),
+            "setrlimit only ever acts on the caller"
+        );
+    }
+
+    #[test]
+    fn watches_are_denied_and_memfds_must_be_sealed_against_exec() {
+        let rules = eperm_rules(plan(NetworkMode::Deny)).unwrap();
+        for nr in [
+            libc::SYS_inotify_init,
+            libc::SYS_inotify_init1,
+            libc::SYS_inotify_add_watch,
+            libc::SYS_fanotify_init,
+            libc::SYS_fanotify_mark,
+        ] {
+            assert_eq!(rules.get(&nr).map(Vec::len), Some(0), "syscall {nr}");
+        }
+        assert_eq!(rules.get(&libc::SYS_memfd_create).map(Vec::len), Some(2));
     }
 
     #[test]

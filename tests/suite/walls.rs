@@ -1,0 +1,352 @@
+//! The walls of issue #8, each attacked as the issue's reproducers did and judged from
+//! the host: a bystander process of the worker's own uid keeps its limits, priority and
+//! CPUs; no program but the interpreter runs (memfd, RWX memory); a `.pth` planted in
+//! the interpreter's venv never runs outside the sandbox; the worker dies with a killed
+//! server. Every test runs with the server as root and as the login user.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Stdio;
+
+use serde_json::json;
+
+use super::{
+    As, Net, ProcId, Server, both_modes, descendants, eventually, find_files, is_alive, login_user,
+    stdout,
+};
+
+async fn start(who: As, env: &[(&str, &str)]) -> Server {
+    let mut pairs = vec![("CODEGUARD", "off")];
+    pairs.extend_from_slice(env);
+    Server::start_as(who, Net::Host, &pairs).await
+}
+
+async fn uid_of(server: &Server, session: &str) -> u32 {
+    let r = server.run(session, "import os; print(os.getuid())").await;
+    stdout(&r)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("uid: {r}"))
+}
+
+/// A process of a given uid that the test started and watches (a `sleep`, in a process
+/// group of its own so that nothing aimed at it can reach the test runner).
+struct Bystander {
+    child: std::process::Child,
+}
+
+impl Bystander {
+    fn start(uid: u32) -> Bystander {
+        use std::os::unix::process::CommandExt;
+        let child = std::process::Command::new("setpriv")
+            .args([
+                format!("--reuid={uid}"),
+                format!("--regid={uid}"),
+                "--clear-groups".into(),
+                "sleep".into(),
+                "300".into(),
+            ])
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        Bystander { child }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// What an attack on its limits, priority, scheduling or CPUs would change.
+    fn state(&self) -> String {
+        let pid = self.pid();
+        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+        let cpu_limit = limits
+            .lines()
+            .find(|l| l.starts_with("Max cpu time"))
+            .unwrap()
+            .to_string();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+            .split_whitespace()
+            .collect();
+        // nice (field 19) and scheduling policy (field 41), counted from the state (3).
+        let (nice, policy) = (fields[16], fields[38]);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let cpus = status
+            .lines()
+            .find(|l| l.starts_with("Cpus_allowed_list"))
+            .unwrap()
+            .to_string();
+        format!("{cpu_limit} | nice {nice} | policy {policy} | {cpus}")
+    }
+}
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Finding 3: with one uid for everything, sandboxed code changed the limits and
+/// scheduling of other processes of that uid (it killed the server through RLIMIT_CPU).
+#[tokio::test]
+async fn limits_and_scheduling_of_other_processes_stay_out_of_reach() {
+    for who in both_modes() {
+        let server = start(who, &[]).await;
+        let uid = uid_of(&server, "s").await;
+        let mut bystander = Bystander::start(uid);
+        let before = bystander.state();
+        let code = format!(
+            r#"import ctypes, os, resource
+libc = ctypes.CDLL(None, use_errno=True)
+B, S = {b}, {s}
+def attempt(name, fn):
+    try:
+        rc = fn()
+        if isinstance(rc, int) and rc == -1:
+            print(name, "denied", ctypes.get_errno())
+        else:
+            print(name, "DONE")
+    except OSError as e:
+        print(name, "denied", e.errno)
+attempt("prlimit_set_bystander", lambda: resource.prlimit(B, resource.RLIMIT_CPU, (1, 1)))
+attempt("prlimit_get_server", lambda: resource.prlimit(S, resource.RLIMIT_CPU))
+attempt("setpriority_bystander", lambda: os.setpriority(os.PRIO_PROCESS, B, 19))
+attempt("setpriority_group", lambda: os.setpriority(os.PRIO_PGRP, B, 19))
+attempt("setpriority_user", lambda: os.setpriority(os.PRIO_USER, 2147483000, 19))
+attempt("setaffinity_bystander", lambda: os.sched_setaffinity(B, {{0}}))
+attempt("setscheduler_bystander", lambda: os.sched_setscheduler(B, os.SCHED_IDLE, os.sched_param(0)))
+attempt("ioprio_bystander", lambda: libc.syscall(251, 1, B, (3 << 13) | 7))
+attempt("prlimit_self", lambda: resource.prlimit(0, resource.RLIMIT_NOFILE))
+attempt("setpriority_self", lambda: os.setpriority(os.PRIO_PROCESS, 0, 1))
+attempt("setaffinity_self", lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))
+"#,
+            b = bystander.pid(),
+            s = server.pid,
+        );
+        let r = server.run("s", &code).await;
+        let out = stdout(&r);
+        let done: Vec<&str> = out.lines().filter(|l| l.ends_with("DONE")).collect();
+        assert_eq!(
+            done,
+            vec![
+                "prlimit_self DONE",
+                "setpriority_self DONE",
+                "setaffinity_self DONE"
+            ],
+            "{who:?}: {r}"
+        );
+        assert_eq!(out.matches(" denied ").count(), 8, "{who:?}: {out}");
+        assert!(bystander.alive(), "{who:?}: the bystander died");
+        assert_eq!(
+            bystander.state(),
+            before,
+            "{who:?}: the bystander was changed"
+        );
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.pid)).unwrap();
+        assert!(
+            limits
+                .lines()
+                .any(|l| l.starts_with("Max cpu time") && l.contains("unlimited")),
+            "{who:?}: {limits}"
+        );
+        let r = server.run("other", "print('still here')").await;
+        assert_eq!(stdout(&r), "still here\n", "{who:?}: {r}");
+        server.stop().await;
+    }
+}
+
+/// Finding 5: any readable ELF copied into a memfd ran through /proc/self/fd/N, and
+/// native code ran from an RWX mapping. The ELF here is the interpreter itself (readable
+/// in every mode); judged from the host: the marker file it would write does not exist.
+#[tokio::test]
+async fn no_program_but_the_interpreter_runs_from_memfds_or_writable_memory() {
+    for who in both_modes() {
+        let server = start(who, &[]).await;
+        let code = r#"import ctypes, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+import sys
+elf = open(sys.executable, "rb").read()
+def memfd_exec(label, flags):
+    fd = libc.memfd_create(label.encode(), flags)
+    if fd < 0:
+        print(label, "memfd denied", ctypes.get_errno())
+        return
+    os.write(fd, elf)
+    try:
+        os.fchmod(fd, 0o755)
+    except OSError as e:
+        print(label, "fchmod denied", e.errno)
+    try:
+        os.execv("/proc/self/fd/%d" % fd,
+                 ["python3", "-c", "print('EXEC_OK'); open('pwned_memfd_%s', 'w').write('x')" % label])
+    except OSError as e:
+        print(label, "exec denied", e.errno)
+memfd_exec("plain", 0)
+memfd_exec("sealed", 8)
+memfd_exec("exec_flag", 0x10)
+try:
+    m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    m.write(b"\xc3")
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    ctypes.CFUNCTYPE(None)(addr)()
+    print("NATIVE_CODE_EXECUTED rwx")
+except OSError as e:
+    print("rwx denied", e.errno)
+size = 4096
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+addr = libc.mmap(None, size, 3, 0x22, -1, 0)
+ctypes.memset(addr, 0xC3, 1)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+if libc.mprotect(addr, size, 5) == 0:
+    ctypes.CFUNCTYPE(None)(addr)()
+    print("NATIVE_CODE_EXECUTED mprotect")
+else:
+    print("mprotect denied", ctypes.get_errno())
+cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(lambda x: x * 2)
+print("ctypes callback", cb(21))
+"#;
+        let r = server.run("x", code).await;
+        let out = stdout(&r);
+        assert!(!out.contains("EXEC_OK"), "{who:?}: {r}");
+        assert!(!out.contains("NATIVE_CODE_EXECUTED"), "{who:?}: {r}");
+        assert!(
+            find_files(server.data_dir.path(), "pwned_memfd").is_empty(),
+            "{who:?}: a memfd program wrote its marker"
+        );
+        for expect in [
+            "plain memfd denied 1",
+            "exec_flag memfd denied 1",
+            "sealed fchmod denied 1",
+            "sealed exec denied 13",
+            "rwx denied 13",
+            "mprotect denied 13",
+            "ctypes callback 42",
+        ] {
+            assert!(out.contains(expect), "{who:?}: {expect:?} missing: {r}");
+        }
+        let r = server.run("x", "print('alive')").await;
+        assert_eq!(stdout(&r), "alive\n", "{who:?}: {r}");
+        server.stop().await;
+    }
+}
+
+/// A scratch directory every uid may use (the login user's server and the sandbox uids
+/// must reach it).
+fn open_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
+/// Finding 2: a `.pth` file in the interpreter's venv ran as the user, because the
+/// server's start-up query ran that interpreter outside the sandbox with `site` on.
+#[tokio::test]
+async fn a_pth_file_planted_in_the_venv_never_runs_outside_the_sandbox() {
+    for who in both_modes() {
+        let scratch = open_dir();
+        let venv = scratch.path().join("venv");
+        let made = std::process::Command::new("/usr/bin/python3")
+            .args(["-m", "venv", "--without-pip"])
+            .arg(&venv)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let markers = scratch.path().join("markers");
+        std::fs::create_dir(&markers).unwrap();
+        std::fs::set_permissions(&markers, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let site = find_files(&venv, "site-packages")
+            .into_iter()
+            .find(|p| p.is_dir())
+            .unwrap();
+        std::fs::write(
+            site.join("planted.pth"),
+            format!(
+                "import os; open(os.path.join({:?}, 'pth_ran_%d' % os.getpid()), 'w').write(str(os.getuid()))\n",
+                markers.display().to_string()
+            ),
+        )
+        .unwrap();
+        let python = venv.join("bin/python");
+        let server = start(who, &[("SANDBOX_PYTHON", python.to_str().unwrap())]).await;
+        let r = server.run("v", "import sys; print(sys.prefix)").await;
+        assert_eq!(r["status"], "ok", "{who:?}: {r}");
+        let ran: Vec<_> = std::fs::read_dir(&markers).unwrap().flatten().collect();
+        assert!(
+            ran.is_empty(),
+            "{who:?}: the planted .pth ran unconfined: {:?}",
+            ran.iter().map(|e| e.path()).collect::<Vec<_>>()
+        );
+        server.stop().await;
+    }
+}
+
+/// Finding 7: a SIGKILLed root server left its busy worker running, reparented to init
+/// (the uid change had cleared the parent-death signal). Only this test's own server's
+/// descendants are judged.
+#[tokio::test]
+async fn a_busy_worker_dies_with_a_killed_server() {
+    for who in both_modes() {
+        let server = start(who, &[]).await;
+        server.run("busy", "print('ready')").await;
+        let spin = server.exec(json!({
+            "session": "busy",
+            "timeout_s": 60,
+            "code": "import threading\ndef spin():\n    while True:\n        pass\nthreading.Thread(target=spin).start()\nspin()",
+        }));
+        let watch = async {
+            // Wait until the worker burns CPU, then note exactly which processes it is.
+            let mut procs: Vec<ProcId> = Vec::new();
+            for _ in 0..100 {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                procs = descendants(server.pid);
+                if procs.iter().any(|p| busy(p.pid)) {
+                    break;
+                }
+            }
+            assert!(!procs.is_empty(), "{who:?}: no worker found");
+            // SAFETY: signalling this test's own server process.
+            unsafe { libc::kill(server.pid as i32, libc::SIGKILL) };
+            procs
+        };
+        let procs = tokio::select! {
+            procs = watch => procs,
+            r = spin => panic!("{who:?}: the spinning call returned: {r}"),
+        };
+        let gone = eventually(5, || procs.iter().all(|p| !is_alive(*p))).await;
+        let left: Vec<ProcId> = procs.iter().copied().filter(|p| is_alive(*p)).collect();
+        for p in &left {
+            // SAFETY: killing a survivor this test's server started.
+            unsafe { libc::kill(p.pid as i32, libc::SIGKILL) };
+        }
+        assert!(
+            gone,
+            "{who:?}: worker processes outlived the server: {left:?}"
+        );
+    }
+}
+
+/// Whether a process is running on a CPU or runnable right now.
+fn busy(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('R')))
+        .unwrap_or(false)
+}
+
+#[test]
+fn the_login_user_mode_is_configured_in_ci() {
+    if std::env::var_os("CI").is_some() {
+        let user = login_user().expect("WARDEN_TEST_USER");
+        assert_ne!(user.uid, 0);
+        assert!(Path::new(&user.home).is_dir(), "{}", user.home.display());
+    }
+}
