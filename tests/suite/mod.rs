@@ -254,6 +254,15 @@ impl Server {
     pub async fn start_as(who: As, net: Net, env: &[(&str, &str)]) -> Server {
         let data_dir = data_dir_for(who);
         let cmd = server_command_as(who, net, env, &[], data_dir.path());
+        Server::from_command(cmd, data_dir, who).await
+    }
+
+    /// Starts the server a test built itself (see [`server_command_as`]).
+    pub async fn from_command(
+        cmd: tokio::process::Command,
+        data_dir: tempfile::TempDir,
+        who: As,
+    ) -> Server {
         let (transport, _stderr) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::inherit())
             .spawn()

@@ -244,19 +244,13 @@ async fn settings_come_from_the_file_and_flags_and_say_so() {
     )
     .unwrap();
     let data = super::data_dir();
-    let mut cmd = super::server_command(
+    let cmd = super::server_command(
         Net::Host,
         &[("WARDEN_CONFIG", config.to_str().unwrap())],
         &["--set", "SANDBOX_OUTPUT_LIMIT=4k"],
         data.path(),
     );
-    cmd.stderr(std::process::Stdio::inherit());
-    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
-    let client = rmcp::ServiceExt::serve((), transport).await.unwrap();
-    let server = Server {
-        client,
-        data_dir: data,
-    };
+    let server = Server::from_command(cmd, data, super::As::Root).await;
     let read = server
         .client
         .read_resource(rmcp::model::ReadResourceRequestParams::new(
