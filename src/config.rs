@@ -141,6 +141,33 @@ pub const REGISTRY: &[Spec] = &[
         "where selftest's connect probe aims (an IPv4 address; the default is RFC 5737 \
          TEST-NET-1).",
     ),
+    spec(
+        "SANDBOX_HTTP_ADDR",
+        "127.0.0.1:8765",
+        "where `serve --http` listens when no address is given (`IP:PORT`). Any address \
+         but loopback requires a bearer token.",
+    ),
+    computed(
+        "SANDBOX_HTTP_TOKEN",
+        "none on loopback; off loopback one is generated and printed at start",
+        "the bearer token HTTP clients must send (`Authorization: Bearer <token>`); when \
+         set it is required on loopback too. Each token is one client scope. Never shown \
+         in `warden://settings`.",
+    ),
+    computed(
+        "SANDBOX_HTTP_ALLOWED_HOSTS",
+        "`localhost`, `127.0.0.1`, `::1` and the bound address",
+        "more `Host` header values `serve --http` accepts, comma-separated (the names or \
+         addresses clients use to reach a non-loopback address); others are refused \
+         (DNS-rebinding protection).",
+    ),
+    computed(
+        "SANDBOX_HTTP_ALLOWED_ORIGINS",
+        "`http(s)://localhost:*`, `127.0.0.1:*`, `[::1]:*`",
+        "more browser `Origin` values accepted, comma-separated, with scheme and port \
+         (`https://app.example:443`; `:*` for any port); requests from other origins \
+         are refused.",
+    ),
     Spec {
         in_config_file: false,
         ..computed(
@@ -281,6 +308,13 @@ pub struct Settings {
     pub config_file: Option<PathBuf>,
     /// `WARDEN_LOG`.
     pub log_filter: String,
+    /// `SANDBOX_HTTP_ADDR`: `serve --http`'s default address.
+    pub http_addr: std::net::SocketAddr,
+    /// `SANDBOX_HTTP_TOKEN` (a secret: never serialised).
+    #[serde(skip)]
+    pub http_token: Option<String>,
+    pub http_allowed_hosts: Vec<String>,
+    pub http_allowed_origins: Vec<String>,
     /// Every registry setting in registry order, with where its value came from.
     #[serde(skip)]
     pub resolved: Vec<Resolved>,
@@ -467,6 +501,26 @@ impl Settings {
         let log_filter = r.value("WARDEN_LOG", "a log filter such as warn or info", |t| {
             Some(t.to_string())
         })?;
+        let http_addr = r.value("SANDBOX_HTTP_ADDR", "an IP:PORT address", |t| {
+            t.parse::<std::net::SocketAddr>().ok()
+        })?;
+        let http_token = r.optional("SANDBOX_HTTP_TOKEN", "at least 16 characters", |t| {
+            (t.len() >= 16 && !t.contains(char::is_whitespace)).then(|| t.to_string())
+        })?;
+        let http_allowed_hosts = r
+            .optional(
+                "SANDBOX_HTTP_ALLOWED_HOSTS",
+                "comma-separated host names",
+                list,
+            )?
+            .unwrap_or_default();
+        let http_allowed_origins = r
+            .optional(
+                "SANDBOX_HTTP_ALLOWED_ORIGINS",
+                "comma-separated origins such as https://app.example:443",
+                list,
+            )?
+            .unwrap_or_default();
         Ok(Settings {
             backend,
             host_sandbox,
@@ -483,7 +537,11 @@ impl Settings {
             probe_addr,
             config_file,
             log_filter,
-            resolved: r.resolved,
+            http_addr,
+            http_token,
+            http_allowed_hosts,
+            http_allowed_origins,
+            resolved: hide_secrets(r.resolved),
         })
     }
 
@@ -534,6 +592,28 @@ const SIZE_1K: &str = "a size such as 64k, 1m or 65536 (bytes), at least 1k";
 
 fn size_at_least(minimum: u64) -> impl Fn(&str) -> Option<u64> {
     move |t| parse_size(t).filter(|n| *n >= minimum)
+}
+
+/// Settings whose values are secrets: shown as set or unset, never as text.
+pub const SECRET_SETTINGS: &[&str] = &["SANDBOX_HTTP_TOKEN"];
+
+fn hide_secrets(mut resolved: Vec<Resolved>) -> Vec<Resolved> {
+    for r in &mut resolved {
+        if SECRET_SETTINGS.contains(&r.name) && r.value.is_some() {
+            r.value = Some("<set; hidden>".to_string());
+        }
+    }
+    resolved
+}
+
+fn list(t: &str) -> Option<Vec<String>> {
+    Some(
+        t.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect(),
+    )
 }
 
 fn path(t: &str) -> Option<PathBuf> {

@@ -33,7 +33,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve MCP over stdio (what an MCP client launches).
+    /// Serve MCP over stdio (what an MCP client launches), or over streamable HTTP at
+    /// `/mcp` with `--http`.
     #[command(after_help = warden::config::help_text())]
     Serve {
         /// Pre-approve read access to a path for every session (repeatable). Use this
@@ -43,6 +44,11 @@ enum Command {
         /// Pre-approve read and write access to a path for every session (repeatable).
         #[arg(long = "allow-write", value_name = "PATH")]
         allow_write: Vec<String>,
+        /// Serve MCP over streamable HTTP at http://ADDR/mcp instead of stdio (ADDR
+        /// defaults to SANDBOX_HTTP_ADDR, 127.0.0.1:8765). Off loopback a bearer token is
+        /// required (SANDBOX_HTTP_TOKEN, or one generated and printed at start).
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "")]
+        http: Option<String>,
     },
     /// Run one file (or - for stdin) in a fresh sandboxed session and print the result
     /// as JSON.
@@ -153,9 +159,19 @@ fn real_main() -> anyhow::Result<ExitCode> {
             Command::Serve {
                 allow_read,
                 allow_write,
+                http,
             } => {
                 let pre = pre_approvals(&allow_read, &allow_write, &config);
-                serve(settings, pre).await.map(|()| ExitCode::SUCCESS)
+                let transport = match http {
+                    None => Transport::Stdio,
+                    Some(addr) if addr.trim().is_empty() => Transport::Http(settings.http_addr),
+                    Some(addr) => Transport::Http(addr.trim().parse().with_context(|| {
+                        format!("--http {addr}: give an address such as 127.0.0.1:8765")
+                    })?),
+                };
+                serve(settings, pre, transport)
+                    .await
+                    .map(|()| ExitCode::SUCCESS)
             }
             Command::Run { file, timeout_s } => run_once(settings, file, timeout_s)
                 .await
@@ -231,7 +247,17 @@ fn show_settings(settings: &Settings, markdown: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(settings: Arc<Settings>, pre: Vec<PreApproval>) -> anyhow::Result<()> {
+/// Where `serve` talks MCP.
+enum Transport {
+    Stdio,
+    Http(std::net::SocketAddr),
+}
+
+async fn serve(
+    settings: Arc<Settings>,
+    pre: Vec<PreApproval>,
+    transport: Transport,
+) -> anyhow::Result<()> {
     if settings.host_sandbox == warden::config::SandboxMode::Off {
         tracing::warn!(
             "HOST_SANDBOX=off: code will run WITHOUT the operating-system sandbox (development only)"
@@ -239,7 +265,7 @@ async fn serve(settings: Arc<Settings>, pre: Vec<PreApproval>) -> anyhow::Result
     }
     let require = settings.host_sandbox == warden::config::SandboxMode::Require;
     let sessions =
-        Arc::new(SessionManager::new(settings, &pre).context("cannot prepare sessions")?);
+        Arc::new(SessionManager::new(settings.clone(), &pre).context("cannot prepare sessions")?);
     let server = WardenServer::new(sessions.clone());
     if require {
         // Fail closed: under require, code runs only if every required probe is blocked.
@@ -251,7 +277,16 @@ async fn serve(settings: Arc<Settings>, pre: Vec<PreApproval>) -> anyhow::Result
         }
         server.remember_selftest(report);
     }
-    let outcome = match server.serve(rmcp::transport::stdio()).await {
+    let outcome = match transport {
+        Transport::Stdio => serve_stdio(server).await,
+        Transport::Http(addr) => serve_http(server, &settings, addr).await,
+    };
+    sessions.shutdown().await;
+    outcome
+}
+
+async fn serve_stdio(server: WardenServer) -> anyhow::Result<()> {
+    match server.serve(rmcp::transport::stdio()).await {
         Ok(running) => tokio::select! {
             r = running.waiting() => r.map(|_| ()).context("MCP service failed"),
             _ = shutdown_signal() => {
@@ -260,11 +295,58 @@ async fn serve(settings: Arc<Settings>, pre: Vec<PreApproval>) -> anyhow::Result
             }
         },
         // A client that goes away before initialising is no reason to leave anything
-        // behind: the instance directory is removed below all the same.
+        // behind: the instance directory is removed by the caller all the same.
         Err(e) => Err(anyhow::Error::new(e).context("MCP initialisation failed")),
+    }
+}
+
+/// Serves HTTP until SIGTERM/SIGINT. What a person starting it needs (the URL, and a
+/// generated token) goes to stderr whatever the log level.
+async fn serve_http(
+    server: WardenServer,
+    settings: &Settings,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<()> {
+    use warden::server::http;
+    let (token, generated) = http::token_for(&addr, settings.http_token.clone());
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (SANDBOX_HTTP_ADDR or --http)"))?;
+    let bound = listener.local_addr().context("no local address")?;
+    if !bound.ip().is_loopback()
+        && settings.http_allowed_hosts.is_empty()
+        && bound.ip().is_unspecified()
+    {
+        tracing::warn!(
+            "listening on {bound}: clients must reach it by a name or address listed in \
+             SANDBOX_HTTP_ALLOWED_HOSTS (loopback names are accepted); other Host headers are refused"
+        );
+    }
+    eprintln!(
+        "warden: MCP over streamable HTTP at http://{bound}{}",
+        http::MCP_PATH
+    );
+    match (&token, generated) {
+        (Some(t), true) => {
+            eprintln!("warden: bearer token (generated; set SANDBOX_HTTP_TOKEN to choose one): {t}")
+        }
+        (Some(_), false) => {
+            eprintln!("warden: clients must send the SANDBOX_HTTP_TOKEN bearer token")
+        }
+        (None, _) => eprintln!("warden: loopback only, no token required"),
+    }
+    let options = http::HttpOptions {
+        addr: bound,
+        token,
+        extra_hosts: settings.http_allowed_hosts.clone(),
+        extra_origins: settings.http_allowed_origins.clone(),
     };
-    sessions.shutdown().await;
-    outcome
+    http::serve(server, options, listener, async {
+        shutdown_signal().await;
+        tracing::info!("signal received, shutting down");
+    })
+    .await
+    .context("the HTTP server failed")
 }
 
 async fn shutdown_signal() {

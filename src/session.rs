@@ -21,7 +21,7 @@ use crate::guard::{CheckContext, Decision, Guard, Verdict};
 use crate::owner::{Owner, SessionKey};
 use crate::sandbox::policy::{RunAs, SessionPaths, WorkerPolicy};
 use crate::sandbox::python::{self, PythonRuntime};
-use crate::sandbox::worker::{Outcome, SpawnError, Worker};
+use crate::sandbox::worker::{Outcome, OutputTap, SpawnError, Worker};
 use crate::workspace::Snapshot;
 
 /// Most sessions alive at once (each holds a Python process).
@@ -294,13 +294,29 @@ impl SessionManager {
 
     /// Runs one `execute_python` call for `owner` and records it in the audit log.
     pub async fn execute(&self, owner: &Owner, args: &ExecuteArgs) -> ExecResult {
-        let result = self.execute_unaudited(owner, args).await;
+        self.execute_streaming(owner, args, None).await
+    }
+
+    /// Like [`SessionManager::execute`], and the code's stdout also goes to `tap` as it
+    /// is printed (progress notifications).
+    pub async fn execute_streaming(
+        &self,
+        owner: &Owner,
+        args: &ExecuteArgs,
+        tap: Option<OutputTap>,
+    ) -> ExecResult {
+        let result = self.execute_unaudited(owner, args, tap).await;
         let key = SessionKey::new(owner, &result.session);
         self.audit_execution(&key.to_string(), &args.code, &result);
         result
     }
 
-    async fn execute_unaudited(&self, owner: &Owner, args: &ExecuteArgs) -> ExecResult {
+    async fn execute_unaudited(
+        &self,
+        owner: &Owner,
+        args: &ExecuteArgs,
+        tap: Option<OutputTap>,
+    ) -> ExecResult {
         let name = args.session.as_deref().unwrap_or("default");
         if let Some(reason) = self.gate_reason() {
             return ExecResult::refused(name, ErrorInfo::new("SandboxRefused", reason), Vec::new());
@@ -331,7 +347,9 @@ impl SessionManager {
             Err(e) => return ExecResult::refused(name, e, Vec::new()),
         };
         let timeout = self.settings.effective_timeout(args.timeout_s);
-        session.execute(self, &args.code, &inputs, timeout).await
+        session
+            .execute(self, &args.code, &inputs, timeout, tap)
+            .await
     }
 
     /// Restarts a session's interpreter (`keep_files`), or closes the session: its
@@ -384,6 +402,24 @@ impl SessionManager {
             )
         })?;
         Ok(killed_worker)
+    }
+
+    /// Closes every session of `owner` (its MCP session ended, so no one can name them
+    /// any more): workers killed, workspaces and grants removed.
+    pub async fn close_owner(&self, owner: &Owner) {
+        let names: Vec<String> = match self.sessions.lock() {
+            Ok(map) => map
+                .keys()
+                .filter(|k| &k.owner == owner)
+                .map(|k| k.name.clone())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        for name in names {
+            if let Err(e) = self.reset(owner, &name, false).await {
+                tracing::warn!(%owner, session = %name, error = %e.message, "could not close a session");
+            }
+        }
     }
 
     /// Kills every worker and removes every workspace of this instance.
@@ -795,6 +831,7 @@ impl Session {
         code: &str,
         inputs: &[crate::sandbox::worker::InputFile],
         timeout: Duration,
+        tap: Option<OutputTap>,
     ) -> ExecResult {
         let started = Instant::now();
         let mut state = self.state.lock().await;
@@ -927,6 +964,7 @@ impl Session {
         warnings.extend(worker.report().warnings());
         let before = Snapshot::take(&self.paths.workspace);
         let cap = manager.settings.output_limit_bytes;
+        worker.tap_stdout(tap);
         let run = worker.execute(code, inputs, timeout, cap).await;
         let after = Snapshot::take(&self.paths.workspace);
         if !run.reusable {

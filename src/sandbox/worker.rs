@@ -111,6 +111,10 @@ pub struct RunOutput {
     pub reusable: bool,
 }
 
+/// Receives stdout bytes as the worker writes them (only what is kept under the output
+/// cap), for progress notifications. Unbounded is safe: the cap bounds it.
+pub type OutputTap = tokio::sync::mpsc::UnboundedSender<Vec<u8>>;
+
 pub struct Worker {
     child: Child,
     pid: i32,
@@ -125,6 +129,8 @@ pub struct Worker {
     /// A call was started and never completed (its future was dropped: the client
     /// cancelled). The worker's protocol state is unknown, so it must not be reused.
     busy: bool,
+    /// Where the next call's stdout is also sent as it arrives (taken by that call).
+    stdout_tap: Option<OutputTap>,
 }
 
 /// Kills the worker's process group if a call is abandoned midway (its future dropped),
@@ -346,6 +352,7 @@ impl Worker {
             report,
             next_id: 1,
             busy: false,
+            stdout_tap: None,
         })
     }
 
@@ -360,6 +367,11 @@ impl Worker {
 
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// Streams the next call's stdout to `tap` as well, while it runs.
+    pub fn tap_stdout(&mut self, tap: Option<OutputTap>) {
+        self.stdout_tap = tap;
     }
 
     /// Runs one request with a wall-clock limit. On timeout the whole process group is
@@ -396,6 +408,7 @@ impl Worker {
         let nonce: String = nonce_bytes.iter().map(|b| format!("{b:02x}")).collect();
         let marker = format!("\0WARDEN-END:{nonce}\0").into_bytes();
         let mut out = StreamCollector::new(output_cap, std::mem::take(&mut self.stdout_carry));
+        out.tap = self.stdout_tap.take();
         let mut err = StreamCollector::new(output_cap, std::mem::take(&mut self.stderr_carry));
 
         let request = ExecRequest {
@@ -649,6 +662,8 @@ struct StreamCollector {
     scan: Vec<u8>,
     /// Bytes after the marker (printed by a background thread): the next call's output.
     leftover: Vec<u8>,
+    /// Also receives every kept byte as it is kept.
+    tap: Option<OutputTap>,
 }
 
 impl StreamCollector {
@@ -660,6 +675,7 @@ impl StreamCollector {
             complete: false,
             scan: carry,
             leftover: Vec::new(),
+            tap: None,
         }
     }
 
@@ -668,7 +684,14 @@ impl StreamCollector {
         if bytes.len() > room {
             self.truncated = true;
         }
-        self.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        let kept = &bytes[..bytes.len().min(room)];
+        if let Some(tap) = &self.tap
+            && !kept.is_empty()
+            && tap.send(kept.to_vec()).is_err()
+        {
+            self.tap = None;
+        }
+        self.kept.extend_from_slice(kept);
     }
 
     /// Looks for the marker in what is already buffered (output carried over).

@@ -4,6 +4,8 @@
 
 mod args;
 mod files;
+pub mod http;
+mod progress;
 mod prompts;
 pub mod schema;
 
@@ -132,6 +134,9 @@ pub struct WardenServer {
     last_selftest: Arc<Mutex<Option<SelftestReport>>>,
     tool_router: ToolRouter<Self>,
     prompt_router: PromptRouter<Self>,
+    /// Over HTTP, one per MCP session: closes that session's Python sessions when rmcp
+    /// drops the handler.
+    scope: Option<Arc<http::ScopeGuard>>,
 }
 
 #[tool_router]
@@ -142,7 +147,25 @@ impl WardenServer {
             last_selftest: Arc::new(Mutex::new(None)),
             tool_router: Self::tool_router(),
             prompt_router: Self::prompt_router(),
+            scope: None,
         }
+    }
+
+    /// The handler for one HTTP connection (an MCP session, or one stateless request).
+    pub fn for_connection(&self) -> WardenServer {
+        WardenServer {
+            scope: Some(Arc::new(http::ScopeGuard::new(self.sessions.clone()))),
+            ..self.clone()
+        }
+    }
+
+    /// Whose sessions a request may see: stdio's is [`Owner::Local`]; over HTTP each
+    /// client has its own (see [`http::owner_of`]).
+    fn owner(&self, ctx: &RequestContext<RoleServer>) -> Owner {
+        if let Some(scope) = &self.scope {
+            scope.note(ctx);
+        }
+        http::owner_of(ctx)
     }
 
     /// Keeps a selftest report for the settings resource.
@@ -171,6 +194,29 @@ impl WardenServer {
             },
             "last_selftest": last,
         })
+    }
+
+    /// This host's own paths that the settings document can contain.
+    fn host_paths(&self) -> Vec<String> {
+        let settings = self.sessions.settings();
+        let mut paths: Vec<std::path::PathBuf> = vec![
+            self.sessions.instance_dir().to_path_buf(),
+            self.sessions.runtime().executable.clone(),
+            self.sessions.audit().path().to_path_buf(),
+        ];
+        paths.extend(settings.data_dir.clone());
+        paths.extend(settings.python.clone());
+        paths.extend(settings.policy_file.clone());
+        paths.extend(settings.config_file.clone());
+        paths.extend(std::env::var_os("HOME").map(std::path::PathBuf::from));
+        let mut out: Vec<String> = paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .filter(|p| p.len() > 1)
+            .collect();
+        // Longest first, so a path is hidden whole before a prefix of it is.
+        out.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        out
     }
 
     #[tool(
@@ -249,7 +295,7 @@ impl WardenServer {
             Ok(a) => a,
             Err(e) => return Ok(e.into_result()),
         };
-        let owner = owner_of(&ctx);
+        let owner = self.owner(&ctx);
         let session = args.session.unwrap_or_else(|| "default".to_string());
         let result = match self.sessions.reset(&owner, &session, args.keep_files).await {
             Ok(worker_killed) => ResetResult {
@@ -299,7 +345,7 @@ impl WardenServer {
         if let Some(Err(e)) = args.session.as_deref().map(validate_session_name) {
             return Ok(args::ArgError::invalid("list_grants", "session", &e.message).into_result());
         }
-        let owner = owner_of(&ctx);
+        let owner = self.owner(&ctx);
         let list = GrantList {
             grants: self
                 .sessions
@@ -368,13 +414,28 @@ impl WardenServer {
         };
         // A cancelled call drops the execution, which kills the worker's process group:
         // cancelled code never keeps running.
-        let owner = owner_of(&ctx);
+        let owner = self.owner(&ctx);
+        let (tap, forwarder) = match ctx.meta.get_progress_token() {
+            Some(token) => {
+                let (tap, task) = progress::start(ctx.peer.clone(), token);
+                (Some(tap), Some(task))
+            }
+            None => (None, None),
+        };
         let result = tokio::select! {
-            result = self.sessions.execute(&owner, &args) => result,
+            result = self.sessions.execute_streaming(&owner, &args, tap) => result,
             () = ctx.ct.cancelled() => {
+                if let Some(task) = forwarder {
+                    task.abort();
+                }
                 return Err(McpError::invalid_request("the call was cancelled; its code was killed", None));
             }
         };
+        // The tap is gone with the run: the forwarder sends what is left and ends, so
+        // every progress notification goes out before the result.
+        if let Some(task) = forwarder {
+            let _ = task.await;
+        }
         let mut call = wrapped("execute_python", &result, result.status != ExecStatus::Ok)?;
         call.content
             .extend(files::images_for(&self.sessions, &owner, &result));
@@ -390,7 +451,7 @@ impl WardenServer {
             .session
             .clone()
             .unwrap_or_else(|| "default".to_string());
-        let key = SessionKey::new(&owner_of(ctx), &session);
+        let key = SessionKey::new(&self.owner(ctx), &session);
         let mut result = GrantResult {
             granted: false,
             path: args.path.clone(),
@@ -419,6 +480,15 @@ impl WardenServer {
             result.message = format!(
                 "already granted (by {}); nothing changed",
                 existing.approved_by
+            );
+            return result;
+        }
+        if http::transport_of(ctx) == http::Transport::HttpStateless {
+            result.message = format!(
+                "refused: this client uses MCP's stateless HTTP protocol, in which warden \
+                 cannot ask the user for consent during a call, and only the user can grant \
+                 access. To allow it, the user can {}.",
+                self.sessions.pre_approval_hint()
             );
             return result;
         }
@@ -527,9 +597,35 @@ impl WardenServer {
     }
 }
 
-/// Whose sessions a request may see. Over stdio: the local client's.
-pub(crate) fn owner_of(_ctx: &RequestContext<RoleServer>) -> Owner {
-    Owner::Local
+/// What a remote client sees instead of a host path.
+const HIDDEN_PATH: &str = "<host path hidden from HTTP clients>";
+
+/// Hides this host's paths from a document for an HTTP client: a string that is an
+/// absolute path goes whole, and the server's own paths inside any text go too. Pure.
+pub fn redact_host_paths(value: &mut serde_json::Value, host_paths: &[String]) {
+    match value {
+        serde_json::Value::String(text) => {
+            if text.starts_with('/') {
+                *text = HIDDEN_PATH.to_string();
+                return;
+            }
+            for path in host_paths {
+                if text.contains(path.as_str()) {
+                    *text = text.replace(path.as_str(), HIDDEN_PATH);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            items
+                .iter_mut()
+                .for_each(|v| redact_host_paths(v, host_paths));
+        }
+        serde_json::Value::Object(map) => {
+            map.values_mut()
+                .for_each(|v| redact_host_paths(v, host_paths));
+        }
+        _ => {}
+    }
 }
 
 /// Structured content for clients that read it, the same JSON inside provenance
@@ -589,7 +685,7 @@ impl ServerHandler for WardenServer {
             )
             .with_mime_type("application/json");
         let mut all = vec![resource];
-        all.extend(files::list(&self.sessions, &owner_of(&context)));
+        all.extend(files::list(&self.sessions, &self.owner(&context)));
         Ok(ListResourcesResult::with_all_items(all))
     }
 
@@ -610,7 +706,7 @@ impl ServerHandler for WardenServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         if request.uri.starts_with("warden://sessions/") {
-            let contents = files::read(&self.sessions, &owner_of(&context), &request.uri)
+            let contents = files::read(&self.sessions, &self.owner(&context), &request.uri)
                 .map_err(|e| McpError::resource_not_found(e, None))?;
             return Ok(ReadResourceResult::new(vec![contents]).into());
         }
@@ -620,7 +716,11 @@ impl ServerHandler for WardenServer {
                 None,
             ));
         }
-        let text = serde_json::to_string_pretty(&self.settings_document())
+        let mut document = self.settings_document();
+        if http::transport_of(&context) != http::Transport::Stdio {
+            redact_host_paths(&mut document, &self.host_paths());
+        }
+        let text = serde_json::to_string_pretty(&document)
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let contents =
             ResourceContents::text(text, SETTINGS_URI).with_mime_type("application/json");
