@@ -497,10 +497,6 @@ impl Settings {
         let probe_addr = r.value("SANDBOX_PROBE_ADDR", "an IPv4 address", |t| {
             t.parse::<std::net::Ipv4Addr>().ok().map(|a| a.to_string())
         })?;
-        let config_file = r.optional("WARDEN_CONFIG", "a path to a TOML file", path)?;
-        let log_filter = r.value("WARDEN_LOG", "a log filter such as warn or info", |t| {
-            Some(t.to_string())
-        })?;
         let http_addr = r.value("SANDBOX_HTTP_ADDR", "an IP:PORT address", |t| {
             t.parse::<std::net::SocketAddr>().ok()
         })?;
@@ -521,6 +517,11 @@ impl Settings {
                 list,
             )?
             .unwrap_or_default();
+        let config_file = r.optional("WARDEN_CONFIG", "a path to a TOML file", path)?;
+        let log_filter = r.value("WARDEN_LOG", "a log filter such as warn or info", |t| {
+            Some(t.to_string())
+        })?;
+
         Ok(Settings {
             backend,
             host_sandbox,

@@ -709,10 +709,17 @@ impl StreamCollector {
             self.complete = true;
             return true;
         }
-        let keep = marker.len().saturating_sub(1);
-        if self.scan.len() > keep {
-            let cut = self.scan.len() - keep;
-            let head: Vec<u8> = self.scan.drain(..cut).collect();
+        // Hold back only a tail that could be the start of a split marker, so output
+        // streams on as it arrives (progress) instead of lagging a marker's length.
+        let window = self
+            .scan
+            .len()
+            .saturating_sub(marker.len().saturating_sub(1));
+        let hold = (window..self.scan.len())
+            .find(|&p| marker.starts_with(&self.scan[p..]))
+            .unwrap_or(self.scan.len());
+        if hold > 0 {
+            let head: Vec<u8> = self.scan.drain(..hold).collect();
             self.emit(&head);
         }
         false
@@ -757,6 +764,21 @@ mod tests {
         assert_eq!(captured.bytes, b"hello ");
         assert!(captured.complete);
         assert!(!captured.truncated);
+    }
+
+    #[test]
+    fn output_streams_on_at_once_unless_it_may_start_a_marker() {
+        let marker = b"\0WARDEN-END:abc\0";
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut c = StreamCollector::new(1 << 20, Vec::new());
+        c.tap = Some(tx);
+        assert!(!c.feed(b"line 0\n", marker));
+        assert_eq!(rx.try_recv().unwrap(), b"line 0\n");
+        assert!(!c.feed(b"x\0WARD", marker));
+        assert_eq!(rx.try_recv().unwrap(), b"x");
+        assert!(c.feed(b"EN-END:abc\0", marker));
+        assert!(rx.try_recv().is_err());
+        assert_eq!(c.finish().bytes, b"line 0\nx");
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod fail_closed;
 
 pub mod grants;
 pub mod guard_mcp;
+pub mod http;
 pub mod lifecycle;
 pub mod mcp;
 pub mod redteam;
