@@ -7,8 +7,8 @@ use base64::Engine;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{BackendKind, InputFile};
 use crate::guard::Verdict;
-use crate::sandbox::worker::InputFile;
 use crate::workspace::FileChange;
 
 /// Largest `code` accepted, in bytes.
@@ -141,7 +141,7 @@ pub struct ExecResult {
     /// Some output (stdout, stderr or result) was cut at the output limit.
     pub truncated: bool,
     /// The backend that really ran the code.
-    pub backend: String,
+    pub backend: BackendKind,
     pub session: String,
     /// Files created, modified or deleted in the workspace by this call.
     pub files: Vec<FileChange>,
@@ -167,7 +167,7 @@ impl ExecResult {
             duration_ms: 0,
             timed_out: false,
             truncated: false,
-            backend: "host".to_string(),
+            backend: BackendKind::Host,
             session: session.to_string(),
             files: Vec::new(),
             worker_restarted: false,

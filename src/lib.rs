@@ -2,10 +2,12 @@
 //! static AST guard and an operating-system sandbox.
 //!
 //! Layers, top to bottom: [`server`] (MCP tools over stdio) → [`session`] (per-session
-//! workspace and persistent worker) → [`sandbox`] (the host backend: policy, walls,
-//! worker protocol). [`config`] reads the settings; [`provenance`] wraps every result.
+//! workspace, guard, grants, audit) → [`backend`] (where workers run, and the worker
+//! protocol) → [`sandbox`] (the host platform's walls and policy). [`config`] reads the
+//! settings; [`provenance`] wraps every result.
 
 pub mod audit;
+pub mod backend;
 pub mod config;
 pub mod execution;
 pub mod grants;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use rmcp::ServiceExt;
+use warden::backend::host::spawn::HELPER_SUBCOMMAND;
 use warden::config::{ConfigFile, Settings};
 use warden::execution::ExecuteArgs;
-use warden::sandbox::worker::HELPER_SUBCOMMAND;
 use warden::server::WardenServer;
 use warden::session::{PreApproval, SessionManager};
 

@@ -1,10 +1,10 @@
-//! The host backend: one sandboxed, persistent Python worker per session.
+//! The host platform's sandbox: what confines one host worker (driven by
+//! [`crate::backend::host`]).
 //!
 //! - [`policy`]: what a worker may touch, as data (pure).
 //! - [`python`]: finding the real interpreter and what it must read.
 //! - [`linux`]: the walls (Landlock, seccomp, rlimits, namespaces, privileges) and the
 //!   helper stage that installs them before exec.
-//! - [`worker`]: spawning a worker and speaking its protocol.
 //! - [`report`]: which walls stand, as the helper saw them.
 //! - [`macos`], [`windows`]: the same policy as an SBPL profile and a job-object plan
 //!   (pure builders; the platform glue that applies them is not in this build).
@@ -16,7 +16,6 @@ pub mod python;
 pub mod report;
 pub mod uids;
 pub mod windows;
-pub mod worker;
 
 /// The Python program each worker runs (see `worker.py`), passed with `-c` so that no
 /// file outside the read-only runtime needs to be readable.

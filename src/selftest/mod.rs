@@ -1,6 +1,6 @@
 //! selftest: proves, by live probes, what the sandbox enforces on this machine. A real
-//! worker is started through exactly the machinery a session uses (same policy builder,
-//! same helper, same interpreter) and attempts each forbidden operation; the server
+//! worker is started by the resolved backend through exactly the call a session uses
+//! (same policy, same walls, same interpreter) and attempts each forbidden operation; the server
 //! judges each attempt with host-side evidence where it has some (the canary's content,
 //! its own listeners, the file it checks for, the pid it watches).
 
@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::backend::{Enforcement, Outcome, RunOutput, Worker};
 use crate::config::{NetworkMode, SandboxMode, TIMEOUT_CAP_S};
 use crate::sandbox::report::WallStatus;
-use crate::sandbox::worker::{Outcome, RunOutput, Worker};
-use crate::session::SessionManager;
+use crate::session::{Ephemeral, SessionManager};
 
 use report::{Attempt, Capability, HostEvidence, LimitsInForce, aggregate, judge};
 pub use report::{ProbeResult, ProbeStatus, SelftestReport};
@@ -81,7 +81,7 @@ fn make_fixtures(base: &Path) -> std::io::Result<Fixtures> {
 }
 
 fn stdout_text(run: &RunOutput) -> String {
-    String::from_utf8_lossy(&run.stdout.bytes).into_owned()
+    run.stdout_text()
 }
 
 /// Runs every probe and returns the report. Never panics; a worker that cannot start is
@@ -89,6 +89,7 @@ fn stdout_text(run: &RunOutput) -> String {
 pub async fn run(manager: &SessionManager) -> SelftestReport {
     let started = Instant::now();
     let settings = manager.settings();
+    let enforcement = manager.enforcement();
     let mut probes: Vec<ProbeResult> = Vec::new();
     let mut walls: Vec<WallStatus> = Vec::new();
     let mut landlock_abi = None;
@@ -115,12 +116,12 @@ pub async fn run(manager: &SessionManager) -> SelftestReport {
                     format!("not enforced: {}", w.detail)
                 }
             });
-    let capabilities = capabilities_of(&walls, settings.host_sandbox);
+    let capabilities = capabilities_of(&walls, settings.host_sandbox, &enforcement);
     let failing = report::failing_required(&probes);
     SelftestReport {
-        backend: "host".into(),
-        configured_backend: "host".into(),
-        resolved_backend: "host".into(),
+        backend: enforcement.kind.to_string(),
+        configured_backend: enforcement.kind.to_string(),
+        resolved_backend: enforcement.kind.to_string(),
         host_sandbox: mode_word(settings.host_sandbox).into(),
         network_mode: match settings.network {
             NetworkMode::Deny => "deny".into(),
@@ -138,9 +139,7 @@ pub async fn run(manager: &SessionManager) -> SelftestReport {
             timeout_s: settings.timeout_s,
             timeout_cap_s: TIMEOUT_CAP_S,
             output_bytes: settings.output_limit_bytes as u64,
-            processes: manager
-                .runs_as_dedicated_uids()
-                .then_some(settings.pids_limit),
+            processes: enforcement.processes_limit,
             open_files: 256,
             cpu_seconds: 3600,
         },
@@ -151,8 +150,7 @@ pub async fn run(manager: &SessionManager) -> SelftestReport {
         worker_error,
         python: format!(
             "Python {} ({})",
-            manager.runtime().version,
-            manager.runtime().executable.display()
+            enforcement.python_version, enforcement.python
         ),
         platform: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -167,8 +165,9 @@ fn mode_word(mode: SandboxMode) -> &'static str {
     }
 }
 
-async fn spawn(eph: &crate::session::Ephemeral) -> Result<Worker, String> {
-    Worker::spawn(&eph.policy).await.map_err(|e| e.to_string())
+/// A probe worker from the backend, started exactly as a session's would be.
+async fn spawn(eph: &Ephemeral<'_>) -> Result<Worker, String> {
+    eph.start_worker().await.map_err(|e| e.to_string())
 }
 
 async fn run_probes(
@@ -301,7 +300,7 @@ async fn run_probes(
         worker = spawn(&eph).await?;
     }
 
-    let pid = worker.pid();
+    let witness = worker.exit_witness();
     let spin = worker
         .execute(
             "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass\n",
@@ -311,7 +310,7 @@ async fn run_probes(
         )
         .await;
     drop(worker);
-    let gone = !Path::new(&format!("/proc/{pid}")).exists();
+    let gone = witness.is_gone().await;
     let (status, details) = match (&spin.outcome, gone) {
         (Outcome::TimedOut, true) => (
             ProbeStatus::Blocked,
@@ -320,7 +319,10 @@ async fn run_probes(
         ),
         (Outcome::TimedOut, false) => (
             ProbeStatus::Allowed,
-            format!("the call timed out but pid {pid} is still alive"),
+            format!(
+                "the call timed out but {} is still alive",
+                witness.describe()
+            ),
         ),
         (other, _) => (
             ProbeStatus::Allowed,
@@ -400,8 +402,12 @@ fn resource_verdict(
     }
 }
 
-/// What this machine can enforce, from the helper's report plus the platform.
-fn capabilities_of(walls: &[WallStatus], mode: SandboxMode) -> Vec<Capability> {
+/// What this machine can enforce, from the helper's report plus the backend's gaps.
+fn capabilities_of(
+    walls: &[WallStatus],
+    mode: SandboxMode,
+    enforcement: &Enforcement,
+) -> Vec<Capability> {
     let mut caps: Vec<Capability> = walls
         .iter()
         .map(|w| Capability {
@@ -417,26 +423,6 @@ fn capabilities_of(walls: &[WallStatus], mode: SandboxMode) -> Vec<Capability> {
             reason: "HOST_SANDBOX=off: Landlock, seccomp, namespaces, privilege drop and rlimits are all switched off".into(),
         });
     }
-    caps.push(Capability {
-        mechanism: "macos_sandbox_exec".into(),
-        enforced: false,
-        reason: format!(
-            "unsupported: the SBPL deny-default profile (sandbox::macos) applies on macOS only (this is {})",
-            std::env::consts::OS
-        ),
-    });
-    caps.push(Capability {
-        mechanism: "windows_job_object".into(),
-        enforced: false,
-        reason: format!(
-            "unsupported: the job object and low integrity plan (sandbox::windows) apply on Windows only, and network control there needs administrator rights (this is {})",
-            std::env::consts::OS
-        ),
-    });
-    caps.push(Capability {
-        mechanism: "docker".into(),
-        enforced: false,
-        reason: "unsupported in this build: the Docker backend is not implemented yet".into(),
-    });
+    caps.extend(enforcement.gaps.iter().cloned());
     caps
 }

@@ -177,18 +177,18 @@ impl WardenServer {
 
     /// Configured settings beside what resolved, and the latest selftest.
     pub fn settings_document(&self) -> serde_json::Value {
-        let runtime = self.sessions.runtime();
+        let enforcement = self.sessions.enforcement();
         let last = self.last_selftest.lock().ok().and_then(|l| l.clone());
         json!({
             "settings": self.sessions.settings().document(),
             "configured": self.sessions.settings(),
             "resolved": {
-                "backend": "host",
+                "backend": enforcement.kind,
                 "host_sandbox": self.sessions.settings().host_sandbox,
-                "python": runtime.executable,
-                "python_version": runtime.version,
+                "python": enforcement.python,
+                "python_version": enforcement.python_version,
                 "workspaces": self.sessions.instance_dir(),
-                "dedicated_uid_per_session": self.sessions.runs_as_dedicated_uids(),
+                "dedicated_uid_per_session": enforcement.dedicated_uid_per_session,
                 "audit_log": self.sessions.audit().path(),
                 "guard_policy": self.sessions.guard_summary(),
             },
@@ -201,7 +201,7 @@ impl WardenServer {
         let settings = self.sessions.settings();
         let mut paths: Vec<std::path::PathBuf> = vec![
             self.sessions.instance_dir().to_path_buf(),
-            self.sessions.runtime().executable.clone(),
+            std::path::PathBuf::from(self.sessions.enforcement().python),
             self.sessions.audit().path().to_path_buf(),
         ];
         paths.extend(settings.data_dir.clone());

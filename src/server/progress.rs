@@ -11,7 +11,7 @@ use rmcp::service::Peer;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
-use crate::sandbox::worker::OutputTap;
+use crate::backend::OutputTap;
 
 /// Least time between two notifications of one call.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(200);

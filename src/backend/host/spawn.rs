@@ -1,0 +1,230 @@
+//! Starting one host worker: the warden binary re-executed as the sandbox helper
+//! (`warden __sandbox-exec`), from one long-lived thread because the parent-death signal
+//! follows the thread that forked, with the protocol on private pipes at fds 3 and 4.
+//! The helper installs the walls and execs Python; [`HostProcess`] kills its whole
+//! process group.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::net::unix::pipe;
+use tokio::process::Child;
+
+use crate::backend::protocol::{Channel, DRAIN_TIMEOUT, Handshake, WorkerProcess};
+use crate::backend::{StartError, Worker, WorkerProcessKind};
+use crate::sandbox::linux::helper::{REQUEST_FD, RESPONSE_FD};
+use crate::sandbox::policy::WorkerPolicy;
+
+/// The hidden subcommand that runs the sandbox helper.
+pub const HELPER_SUBCOMMAND: &str = "__sandbox-exec";
+/// How long a new worker may take to install its walls and start Python.
+const SPAWN_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A running host worker: the helper's child process, a process-group leader.
+pub struct HostProcess {
+    child: Child,
+    pid: i32,
+}
+
+impl HostProcess {
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+}
+
+impl WorkerProcess for HostProcess {
+    /// SIGKILL to the worker's whole process group (the helper made it a group leader).
+    fn kill(&mut self) {
+        kill_group(self.pid);
+        let _ = self.child.start_kill();
+    }
+
+    async fn wait_exit(&mut self) -> String {
+        match tokio::time::timeout(DRAIN_TIMEOUT, self.child.wait()).await {
+            Ok(Ok(status)) => describe_status(status),
+            _ => "no exit status".to_string(),
+        }
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        kill_group(self.pid);
+    }
+}
+
+/// SIGKILL to the process group led by `pid`, and to `pid` itself.
+pub fn kill_group(pid: i32) {
+    if pid > 1 {
+        // SAFETY: plain syscalls; ESRCH (already gone) is fine.
+        unsafe {
+            libc::killpg(pid, libc::SIGKILL);
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+type SpawnJob = Box<dyn FnOnce() + Send>;
+
+/// Runs every worker spawn on one thread that lives as long as the server, so that the
+/// helper's PR_SET_PDEATHSIG fires when the server dies and not when some idle runtime
+/// thread exits.
+fn spawner() -> Result<&'static std::sync::mpsc::Sender<SpawnJob>, std::io::Error> {
+    static SPAWNER: OnceLock<std::sync::mpsc::Sender<SpawnJob>> = OnceLock::new();
+    if let Some(tx) = SPAWNER.get() {
+        return Ok(tx);
+    }
+    let handle = tokio::runtime::Handle::try_current()
+        .map_err(|e| std::io::Error::other(format!("no tokio runtime: {e}")))?;
+    let (tx, rx) = std::sync::mpsc::channel::<SpawnJob>();
+    std::thread::Builder::new()
+        .name("worker-spawner".into())
+        .spawn(move || {
+            let _runtime = handle.enter();
+            while let Ok(job) = rx.recv() {
+                job();
+            }
+        })?;
+    Ok(SPAWNER.get_or_init(|| tx))
+}
+
+fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// How a process ended, in words a user can act on.
+pub fn describe_status(status: ExitStatus) -> String {
+    if let Some(sig) = status.signal() {
+        let name = match sig {
+            libc::SIGKILL => "SIGKILL (memory or CPU limit, or killed)",
+            libc::SIGSEGV => "SIGSEGV (segmentation fault)",
+            libc::SIGSYS => "SIGSYS (forbidden system call)",
+            libc::SIGXCPU => "SIGXCPU (CPU time limit)",
+            libc::SIGXFSZ => "SIGXFSZ (file size limit)",
+            libc::SIGABRT => "SIGABRT (aborted)",
+            libc::SIGBUS => "SIGBUS",
+            libc::SIGFPE => "SIGFPE",
+            libc::SIGILL => "SIGILL",
+            _ => "",
+        };
+        if name.is_empty() {
+            format!("killed by signal {sig}")
+        } else {
+            format!("killed by {name}")
+        }
+    } else {
+        format!("exit status {}", status.code().unwrap_or(-1))
+    }
+}
+
+/// Forks the helper with the protocol pipes at fds 3 and 4; returns the child and the
+/// server's ends (request writer, response reader).
+async fn fork_helper() -> Result<(Child, OwnedFd, OwnedFd), StartError> {
+    let exe: PathBuf = std::env::current_exe()?;
+    let (req_read, req_write) = cloexec_pipe()?;
+    let (resp_read, resp_write) = cloexec_pipe()?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let child_req = req_read.as_raw_fd();
+    let child_resp = resp_write.as_raw_fd();
+    let job: SpawnJob = Box::new(move || {
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.arg(HELPER_SUBCOMMAND)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: only async-signal-safe calls (fcntl, dup2) between fork and exec.
+        // The protocol pipes are first moved above 10 so that dup2 onto 3 and 4 can
+        // never clobber one with the other; dup2 clears close-on-exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let req = libc::fcntl(child_req, libc::F_DUPFD, 10);
+                let resp = libc::fcntl(child_resp, libc::F_DUPFD, 10);
+                if req < 0
+                    || resp < 0
+                    || libc::dup2(req, REQUEST_FD) < 0
+                    || libc::dup2(resp, RESPONSE_FD) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let _ = tx.send(cmd.spawn());
+    });
+    spawner()?
+        .send(job)
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+    let child = rx
+        .await
+        .map_err(|_| std::io::Error::other("the spawner thread dropped the request"))??;
+    drop(req_read);
+    drop(resp_write);
+    Ok((child, req_write, resp_read))
+}
+
+/// Starts a sandboxed worker for `policy` and waits until Python is ready.
+pub async fn spawn(policy: &WorkerPolicy) -> Result<Worker, StartError> {
+    let (mut child, req_write, resp_read) = fork_helper().await?;
+    let pid = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .ok_or_else(|| std::io::Error::other("the helper exited before it started"))?;
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        kill_group(pid);
+        return Err(StartError::Io(std::io::Error::other("stdio pipes missing")));
+    };
+    let mut channel = Channel::new(
+        Box::new(pipe::Sender::from_owned_fd(req_write)?),
+        Box::new(pipe::Receiver::from_owned_fd(resp_read)?),
+        Box::new(stdout),
+        Box::new(stderr),
+    );
+    let mut process = HostProcess { child, pid };
+    let startup = async {
+        let policy_json =
+            serde_json::to_vec(policy).map_err(|e| StartError::Protocol(format!("policy: {e}")))?;
+        channel.send_policy(&policy_json).await?;
+        match channel.handshake().await {
+            Ok(report) => Ok(report),
+            Err(Handshake::Refused { wall, message }) => Err(StartError::Refused { wall, message }),
+            Err(Handshake::HelperGone) => Err(StartError::HelperDied {
+                status: process.wait_exit().await,
+                stderr: channel.stderr_tail().await,
+            }),
+            Err(Handshake::PythonGone) => Err(StartError::PythonDied {
+                status: process.wait_exit().await,
+                stderr: channel.stderr_tail().await,
+            }),
+            Err(Handshake::Unexpected(what)) => Err(StartError::Protocol(what)),
+            Err(Handshake::Io(e)) => Err(StartError::Io(e)),
+        }
+    };
+    let report = match tokio::time::timeout(SPAWN_TIMEOUT, startup).await {
+        Ok(Ok(report)) => report,
+        Ok(Err(e)) => {
+            kill_group(pid);
+            return Err(e);
+        }
+        Err(_) => {
+            kill_group(pid);
+            return Err(StartError::Timeout(SPAWN_TIMEOUT));
+        }
+    };
+    Ok(Worker::new(
+        channel,
+        WorkerProcessKind::Host(process),
+        report,
+    ))
+}

@@ -1,0 +1,216 @@
+//! The backend seam: where a session's worker runs. A backend is an enum over one trait
+//! ([`AnyBackend`] over [`Backend`]), so dispatch stays static, as ripgrep's
+//! `PatternMatcher`. Sessions, the guard, grants, audit and the workspace diff never
+//! name a backend; they hold a [`SessionSlot`] and a [`Worker`].
+//!
+//! - [`protocol`]: the worker protocol, spoken over any four streams.
+//! - [`host`]: the host backend (the walls themselves live in [`crate::sandbox`]).
+//! - [`worker`]: a started worker, whatever backend started it.
+//!
+//! A warm pool plugs into [`Backend::start_worker`]: "a worker for this session spec" is
+//! one call, which a pool can satisfy from workers started ahead.
+
+pub mod host;
+pub mod protocol;
+pub mod worker;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Settings;
+use crate::grants::Grant;
+use crate::sandbox::policy::SessionPaths;
+use crate::selftest::report::Capability;
+
+pub use protocol::{Captured, InputFile, Outcome, OutputTap, RunOutput};
+pub use worker::{ExitWitness, Worker, WorkerProcessKind};
+
+/// `EXECUTION_BACKEND`: which kind of backend runs the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// A sandboxed worker process on this machine.
+    Host,
+    /// A hardened container per session.
+    Docker,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Docker => "docker",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A backend could not be prepared at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{setting}: {source}")]
+    Python {
+        /// `SANDBOX_PYTHON=… (from …)`, the setting at fault.
+        setting: String,
+        #[source]
+        source: crate::sandbox::python::PythonError,
+    },
+    #[error(
+        "the workspaces directory {path} is not reachable by the unprivileged sandbox users ({reason}); set SANDBOX_DATA_DIR to a directory such as /var/lib/warden"
+    )]
+    DataDirUnreachable { path: PathBuf, reason: String },
+}
+
+/// A worker could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the sandbox refused to start the worker: wall '{wall}': {message}")]
+    Refused { wall: String, message: String },
+    #[error("the sandbox helper failed before starting Python ({status}){stderr}")]
+    HelperDied { status: String, stderr: String },
+    #[error("Python failed to start inside the sandbox ({status}){stderr}")]
+    PythonDied { status: String, stderr: String },
+    #[error("the worker did not start within {0:?}")]
+    Timeout(Duration),
+    #[error("could not start the sandbox helper: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the worker sent an unexpected first message: {0}")]
+    Protocol(String),
+}
+
+impl StartError {
+    /// The error kind a result reports: a wall that could not stand, or a failed start.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StartError::Refused { .. } => "SandboxRefused",
+            _ => "WorkerStartFailed",
+        }
+    }
+}
+
+/// What a backend keeps for one open session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionSlot {
+    Host(host::HostSlot),
+}
+
+/// Everything a worker is started for: the session's slot, its paths, its live grants.
+pub struct WorkerSpec<'a> {
+    pub slot: &'a SessionSlot,
+    pub paths: &'a SessionPaths,
+    pub grants: &'a [Grant],
+}
+
+/// What the resolved backend can enforce, for `selftest` and `warden://settings`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Enforcement {
+    pub kind: BackendKind,
+    /// The interpreter workers run.
+    pub python: String,
+    pub python_version: String,
+    /// Each session's worker runs as a uid of its own.
+    pub dedicated_uid_per_session: bool,
+    /// Processes (tasks) per worker, when a limit is in force.
+    pub processes_limit: Option<u64>,
+    /// Mechanisms this backend or build cannot apply here, and why.
+    pub gaps: Vec<Capability>,
+}
+
+/// One way of running workers. Implemented by each backend; dispatched by [`AnyBackend`].
+pub trait Backend: Send + Sync {
+    /// What it keeps per open session.
+    type Slot;
+    fn kind(&self) -> BackendKind;
+    /// Prepares a session living in `dir` (its workspace and temp directory).
+    fn open_session(&self, dir: &Path, paths: &SessionPaths) -> std::io::Result<Self::Slot>;
+    /// A worker ready for the session's first call: the one call a warm pool satisfies.
+    fn start_worker(
+        &self,
+        slot: &Self::Slot,
+        spec: &WorkerSpec<'_>,
+    ) -> impl Future<Output = Result<Worker, StartError>> + Send;
+    /// Releases what the session held (its workers are already killed).
+    fn close_session(&self, slot: &Self::Slot);
+    /// Releases everything at server exit.
+    fn shutdown(&self) -> impl Future<Output = ()> + Send;
+    fn enforcement(&self) -> Enforcement;
+}
+
+/// The backend this server resolved to.
+pub enum AnyBackend {
+    Host(host::HostBackend),
+}
+
+impl AnyBackend {
+    /// The backend the settings ask for.
+    pub fn resolve(
+        settings: Arc<Settings>,
+        instance_dir: &Path,
+    ) -> Result<AnyBackend, BackendError> {
+        Ok(AnyBackend::Host(host::HostBackend::new(
+            settings,
+            instance_dir,
+        )?))
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            AnyBackend::Host(b) => b.kind(),
+        }
+    }
+
+    pub fn open_session(&self, dir: &Path, paths: &SessionPaths) -> std::io::Result<SessionSlot> {
+        match self {
+            AnyBackend::Host(b) => b.open_session(dir, paths).map(SessionSlot::Host),
+        }
+    }
+
+    pub async fn start_worker(&self, spec: &WorkerSpec<'_>) -> Result<Worker, StartError> {
+        match (self, spec.slot) {
+            (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.start_worker(slot, spec).await,
+        }
+    }
+
+    pub fn close_session(&self, slot: &SessionSlot) {
+        match (self, slot) {
+            (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.close_session(slot),
+        }
+    }
+
+    pub async fn shutdown(&self) {
+        match self {
+            AnyBackend::Host(b) => b.shutdown().await,
+        }
+    }
+
+    pub fn enforcement(&self) -> Enforcement {
+        match self {
+            AnyBackend::Host(b) => b.enforcement(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_serialise_as_the_setting_spells_them() {
+        for (kind, word) in [(BackendKind::Host, "host"), (BackendKind::Docker, "docker")] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), word);
+            assert_eq!(kind.to_string(), word);
+            let back: BackendKind = serde_json::from_value(word.into()).unwrap();
+            assert_eq!(back, kind);
+        }
+    }
+}

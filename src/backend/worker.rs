@@ -1,0 +1,136 @@
+//! A started worker, whatever backend started it: the protocol [`Channel`] plus the
+//! process behind it, which only its backend knows how to kill.
+
+use std::time::Duration;
+
+use crate::backend::host::spawn::{HostProcess, kill_group};
+use crate::backend::protocol::{Channel, InputFile, OutputTap, RunOutput, WorkerProcess};
+use crate::sandbox::report::SandboxReport;
+
+/// The process behind a worker, per backend (static dispatch).
+pub enum WorkerProcessKind {
+    Host(HostProcess),
+}
+
+impl WorkerProcess for WorkerProcessKind {
+    fn kill(&mut self) {
+        match self {
+            WorkerProcessKind::Host(p) => p.kill(),
+        }
+    }
+
+    async fn wait_exit(&mut self) -> String {
+        match self {
+            WorkerProcessKind::Host(p) => p.wait_exit().await,
+        }
+    }
+}
+
+/// Kills the worker if a call is abandoned midway (its future dropped), so cancelled
+/// code cannot keep running unseen.
+struct KillOnDrop {
+    target: KillTarget,
+    armed: bool,
+}
+
+enum KillTarget {
+    HostGroup(i32),
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        match self.target {
+            KillTarget::HostGroup(pid) => kill_group(pid),
+        }
+    }
+}
+
+/// Something that can later tell whether the worker is really gone.
+#[derive(Debug, Clone)]
+pub enum ExitWitness {
+    HostPid(i32),
+}
+
+impl ExitWitness {
+    /// The worker (and, on the host, its group leader) no longer exists.
+    pub async fn is_gone(&self) -> bool {
+        match self {
+            ExitWitness::HostPid(pid) => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            ExitWitness::HostPid(pid) => format!("pid {pid}"),
+        }
+    }
+}
+
+pub struct Worker {
+    channel: Channel,
+    process: WorkerProcessKind,
+    report: SandboxReport,
+}
+
+impl Worker {
+    pub fn new(channel: Channel, process: WorkerProcessKind, report: SandboxReport) -> Worker {
+        Worker {
+            channel,
+            process,
+            report,
+        }
+    }
+
+    /// A previous call on this worker was abandoned midway.
+    pub fn is_busy(&self) -> bool {
+        self.channel.is_busy()
+    }
+
+    /// The walls standing around this worker, as its sandbox reported them.
+    pub fn report(&self) -> &SandboxReport {
+        &self.report
+    }
+
+    /// Streams the next call's stdout to `tap` as well, while it runs.
+    pub fn tap_stdout(&mut self, tap: Option<OutputTap>) {
+        self.channel.tap_stdout(tap);
+    }
+
+    pub fn exit_witness(&self) -> ExitWitness {
+        match &self.process {
+            WorkerProcessKind::Host(p) => ExitWitness::HostPid(p.pid()),
+        }
+    }
+
+    /// Runs one request with a wall-clock limit; on timeout the worker is killed and the
+    /// output printed until then is returned.
+    pub async fn execute(
+        &mut self,
+        code: &str,
+        inputs: &[InputFile],
+        timeout: Duration,
+        output_cap: usize,
+    ) -> RunOutput {
+        let target = match &self.process {
+            WorkerProcessKind::Host(p) => KillTarget::HostGroup(p.pid()),
+        };
+        let mut abandon_guard = KillOnDrop {
+            target,
+            armed: true,
+        };
+        let output = self
+            .channel
+            .execute(&mut self.process, code, inputs, timeout, output_cap)
+            .await;
+        abandon_guard.armed = false;
+        output
+    }
+
+    /// Kills the worker at once.
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+}

@@ -1,0 +1,62 @@
+//! What the audit log records of each `execute_python` call: one line per call, plus a
+//! guard line when the guard blocked it.
+
+use super::SessionManager;
+use crate::config::GuardMode;
+use crate::execution::ExecResult;
+use crate::guard::{Decision, Verdict};
+
+impl SessionManager {
+    pub fn audit(&self) -> &crate::audit::AuditLog {
+        &self.audit
+    }
+
+    /// One audit line for an `execute_python` call.
+    pub(super) fn audit_execution(&self, session: &str, code: &str, result: &ExecResult) {
+        let enforce = self.settings.codeguard == GuardMode::Enforce;
+        let blocked = result
+            .guard
+            .as_ref()
+            .is_some_and(|v| v.decision == Decision::Blocked);
+        let rule = result
+            .guard
+            .as_ref()
+            .and_then(|v| v.findings.first())
+            .map(|f| f.rule.clone());
+        let kill_run = result.guard.as_ref().is_some_and(Verdict::tripwire) && enforce;
+        let status = serde_json::to_value(result.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let detail = result
+            .error
+            .as_ref()
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e.kind,
+                    e.message.chars().take(300).collect::<String>()
+                )
+            })
+            .unwrap_or_default();
+        let base = crate::audit::AuditEvent {
+            rule,
+            detail,
+            args_sha256: Some(crate::audit::sha256_hex(code.as_bytes())),
+            enforced: enforce,
+            kill_run,
+            ..crate::audit::AuditEvent::now(session, "execute", &status)
+        };
+        if blocked {
+            self.audit.record(crate::audit::AuditEvent {
+                phase: "guard".into(),
+                decision: "blocked".into(),
+                ..base.clone()
+            });
+        }
+        self.audit.record(crate::audit::AuditEvent {
+            duration_ms: Some(result.duration_ms),
+            ..base
+        });
+    }
+}

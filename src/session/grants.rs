@@ -1,0 +1,194 @@
+//! Grants per session: the operator's (pre-approved at start, every session) and the
+//! ones a person approved for one session. Widening a session's sandbox replaces its
+//! worker, since a sealed sandbox (a Landlock ruleset, a container's mounts) cannot be
+//! widened in place.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::{PreApproval, Session, SessionError, SessionManager};
+use crate::execution::ErrorInfo;
+use crate::grants::{Access, ForbiddenPaths, Grant, GrantError, PathKind};
+use crate::owner::{Owner, SessionKey};
+
+/// Resolves the operator's pre-approved paths at start; one that can never be granted
+/// stops the server with the reason.
+pub(super) fn operator_grants(
+    pre_approved: &[PreApproval],
+    forbidden: &ForbiddenPaths,
+) -> Result<Vec<Grant>, SessionError> {
+    let mut out = Vec::new();
+    for pre in pre_approved {
+        let (path, kind) = crate::grants::resolve(&pre.path, forbidden).map_err(|error| {
+            SessionError::PreApproval {
+                origin: pre.source.clone(),
+                error,
+            }
+        })?;
+        tracing::info!(path = %path.display(), access = ?pre.access, source = %pre.source, "pre-approved grant");
+        out.push(Grant {
+            path,
+            kind,
+            access: pre.access,
+            granted_at: crate::grants::now_secs(),
+            expires_at: None,
+            approved_by: format!("operator ({})", pre.source),
+            reason: "pre-approved at start-up".into(),
+        });
+    }
+    Ok(out)
+}
+
+/// Drops the session's expired grants and returns them.
+pub(super) fn take_expired(session: &Session) -> Vec<Grant> {
+    match session.grants.lock() {
+        Ok(mut grants) => {
+            let now = crate::grants::now_secs();
+            let (live, gone): (Vec<Grant>, Vec<Grant>) =
+                grants.drain(..).partition(|g| g.is_live(now));
+            *grants = live;
+            gone
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+impl SessionManager {
+    /// Canonicalises a requested path and refuses the ones that can never be granted.
+    pub fn resolve_grant_path(&self, raw: &str) -> Result<(PathBuf, PathKind), GrantError> {
+        crate::grants::resolve(raw, &self.forbidden)
+    }
+
+    /// Live grants for a session: the operator's and the session's own.
+    pub fn effective_grants(&self, session: &Session) -> Vec<Grant> {
+        let now = crate::grants::now_secs();
+        let mut all: Vec<Grant> = self.operator_grants.clone();
+        if let Ok(own) = session.grants.lock() {
+            all.extend(own.iter().filter(|g| g.is_live(now)).cloned());
+        }
+        all
+    }
+
+    /// An existing live grant that already gives `access` to `path` in `session`.
+    pub fn covering_grant(
+        &self,
+        session: &SessionKey,
+        path: &Path,
+        access: Access,
+    ) -> Option<Grant> {
+        let session = self.session(session).ok()?;
+        self.effective_grants(&session)
+            .into_iter()
+            .find(|g| g.covers(path, access))
+    }
+
+    /// Records an approved grant and restarts the session's worker, since a sealed
+    /// Landlock ruleset cannot be widened. Returns whether a running worker (and so its
+    /// variables) was discarded.
+    pub async fn add_grant(&self, session: &SessionKey, grant: Grant) -> Result<bool, ErrorInfo> {
+        let session = self.session(session)?;
+        let mut state = session.state.lock().await;
+        session
+            .grants
+            .lock()
+            .map_err(|_| ErrorInfo::new("InternalError", "grant table poisoned"))?
+            .push(grant.clone());
+        let restarted = if let Some(mut worker) = state.worker.take() {
+            worker.kill();
+            state.lost_worker = Some(format!(
+                "the sandbox was widened by a grant for {}",
+                grant.path.display()
+            ));
+            true
+        } else {
+            false
+        };
+        Ok(restarted)
+    }
+
+    /// Every live grant of `owner`'s sessions, per session name ("*" for the
+    /// operator's, which apply to all).
+    pub fn list_grants(&self, owner: &Owner, only: Option<&str>) -> Vec<(String, Grant)> {
+        let now = crate::grants::now_secs();
+        let mut out: Vec<(String, Grant)> = self
+            .operator_grants
+            .iter()
+            .map(|g| ("*".to_string(), g.clone()))
+            .collect();
+        let sessions: Vec<Arc<Session>> = match self.sessions.lock() {
+            Ok(map) => map
+                .values()
+                .filter(|s| &s.key.owner == owner)
+                .cloned()
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        for s in sessions {
+            if only.is_some_and(|o| o != s.name) {
+                continue;
+            }
+            if let Ok(grants) = s.grants.lock() {
+                out.extend(
+                    grants
+                        .iter()
+                        .filter(|g| g.is_live(now))
+                        .map(|g| (s.name.clone(), g.clone())),
+                );
+            }
+        }
+        out
+    }
+
+    /// When each session has its own uid, file permissions must let that uid reach a
+    /// granted path too; says what is missing, if anything.
+    pub fn permission_warning(
+        &self,
+        path: &Path,
+        kind: PathKind,
+        access: Access,
+    ) -> Option<String> {
+        if !self.enforcement().dedicated_uid_per_session {
+            return None;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode();
+        let need = match (kind, access) {
+            (PathKind::Directory, Access::Read) => 0o005,
+            (PathKind::Directory, Access::Write) => 0o007,
+            (PathKind::File, Access::Read) => 0o004,
+            (PathKind::File, Access::Write) => 0o006,
+        };
+        let parent_ok = path
+            .parent()
+            .is_none_or(|p| crate::sandbox::python::traversable_by_others(p).is_ok());
+        if mode & need == need && parent_ok {
+            return None;
+        }
+        Some(format!(
+            "the sandboxed code runs as its own unprivileged uid, and the file permissions of {} (mode {:o}) or of a directory above it do not let other users {}; the grant is recorded, but the operating system will still refuse until permissions allow it (e.g. chmod o+{})",
+            path.display(),
+            mode & 0o7777,
+            if access == Access::Write {
+                "read and write it"
+            } else {
+                "read it"
+            },
+            if access == Access::Write { "rwx" } else { "rx" },
+        ))
+    }
+
+    /// How a person can pre-approve paths when their client cannot ask them.
+    pub fn pre_approval_hint(&self) -> String {
+        let config = self
+            .settings
+            .config_file
+            .clone()
+            .or_else(crate::config::config_file_path)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "the file named by WARDEN_CONFIG".to_string());
+        format!(
+            "start warden with `warden serve --allow-read PATH` or `--allow-write PATH`, or add \
+             [[grants]] entries (path = \"...\", access = \"read\" | \"write\") to {config}"
+        )
+    }
+}

@@ -1,0 +1,84 @@
+//! The call into the static guard, off the async runtime, and what a blocked verdict
+//! becomes in a result.
+
+use std::path::{Path, PathBuf};
+
+use super::SessionManager;
+use crate::execution::ErrorInfo;
+use crate::guard::{CheckContext, Decision, Guard, Verdict};
+
+/// What the guard said, or that it is off.
+pub enum GuardOutcome {
+    Off,
+    Checked(Verdict),
+}
+
+impl SessionManager {
+    /// Runs the guard on its own threads (the parser is recursive and needs a known,
+    /// large stack), never on the async runtime's.
+    pub async fn check_code(
+        &self,
+        code: &str,
+        workspace: &Path,
+        allowed_roots: Vec<PathBuf>,
+    ) -> GuardOutcome {
+        let Some(guard) = self.guard.clone() else {
+            return GuardOutcome::Off;
+        };
+        let ctx = CheckContext {
+            workspace: workspace.to_path_buf(),
+            allowed_roots,
+        };
+        let source = code.as_bytes().to_vec();
+        match tokio::task::spawn_blocking(move || guard.check(&source, &ctx)).await {
+            Ok(v) => GuardOutcome::Checked(v),
+            Err(e) => GuardOutcome::Checked(Verdict {
+                decision: Decision::Blocked,
+                retryable_error: false,
+                findings: vec![crate::guard::Finding {
+                    rule: "internal_error".into(),
+                    category: "internal".into(),
+                    message: format!("the guard failed: {e}"),
+                    line: 1,
+                    col: 1,
+                    snippet: String::new(),
+                    tripwire: false,
+                }],
+            }),
+        }
+    }
+
+    /// What the guard's policy holds, when the guard is on.
+    pub fn guard_summary(&self) -> Option<crate::guard::PolicySummary> {
+        self.guard.as_ref().map(Guard::policy_summary)
+    }
+}
+
+pub(super) fn summarize(v: &Verdict) -> String {
+    v.findings
+        .iter()
+        .take(5)
+        .map(|f| format!("{} at line {}: {}", f.rule, f.line, f.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The error a blocked verdict becomes: a syntax error is the agent's to fix and retry;
+/// a violation says which rule and where.
+pub(super) fn guard_error(v: &Verdict) -> ErrorInfo {
+    let first = v.findings.first();
+    let kind = match (v.retryable_error, first.map(|f| f.rule.as_str())) {
+        (true, Some("syntax_error")) => "SyntaxError",
+        (true, _) => "InputRejected",
+        (false, _) => "GuardBlocked",
+    };
+    let message = if v.retryable_error {
+        format!("{} (fix the code and call again)", summarize(v))
+    } else {
+        format!(
+            "the static guard blocked this code before it ran: {}",
+            summarize(v)
+        )
+    };
+    ErrorInfo::new(kind, message)
+}

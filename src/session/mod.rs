@@ -1,0 +1,494 @@
+//! Sessions: shared server state keyed by (owner, session name) — see [`crate::owner`] —
+//! not by connection, each with its own workspace directory and at most one persistent
+//! worker, started by whichever
+//! backend this server resolved to. Calls in one session are serialised; calls in
+//! different sessions run in parallel. All workspaces of this server instance are
+//! removed at shutdown.
+//!
+//! - this file: the session table, opening, resetting and closing sessions, shutdown;
+//! - [`run`]: one session's execution (guard, worker, workspace diff, result);
+//! - [`grants`]: grants per session and the operator's;
+//! - [`guard`]: the call into the static guard;
+//! - [`audit`]: the audit records of executions.
+
+mod audit;
+mod grants;
+mod guard;
+mod run;
+
+use std::collections::HashMap;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::backend::{
+    AnyBackend, Enforcement, OutputTap, SessionSlot, StartError, Worker, WorkerSpec,
+};
+use crate::config::{GuardMode, Settings};
+use crate::execution::{
+    ErrorInfo, ExecResult, ExecuteArgs, MAX_CODE_BYTES, prepare_inputs, validate_session_name,
+};
+use crate::grants::{Access, ForbiddenPaths, Grant, GrantError};
+use crate::guard::Guard;
+use crate::owner::{Owner, SessionKey};
+use crate::sandbox::policy::SessionPaths;
+
+pub use guard::GuardOutcome;
+
+/// Most sessions alive at once (each holds a Python process).
+pub const MAX_SESSIONS: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(
+        "cannot create the data directory {path}: {source}; set SANDBOX_DATA_DIR to a writable directory"
+    )]
+    DataDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no data directory could be determined; set SANDBOX_DATA_DIR")]
+    NoDataDir,
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
+    #[error("{setting}: {source}")]
+    Guard {
+        /// `SANDBOX_POLICY=… (from …)`, the setting at fault.
+        setting: String,
+        #[source]
+        source: crate::guard::GuardError,
+    },
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
+    #[error("pre-approved grant from {origin}: {error}")]
+    PreApproval { origin: String, error: GrantError },
+}
+
+pub struct SessionManager {
+    settings: Arc<Settings>,
+    backend: AnyBackend,
+    /// `<data dir>/sessions/<instance>`: removed at shutdown.
+    instance_dir: PathBuf,
+    sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
+    /// The static guard; `None` when CODEGUARD=off.
+    guard: Option<Guard>,
+    /// Set when code must not run at all, with the reason.
+    gate: Mutex<Option<String>>,
+    /// Paths no grant may ever reach.
+    forbidden: ForbiddenPaths,
+    /// Grants the operator approved at start (CLI flags, config file): every session.
+    operator_grants: Vec<Grant>,
+    audit: crate::audit::AuditLog,
+}
+
+/// A path the operator approved before start-up.
+#[derive(Debug, Clone)]
+pub struct PreApproval {
+    pub path: String,
+    pub access: Access,
+    /// Where it came from, e.g. "--allow-read" or "config file /etc/warden.toml".
+    pub source: String,
+}
+
+pub struct Session {
+    /// The name the client gave (what results and tools show).
+    name: String,
+    /// Owner and name: the table key, the directory name, the audit log's name.
+    key: SessionKey,
+    paths: SessionPaths,
+    /// What the backend keeps for this session (its uid on the host, for one).
+    slot: SessionSlot,
+    /// Grants a person approved for this session.
+    grants: Mutex<Vec<Grant>>,
+    state: tokio::sync::Mutex<SessionState>,
+}
+
+#[derive(Default)]
+struct SessionState {
+    worker: Option<Worker>,
+    /// Why the previous worker was lost, reported by the next call.
+    lost_worker: Option<String>,
+    /// A tripwire fired: every later call is refused with this reason.
+    killed: Option<String>,
+}
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `<pid>-<8 hex digits>`: unique per server instance.
+fn instance_name() -> String {
+    let suffix: [u8; 4] = crate::random_bytes();
+    format!(
+        "{}-{}",
+        std::process::id(),
+        suffix
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
+}
+
+fn session_paths(dir: &Path) -> SessionPaths {
+    SessionPaths {
+        workspace: dir.join("workspace"),
+        tmp: dir.join("tmp"),
+    }
+}
+
+impl SessionManager {
+    /// Creates this instance's directory and resolves the backend.
+    pub fn new(
+        settings: Arc<Settings>,
+        pre_approved: &[PreApproval],
+    ) -> Result<SessionManager, SessionError> {
+        let guard = match (settings.codeguard, &settings.policy_file) {
+            (GuardMode::Off, _) => None,
+            (_, Some(path)) => Some(Guard::from_policy_file(path)),
+            (_, None) => Some(Guard::with_default_policy()),
+        }
+        .transpose()
+        .map_err(|source| SessionError::Guard {
+            setting: settings.describe("SANDBOX_POLICY"),
+            source,
+        })?;
+        let data_dir = match &settings.data_dir {
+            Some(d) => d.clone(),
+            None => {
+                crate::config::default_data_dir(running_as_root()).ok_or(SessionError::NoDataDir)?
+            }
+        };
+        let instance_dir = data_dir.join("sessions").join(instance_name());
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(&instance_dir)
+            .map_err(|source| SessionError::DataDir {
+                path: instance_dir.clone(),
+                source,
+            })?;
+        let backend = match AnyBackend::resolve(settings.clone(), &instance_dir) {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&instance_dir);
+                return Err(e.into());
+            }
+        };
+        let audit = crate::audit::AuditLog::open(&data_dir.join("audit.jsonl"))?;
+        let mut warden_dirs = vec![data_dir.clone()];
+        if let Some(config) = crate::config::config_dir() {
+            warden_dirs.push(config);
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let forbidden = ForbiddenPaths::standard(home.as_deref(), &warden_dirs);
+        let operator_grants = grants::operator_grants(pre_approved, &forbidden)?;
+        tracing::info!(
+            backend = %backend.kind(),
+            workspaces = %instance_dir.display(),
+            "session manager ready"
+        );
+        Ok(SessionManager {
+            settings,
+            backend,
+            instance_dir,
+            sessions: Mutex::new(HashMap::new()),
+            guard,
+            gate: Mutex::new(None),
+            forbidden,
+            operator_grants,
+            audit,
+        })
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn backend(&self) -> &AnyBackend {
+        &self.backend
+    }
+
+    /// What the resolved backend enforces.
+    pub fn enforcement(&self) -> Enforcement {
+        self.backend.enforcement()
+    }
+
+    pub(crate) fn session(&self, key: &SessionKey) -> Result<Arc<Session>, ErrorInfo> {
+        let name = key.name.as_str();
+        let mut sessions = self
+            .sessions
+            .lock()
+            .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?;
+        if let Some(s) = sessions.get(key) {
+            return Ok(s.clone());
+        }
+        if sessions.len() >= MAX_SESSIONS {
+            return Err(ErrorInfo::new(
+                "TooManySessions",
+                format!("{MAX_SESSIONS} sessions are open; reuse one of them"),
+            ));
+        }
+        let dir = self.instance_dir.join(key.dir_name());
+        let paths = session_paths(&dir);
+        let slot = self.backend.open_session(&dir, &paths).map_err(|e| {
+            ErrorInfo::new(
+                "InternalError",
+                format!("cannot create the workspace for session {name:?}: {e}"),
+            )
+        })?;
+        let session = Arc::new(Session {
+            name: name.to_string(),
+            key: key.clone(),
+            paths,
+            slot,
+            grants: Mutex::new(Vec::new()),
+            state: tokio::sync::Mutex::new(SessionState::default()),
+        });
+        sessions.insert(key.clone(), session.clone());
+        Ok(session)
+    }
+
+    /// The name and workspace directory of every open session of `owner`, by name.
+    pub fn workspaces(&self, owner: &Owner) -> Vec<(String, PathBuf)> {
+        let mut out: Vec<(String, PathBuf)> = match self.sessions.lock() {
+            Ok(map) => map
+                .values()
+                .filter(|s| &s.key.owner == owner)
+                .map(|s| (s.name.clone(), s.paths.workspace.clone()))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        out.sort();
+        out
+    }
+
+    /// The workspace directory of a session of `owner`, if it exists.
+    pub fn workspace_of(&self, owner: &Owner, name: &str) -> Option<PathBuf> {
+        let sessions = self.sessions.lock().ok()?;
+        sessions
+            .get(&SessionKey::new(owner, name))
+            .map(|s| s.paths.workspace.clone())
+    }
+
+    /// Runs one `execute_python` call for `owner` and records it in the audit log.
+    pub async fn execute(&self, owner: &Owner, args: &ExecuteArgs) -> ExecResult {
+        self.execute_streaming(owner, args, None).await
+    }
+
+    /// Like [`SessionManager::execute`], and the code's stdout also goes to `tap` as it
+    /// is printed (progress notifications).
+    pub async fn execute_streaming(
+        &self,
+        owner: &Owner,
+        args: &ExecuteArgs,
+        tap: Option<OutputTap>,
+    ) -> ExecResult {
+        let mut result = self.execute_unaudited(owner, args, tap).await;
+        result.backend = self.backend.kind();
+        let key = SessionKey::new(owner, &result.session);
+        self.audit_execution(&key.to_string(), &args.code, &result);
+        result
+    }
+
+    async fn execute_unaudited(
+        &self,
+        owner: &Owner,
+        args: &ExecuteArgs,
+        tap: Option<OutputTap>,
+    ) -> ExecResult {
+        let name = args.session.as_deref().unwrap_or("default");
+        if let Some(reason) = self.gate_reason() {
+            return ExecResult::refused(name, ErrorInfo::new("SandboxRefused", reason), Vec::new());
+        }
+        if let Err(e) = validate_session_name(name) {
+            return ExecResult::refused(name, e, Vec::new());
+        }
+        if args.code.len() > MAX_CODE_BYTES {
+            let e = ErrorInfo::new(
+                "InputTooLarge",
+                format!(
+                    "code is {} bytes; the limit is {} bytes (put data in `inputs` or generate it)",
+                    args.code.len(),
+                    MAX_CODE_BYTES
+                ),
+            );
+            return ExecResult::refused(name, e, Vec::new());
+        }
+        let inputs = match prepare_inputs(args.inputs.as_ref()) {
+            Ok(i) => i,
+            Err(e) => return ExecResult::refused(name, e, Vec::new()),
+        };
+        let session = match self.session(&SessionKey::new(owner, name)) {
+            Ok(s) => s,
+            Err(e) => return ExecResult::refused(name, e, Vec::new()),
+        };
+        let timeout = self.settings.effective_timeout(args.timeout_s);
+        session
+            .execute(self, &args.code, &inputs, timeout, tap)
+            .await
+    }
+
+    /// Restarts a session's interpreter (`keep_files`), or closes the session: its
+    /// worker, workspace and grants are gone and its slot is free. Returns whether a
+    /// running worker was killed.
+    pub async fn reset(
+        &self,
+        owner: &Owner,
+        name: &str,
+        keep_files: bool,
+    ) -> Result<bool, ErrorInfo> {
+        validate_session_name(name)?;
+        let key = SessionKey::new(owner, name);
+        let session = self
+            .sessions
+            .lock()
+            .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ErrorInfo::new("NoSuchSession", format!("no session {name:?}")))?;
+        let mut state = session.state.lock().await;
+        if keep_files && let Some(reason) = &state.killed {
+            return Err(ErrorInfo::new(
+                "SessionKilled",
+                format!("{reason}; a killed session can only be closed (keep_files: false)"),
+            ));
+        }
+        let killed_worker = match state.worker.take() {
+            Some(mut worker) => {
+                worker.kill();
+                true
+            }
+            None => false,
+        };
+        state.lost_worker = None;
+        if keep_files {
+            return Ok(killed_worker);
+        }
+        if let Ok(mut map) = self.sessions.lock() {
+            map.remove(&key);
+        }
+        self.backend.close_session(&session.slot);
+        let dir = self.instance_dir.join(key.dir_name());
+        std::fs::remove_dir_all(&dir).map_err(|e| {
+            ErrorInfo::new(
+                "InternalError",
+                format!(
+                    "the session was closed but {} could not be removed: {e}",
+                    dir.display()
+                ),
+            )
+        })?;
+        Ok(killed_worker)
+    }
+
+    /// Closes every session of `owner` (its MCP session ended, so no one can name them
+    /// any more): workers killed, workspaces and grants removed.
+    pub async fn close_owner(&self, owner: &Owner) {
+        let names: Vec<String> = match self.sessions.lock() {
+            Ok(map) => map
+                .keys()
+                .filter(|k| &k.owner == owner)
+                .map(|k| k.name.clone())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        for name in names {
+            if let Err(e) = self.reset(owner, &name, false).await {
+                tracing::warn!(%owner, session = %name, error = %e.message, "could not close a session");
+            }
+        }
+    }
+
+    /// Kills every worker, releases the backend and removes every workspace of this
+    /// instance.
+    pub async fn shutdown(&self) {
+        let sessions: Vec<Arc<Session>> = match self.sessions.lock() {
+            Ok(mut map) => map.drain().map(|(_, s)| s).collect(),
+            Err(_) => Vec::new(),
+        };
+        for session in sessions {
+            let mut state = session.state.lock().await;
+            if let Some(mut worker) = state.worker.take() {
+                worker.kill();
+            }
+            self.backend.close_session(&session.slot);
+        }
+        self.backend.shutdown().await;
+        if let Err(e) = std::fs::remove_dir_all(&self.instance_dir) {
+            tracing::warn!(dir = %self.instance_dir.display(), error = %e, "could not remove workspaces");
+        }
+    }
+
+    /// This instance's directory (workspaces, probe fixtures).
+    pub fn instance_dir(&self) -> &Path {
+        &self.instance_dir
+    }
+
+    /// A throwaway session (own directory, own backend slot) whose workers get exactly
+    /// what a real session's worker gets. Removed when dropped.
+    pub fn ephemeral(&self, label: &str) -> Result<Ephemeral<'_>, ErrorInfo> {
+        let name: String = format!(
+            "{label}-{}",
+            crate::random_bytes::<6>()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let dir = self.instance_dir.join(&name);
+        let paths = session_paths(&dir);
+        let slot = self.backend.open_session(&dir, &paths).map_err(|e| {
+            ErrorInfo::new(
+                "InternalError",
+                format!("cannot create {}: {e}", dir.display()),
+            )
+        })?;
+        Ok(Ephemeral {
+            backend: &self.backend,
+            dir,
+            paths,
+            slot,
+        })
+    }
+
+    /// Refuses every later execution with `reason` (HOST_SANDBOX=require when the startup
+    /// probes failed).
+    pub fn close_gate(&self, reason: String) {
+        if let Ok(mut gate) = self.gate.lock() {
+            *gate = Some(reason);
+        }
+    }
+
+    fn gate_reason(&self) -> Option<String> {
+        self.gate.lock().ok().and_then(|g| g.clone())
+    }
+}
+
+/// A session for one-off workers (selftest): its directory is removed and its backend
+/// slot released when dropped.
+pub struct Ephemeral<'a> {
+    backend: &'a AnyBackend,
+    pub dir: PathBuf,
+    pub paths: SessionPaths,
+    slot: SessionSlot,
+}
+
+impl Ephemeral<'_> {
+    /// A worker for this session, from the backend, with no grants.
+    pub async fn start_worker(&self) -> Result<Worker, StartError> {
+        let spec = WorkerSpec {
+            slot: &self.slot,
+            paths: &self.paths,
+            grants: &[],
+        };
+        self.backend.start_worker(&spec).await
+    }
+}
+
+impl Drop for Ephemeral<'_> {
+    fn drop(&mut self) {
+        self.backend.close_session(&self.slot);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,265 @@
+//! One session's execution: expired grants narrow the sandbox, the guard judges the code,
+//! the backend provides a worker, the worker runs the code, and the workspace diff and
+//! the worker's outcome become the result. Knows no backend: it holds a [`Worker`].
+
+use std::time::{Duration, Instant};
+
+use super::guard::{GuardOutcome, guard_error, summarize};
+use super::{Session, SessionManager, SessionState, grants};
+use crate::backend::{InputFile, Outcome, OutputTap, RunOutput, Worker, WorkerSpec};
+use crate::config::GuardMode;
+use crate::execution::{ErrorInfo, ExecResult, ExecStatus};
+use crate::guard::{Decision, Verdict};
+use crate::workspace::Snapshot;
+
+fn elapsed_ms(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Session {
+    pub(super) async fn execute(
+        &self,
+        manager: &SessionManager,
+        code: &str,
+        inputs: &[InputFile],
+        timeout: Duration,
+        tap: Option<OutputTap>,
+    ) -> ExecResult {
+        let started = Instant::now();
+        let mut state = self.state.lock().await;
+        if let Some(reason) = &state.killed {
+            let e = ErrorInfo::new("SessionKilled", reason.clone());
+            return ExecResult::refused(&self.name, e, Vec::new());
+        }
+        let mut warnings = Vec::new();
+        self.drop_expired_grants(&mut state);
+        let grants = manager.effective_grants(self);
+        let verdict = match self
+            .judge(manager, &mut state, code, &grants, &mut warnings)
+            .await
+        {
+            Ok(verdict) => verdict,
+            Err(mut refused) => {
+                refused.duration_ms = elapsed_ms(started);
+                return refused;
+            }
+        };
+        let worker_restarted = self.note_lost_worker(&mut state, &mut warnings);
+        let spec = WorkerSpec {
+            slot: &self.slot,
+            paths: &self.paths,
+            grants: &grants,
+        };
+        let worker = match ensure_worker(manager, &mut state, &spec).await {
+            Ok(worker) => worker,
+            Err(e) => {
+                tracing::error!(session = %self.key, error = %e.message, "worker did not start");
+                let mut result = ExecResult::refused(&self.name, e, warnings);
+                result.worker_restarted = worker_restarted;
+                return result;
+            }
+        };
+        warnings.extend(worker.report().warnings());
+        let before = Snapshot::take(&self.paths.workspace);
+        let cap = manager.settings.output_limit_bytes;
+        worker.tap_stdout(tap);
+        let run = worker.execute(code, inputs, timeout, cap).await;
+        let after = Snapshot::take(&self.paths.workspace);
+        if !run.reusable {
+            state.worker = None;
+        }
+        let mut result = ExecResult {
+            status: ExecStatus::Ok,
+            stdout: String::from_utf8_lossy(&run.stdout.bytes).into_owned(),
+            stderr: String::from_utf8_lossy(&run.stderr.bytes).into_owned(),
+            result: None,
+            error: None,
+            duration_ms: elapsed_ms(started),
+            timed_out: false,
+            truncated: run.stdout.truncated || run.stderr.truncated,
+            backend: manager.backend.kind(),
+            session: self.name.clone(),
+            files: before.changes_to(&after),
+            worker_restarted,
+            warnings,
+            guard: verdict,
+        };
+        if let Some(lost) = apply_outcome(&mut result, run, timeout) {
+            state.lost_worker = Some(lost);
+        }
+        result
+    }
+
+    /// Expired grants narrow the sandbox again: the worker must be rebuilt without them.
+    fn drop_expired_grants(&self, state: &mut SessionState) {
+        let expired = grants::take_expired(self);
+        if expired.is_empty() {
+            return;
+        }
+        for g in &expired {
+            tracing::info!(session = %self.key, path = %g.path.display(), "grant expired");
+        }
+        if let Some(mut worker) = state.worker.take() {
+            worker.kill();
+            let paths: Vec<String> = expired
+                .iter()
+                .map(|g| g.path.display().to_string())
+                .collect();
+            state.lost_worker = Some(format!("grants expired ({})", paths.join(", ")));
+        }
+    }
+
+    /// The guard's verdict, or the refusal it becomes under CODEGUARD=enforce (a tripwire
+    /// also kills the session). Shadow and restricted verdicts become warnings.
+    async fn judge(
+        &self,
+        manager: &SessionManager,
+        state: &mut SessionState,
+        code: &str,
+        grants: &[crate::grants::Grant],
+        warnings: &mut Vec<String>,
+    ) -> Result<Option<Verdict>, ExecResult> {
+        let roots = grants.iter().map(|g| g.path.clone()).collect();
+        let verdict = match manager.check_code(code, &self.paths.workspace, roots).await {
+            GuardOutcome::Off => {
+                warnings.push(
+                    "CODEGUARD=off: the static guard is switched off; only the operating-system sandbox stands"
+                        .to_string(),
+                );
+                return Ok(None);
+            }
+            GuardOutcome::Checked(v) => v,
+        };
+        match verdict.decision {
+            Decision::Blocked if manager.settings.codeguard == GuardMode::Enforce => {
+                if verdict.tripwire() {
+                    self.kill_by_tripwire(state, &verdict);
+                }
+                let mut result = ExecResult::refused(
+                    &self.name,
+                    guard_error(&verdict),
+                    std::mem::take(warnings),
+                );
+                result.guard = Some(verdict);
+                return Err(result);
+            }
+            Decision::Blocked => warnings.push(format!(
+                "CODEGUARD=shadow: the guard would have blocked this code ({}); it ran anyway",
+                summarize(&verdict)
+            )),
+            Decision::Restricted => warnings.push(format!(
+                "the guard allowed this code with warnings: {}",
+                summarize(&verdict)
+            )),
+            Decision::Allowed => {}
+        }
+        Ok(Some(verdict))
+    }
+
+    fn kill_by_tripwire(&self, state: &mut SessionState, verdict: &Verdict) {
+        let rules: Vec<&str> = verdict
+            .findings
+            .iter()
+            .filter(|f| f.tripwire)
+            .map(|f| f.rule.as_str())
+            .collect();
+        let reason = format!(
+            "session {:?} was killed by a tripwire ({}); open another session",
+            self.name,
+            rules.join(", ")
+        );
+        tracing::warn!(session = %self.key, %reason, "tripwire");
+        state.killed = Some(reason);
+        if let Some(mut worker) = state.worker.take() {
+            worker.kill();
+        }
+    }
+
+    /// Reports a worker lost since the last call; returns whether one was.
+    fn note_lost_worker(&self, state: &mut SessionState, warnings: &mut Vec<String>) -> bool {
+        if state.worker.as_ref().is_some_and(Worker::is_busy) {
+            // The previous call was cancelled midway and its worker already killed.
+            state.worker = None;
+            state.lost_worker = Some("the previous call was cancelled while it ran".to_string());
+        }
+        let Some(why) = state.lost_worker.take() else {
+            return false;
+        };
+        warnings.push(format!(
+            "the previous worker of this session was lost ({why}); a new one was started: variables from earlier calls are gone, workspace files are kept"
+        ));
+        true
+    }
+}
+
+/// The session's worker, started by the backend if there is none.
+async fn ensure_worker<'s>(
+    manager: &SessionManager,
+    state: &'s mut SessionState,
+    spec: &WorkerSpec<'_>,
+) -> Result<&'s mut Worker, ErrorInfo> {
+    if state.worker.is_none() {
+        let worker = manager
+            .backend
+            .start_worker(spec)
+            .await
+            .map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
+        state.worker = Some(worker);
+    }
+    state
+        .worker
+        .as_mut()
+        .ok_or_else(|| ErrorInfo::new("InternalError", "worker missing after start"))
+}
+
+/// Fills in status and error from the worker's outcome; returns why the worker is lost,
+/// when it is.
+fn apply_outcome(result: &mut ExecResult, run: RunOutput, timeout: Duration) -> Option<String> {
+    match run.outcome {
+        Outcome::Finished(response) => {
+            result.result = response.result;
+            result.truncated |= response.result_truncated;
+            if let Some(e) = response.error {
+                result.status = ExecStatus::Error;
+                result.error = Some(ErrorInfo {
+                    kind: e.kind,
+                    message: e.message,
+                    traceback: e.traceback,
+                });
+            } else if response.status != "ok" {
+                result.status = ExecStatus::Error;
+            }
+            (!run.reusable).then(|| "the code closed or redirected its output streams".to_string())
+        }
+        Outcome::TimedOut => {
+            result.status = ExecStatus::Timeout;
+            result.timed_out = true;
+            result.error = Some(ErrorInfo::new(
+                "Timeout",
+                format!(
+                    "the code ran longer than {} s and its whole process group was killed; the next call starts a fresh worker (variables are lost, files are kept)",
+                    timeout.as_secs()
+                ),
+            ));
+            Some(format!("timed out after {} s", timeout.as_secs()))
+        }
+        Outcome::Died(how) => {
+            result.status = ExecStatus::Killed;
+            result.error = Some(ErrorInfo::new(
+                "WorkerDied",
+                format!(
+                    "the Python worker died during the call ({how}); the next call starts a fresh worker (variables are lost, files are kept)"
+                ),
+            ));
+            Some(format!("the worker died: {how}"))
+        }
+        Outcome::Broken(why) => {
+            result.status = ExecStatus::Killed;
+            result.error = Some(ErrorInfo::new(
+                "WorkerProtocolError",
+                format!("the worker broke its protocol ({why}) and was killed"),
+            ));
+            Some(format!("protocol error: {why}"))
+        }
+    }
+}
