@@ -55,9 +55,16 @@ pub fn input<T: JsonSchema>() -> Arc<JsonObject> {
     Arc::new(object)
 }
 
-/// A tool's `outputSchema`: what the result type serialises to (its `null`s included).
+/// A tool's `outputSchema`: what the result type serialises to (its `null`s included,
+/// spelled as `anyOf` branches of one type each, which every client dialect reads).
 pub fn output<T: JsonSchema>() -> Arc<JsonObject> {
-    let mut object = generate::<T>(SchemaSettings::draft2020_12().for_serialize());
+    let mut value = Value::Object(generate::<T>(
+        SchemaSettings::draft2020_12().for_serialize(),
+    ));
+    split_type_arrays(&mut value);
+    let Value::Object(mut object) = value else {
+        return Arc::new(JsonObject::new());
+    };
     object.remove("title");
     object.remove("description");
     Arc::new(object)
@@ -117,6 +124,50 @@ pub fn strip_null(value: &mut Value) {
                 }
             }
         }
+    }
+}
+
+/// Keywords that describe a schema rather than constrain it: they stay beside `anyOf`.
+const ANNOTATIONS: &[&str] = &["title", "description", "default", "examples", "$comment"];
+
+/// Rewrites `{"type": ["T", "null"], ...}` as `{"anyOf": [{"type": "T", ...},
+/// {"type": "null"}]}`, at any depth: a `type` array is legal but less portable (clients
+/// that map schemas onto a single-type dialect reject it). Pure.
+pub fn split_type_arrays(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.values_mut().for_each(split_type_arrays);
+            let Some(Value::Array(types)) = map.get("type") else {
+                return;
+            };
+            if types.len() < 2 {
+                return;
+            }
+            let types = types.clone();
+            map.remove("type");
+            let mut shared = JsonObject::new();
+            for key in ANNOTATIONS {
+                if let Some(v) = map.remove(*key) {
+                    shared.insert((*key).to_string(), v);
+                }
+            }
+            let constraints = std::mem::take(map);
+            let branches: Vec<Value> = types
+                .into_iter()
+                .map(|t| {
+                    let mut branch = JsonObject::new();
+                    if t != "null" {
+                        branch.extend(constraints.clone());
+                    }
+                    branch.insert("type".into(), t);
+                    Value::Object(branch)
+                })
+                .collect();
+            *map = shared;
+            map.insert("anyOf".into(), Value::Array(branches));
+        }
+        Value::Array(items) => items.iter_mut().for_each(split_type_arrays),
+        _ => {}
     }
 }
 
@@ -216,6 +267,18 @@ mod tests {
         assert_eq!(schema["required"], json!(["code"]));
         let out = serde_json::to_string(&output::<crate::execution::ExecResult>()).unwrap();
         assert!(!out.contains("uint64"), "{out}");
+    }
+
+    #[test]
+    fn type_arrays_become_single_type_branches() {
+        let mut v = json!({"properties": {"n": {"type": ["integer", "null"], "minimum": 0, "description": "d"}}});
+        split_type_arrays(&mut v);
+        assert_eq!(
+            v["properties"]["n"],
+            json!({"description": "d", "anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]})
+        );
+        let out = serde_json::to_string(&output::<crate::execution::ExecResult>()).unwrap();
+        assert!(!out.contains("\"type\":["), "{out}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 pub mod args;
 pub mod audit;
 pub mod benign;
+pub mod clients;
 pub mod fail_closed;
 
 pub mod grants;
