@@ -100,6 +100,14 @@ pub const REGISTRY: &[Spec] = &[
         "largest file the code can write (at least `1m`).",
     ),
     spec(
+        "SANDBOX_DISK_LIMIT",
+        "1g",
+        "what one session may store (its workspace and `/tmp` together; at least `1m`): a \
+         tmpfs of this size per session, enforced as the code writes (ENOSPC inside \
+         Python), never the real disk. It is RAM (and swap), used only as far as the \
+         session really writes; a server holds at most 64 sessions.",
+    ),
+    spec(
         "SANDBOX_TIMEOUT_S",
         "10",
         "default wall clock per call, in seconds; hard cap 120.",
@@ -294,6 +302,8 @@ pub struct Settings {
     pub mem_limit_bytes: u64,
     pub pids_limit: u64,
     pub file_size_limit_bytes: u64,
+    /// `SANDBOX_DISK_LIMIT`: one session's workspace and /tmp together.
+    pub disk_limit_bytes: u64,
     pub timeout_s: u64,
     pub output_limit_bytes: usize,
     /// `None`: the platform default (see [`default_data_dir`]).
@@ -473,6 +483,7 @@ impl Settings {
         })?;
         let file_size_limit_bytes =
             r.value("SANDBOX_FILE_SIZE_LIMIT", SIZE_1M, size_at_least(1 << 20))?;
+        let disk_limit_bytes = r.value("SANDBOX_DISK_LIMIT", SIZE_1M, size_at_least(1 << 20))?;
         let timeout_s = r.value("SANDBOX_TIMEOUT_S", "whole seconds, at least 1", |t| {
             t.parse::<u64>()
                 .ok()
@@ -529,6 +540,7 @@ impl Settings {
             mem_limit_bytes,
             pids_limit,
             file_size_limit_bytes,
+            disk_limit_bytes,
             timeout_s,
             output_limit_bytes,
             data_dir,

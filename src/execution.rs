@@ -153,6 +153,9 @@ pub struct ExecResult {
     /// The static guard's verdict (absent when CODEGUARD=off or the call was refused
     /// before the guard ran).
     pub guard: Option<Verdict>,
+    /// The workspace as the code sees it, its working directory and HOME: `/workspace`
+    /// in the sandbox's private world (absent when no worker ran).
+    pub workspace: Option<String>,
 }
 
 impl ExecResult {
@@ -173,6 +176,7 @@ impl ExecResult {
             worker_restarted: false,
             warnings,
             guard: None,
+            workspace: None,
         }
     }
 }

@@ -1,9 +1,20 @@
 //! Grants: extra paths a session's sandbox may reach, approved by a human, never by the
-//! model. A grant widens both walls at once (the guard's allowed roots and the worker's
-//! Landlock rules). This module owns the grant record, the paths that can never be
-//! granted, and canonicalisation; the consent dialogue lives in the server.
+//! model. A grant widens both walls at once (the guard's allowed roots and what the
+//! worker's world holds). This module owns the grant record, the paths that can never be
+//! granted, how a path is resolved and opened at consent, and the rules that keep a grant
+//! bound to the object the person approved; the consent dialogue lives in the server.
+//!
+//! A grant is the object, not the path: at consent the canonical path (the one shown to
+//! the person) is opened without following any symlink, its device and inode are
+//! recorded and the open descriptor is kept (so the inode cannot be freed and its number
+//! reused). Every later worker start binds the object at that path only if it is still
+//! that one ([`check_still_approved`]; the sandbox helper checks again, race-free, on the
+//! descriptor it binds). Grants that would let one rewrite another are refused
+//! ([`conflict`]), as are grants covering the runtime, the binary or warden's data.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use schemars::JsonSchema;
@@ -23,13 +34,45 @@ pub enum PathKind {
     Directory,
 }
 
+/// The identity of a file system object: its device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ObjectKey {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// The descriptor opened at consent, kept for the grant's life so that the approved
+/// inode stays allocated: its number can then never name another file.
+#[derive(Debug, Clone, Default)]
+pub struct Pin(
+    #[expect(
+        dead_code,
+        reason = "held, never read: it keeps the approved inode allocated"
+    )]
+    Option<Arc<OwnedFd>>,
+);
+
+impl PartialEq for Pin {
+    /// Grants are compared by what they grant; the pin is bookkeeping.
+    fn eq(&self, _: &Pin) -> bool {
+        true
+    }
+}
+
+impl Eq for Pin {}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Grant {
-    /// Canonical path (symlinks and `..` resolved).
+    /// Canonical path (symlinks and `..` resolved), as the person was shown it.
     pub path: PathBuf,
     pub kind: PathKind,
     /// `write` includes read.
     pub access: Access,
+    /// The object the person approved; only this object is ever bound.
+    pub object: ObjectKey,
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub pin: Pin,
     /// Seconds since the Unix epoch.
     pub granted_at: u64,
     /// Seconds since the Unix epoch; absent: until the server stops.
@@ -70,6 +113,14 @@ pub enum GrantError {
     Unresolvable { path: String, reason: String },
     #[error("{path} can never be granted, even with consent: {why}")]
     Forbidden { path: PathBuf, why: String },
+    #[error("{path} changed while it was being checked ({why}); nothing was granted, ask again")]
+    Changed { path: PathBuf, why: String },
+    #[error("{path} cannot be granted together with {other}: {why}")]
+    Conflict {
+        path: PathBuf,
+        other: PathBuf,
+        why: String,
+    },
 }
 
 /// The places that stay closed whatever anyone approves.
@@ -80,6 +131,9 @@ pub struct ForbiddenPaths {
     /// Trees that may not be granted, nor any path inside them, nor any ancestor of them
     /// (granting an ancestor would expose them too).
     pub trees: Vec<(PathBuf, &'static str)>,
+    /// The same trees by identity, so that one reached under another name (a bind
+    /// mount, a second mount of the same file system) is recognised too.
+    pub objects: Vec<(ObjectKey, PathBuf)>,
 }
 
 /// Directory names that hold credentials wherever they are.
@@ -120,15 +174,58 @@ impl ForbiddenPaths {
                 "warden's own data (every session's workspace) and configuration",
             ));
         }
-        // Compare canonical forms, so that /var/run → /run style links cannot slip by.
-        let trees = trees
-            .into_iter()
-            .map(|(p, why)| (std::fs::canonicalize(&p).unwrap_or(p), why))
-            .collect();
-        ForbiddenPaths {
+        let mut forbidden = ForbiddenPaths {
             exact: vec![PathBuf::from("/")],
-            trees,
+            trees: Vec::new(),
+            objects: Vec::new(),
+        };
+        for (path, why) in trees {
+            forbidden.add_tree(path, why);
         }
+        forbidden
+    }
+
+    /// Adds a tree (compared in canonical form, so that /var/run → /run style links
+    /// cannot slip by, and by identity).
+    pub fn add_tree(&mut self, path: PathBuf, why: &'static str) {
+        let canonical = std::fs::canonicalize(&path).unwrap_or(path);
+        if let Ok(meta) = std::fs::metadata(&canonical) {
+            use std::os::unix::fs::MetadataExt;
+            let key = ObjectKey {
+                dev: meta.dev(),
+                ino: meta.ino(),
+            };
+            self.objects.push((key, canonical.clone()));
+        }
+        if !self.trees.iter().any(|(t, _)| t == &canonical) {
+            self.trees.push((canonical, why));
+        }
+    }
+
+    /// Adds what the sandbox itself depends on: a grant covering the interpreter's
+    /// prefix or read roots could change what every later worker loads, one covering the
+    /// binary what every later worker runs as its helper.
+    pub fn add_runtime(&mut self, read_roots: &[PathBuf], programs: &[PathBuf]) {
+        for root in read_roots {
+            self.add_tree(
+                root.clone(),
+                "the Python runtime the sandbox runs (a grant could change what it loads)",
+            );
+        }
+        for program in programs {
+            self.add_tree(
+                program.clone(),
+                "a program the sandbox runs (the interpreter or warden itself)",
+            );
+        }
+    }
+
+    /// Why the object `key` may never be granted, if it is one of the forbidden trees.
+    pub fn reason_for_object(&self, key: ObjectKey) -> Option<String> {
+        self.objects
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, path)| format!("it is {} under another name", path.display()))
     }
 
     /// Why `canonical` may never be granted, if it may not. Pure.
@@ -158,8 +255,70 @@ impl ForbiddenPaths {
     }
 }
 
-/// Resolves a requested path (symlinks, `..`) and checks it against the forbidden list.
-pub fn resolve(raw: &str, forbidden: &ForbiddenPaths) -> Result<(PathBuf, PathKind), GrantError> {
+/// A path resolved and opened at consent: what a [`Grant`] records.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub path: PathBuf,
+    pub kind: PathKind,
+    pub object: ObjectKey,
+    pub pin: Pin,
+}
+
+impl Resolved {
+    /// The grant for this object.
+    pub fn into_grant(self, access: Access, approved_by: String, reason: String) -> Grant {
+        Grant {
+            path: self.path,
+            kind: self.kind,
+            access,
+            object: self.object,
+            pin: self.pin,
+            granted_at: now_secs(),
+            expires_at: None,
+            approved_by,
+            reason,
+        }
+    }
+}
+
+/// Opens `path` as an `O_PATH` descriptor without following any symlink or magic link
+/// at any component: the object at exactly this path, or an error.
+pub fn open_no_symlinks(path: &Path) -> std::io::Result<OwnedFd> {
+    use rustix::fs::{CWD, Mode, OFlags, ResolveFlags};
+    rustix::fs::openat2(
+        CWD,
+        path,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// The identity and kind of an open object, and its hard-link count.
+fn identify(fd: impl AsFd) -> std::io::Result<(ObjectKey, PathKind, u64)> {
+    let st = rustix::fs::fstat(fd)?;
+    let kind = if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+    {
+        PathKind::Directory
+    } else {
+        PathKind::File
+    };
+    Ok((
+        ObjectKey {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        },
+        kind,
+        st.st_nlink,
+    ))
+}
+
+/// Resolves a requested path (symlinks, `..`), checks it against the forbidden list,
+/// then opens exactly the resolved path (no symlink followed past what the person will
+/// be shown) and checks the opened object again: its real path, its identity, and for a
+/// file that no other name reaches it.
+pub fn resolve(raw: &str, forbidden: &ForbiddenPaths) -> Result<Resolved, GrantError> {
     if !raw.starts_with('/') {
         return Err(GrantError::NotAbsolute {
             path: raw.to_string(),
@@ -169,18 +328,96 @@ pub fn resolve(raw: &str, forbidden: &ForbiddenPaths) -> Result<(PathBuf, PathKi
         path: raw.to_string(),
         reason: e.to_string(),
     })?;
+    let forbid = |why: String| GrantError::Forbidden {
+        path: canonical.clone(),
+        why,
+    };
     if let Some(why) = forbidden.reason(&canonical) {
-        return Err(GrantError::Forbidden {
-            path: canonical,
-            why,
+        return Err(forbid(why));
+    }
+    let changed = |why: String| GrantError::Changed {
+        path: canonical.clone(),
+        why,
+    };
+    let fd = open_no_symlinks(&canonical)
+        .map_err(|e| changed(format!("it no longer opens without a symlink: {e}")))?;
+    // What the descriptor really is, whatever happened to the path since it was resolved.
+    let real = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ))
+    .map_err(|e| changed(format!("cannot tell what was opened: {e}")))?;
+    if real != canonical {
+        return Err(changed(format!("it now opens as {}", real.display())));
+    }
+    let (object, kind, links) = identify(&fd).map_err(|e| changed(e.to_string()))?;
+    if let Some(why) = forbidden.reason_for_object(object) {
+        return Err(forbid(why));
+    }
+    if kind == PathKind::File && links > 1 {
+        return Err(forbid(format!(
+            "the file has {links} hard links, so the same content is reachable under other              names that were not shown; grant a copy of it, or its directory"
+        )));
+    }
+    Ok(Resolved {
+        path: canonical,
+        kind,
+        object,
+        pin: Pin(Some(Arc::new(fd))),
+    })
+}
+
+/// Whether the object at a grant's path is still the one the person approved (checked
+/// before every worker start; the helper checks again on the descriptor it binds).
+///
+/// # Errors
+/// A sentence saying what changed, for the result's warning.
+pub fn check_still_approved(grant: &Grant) -> Result<(), String> {
+    let fd = open_no_symlinks(&grant.path).map_err(|e| {
+        format!(
+            "{} no longer opens without following a symlink ({e})",
+            grant.path.display()
+        )
+    })?;
+    let (object, kind, _) = identify(&fd).map_err(|e| e.to_string())?;
+    if object != grant.object || kind != grant.kind {
+        return Err(format!(
+            "{} is no longer the object that was approved (device/inode {}:{} became {}:{})",
+            grant.path.display(),
+            grant.object.dev,
+            grant.object.ino,
+            object.dev,
+            object.ino
+        ));
+    }
+    Ok(())
+}
+
+/// Why `new` may not live beside `existing` (the grants of one session, the operator's
+/// included): a write grant on a directory lets the code replace anything inside it,
+/// so no other grant may lie inside a writable directory, nor a writable directory
+/// around another grant. The same path with wider access is an upgrade, not a
+/// conflict. Pure.
+pub fn conflict(existing: &[Grant], new: &Grant) -> Option<GrantError> {
+    let writable_dir = |g: &Grant| g.access == Access::Write && g.kind == PathKind::Directory;
+    for old in existing {
+        if old.path == new.path {
+            continue;
+        }
+        let why = if writable_dir(old) && new.path.starts_with(&old.path) {
+            "it lies inside a directory the code may already write, where it could be              swapped for something else before you approve it"
+        } else if writable_dir(new) && old.path.starts_with(&new.path) {
+            "writing this directory would let the code replace what was already granted              inside it"
+        } else {
+            continue;
+        };
+        return Some(GrantError::Conflict {
+            path: new.path.clone(),
+            other: old.path.clone(),
+            why: why.to_string(),
         });
     }
-    let kind = if canonical.is_dir() {
-        PathKind::Directory
-    } else {
-        PathKind::File
-    };
-    Ok((canonical, kind))
+    None
 }
 
 #[cfg(test)]
@@ -266,22 +503,119 @@ mod tests {
             resolve("/definitely/not/here", &forbidden()),
             Err(GrantError::Unresolvable { .. })
         ));
-        let (p, kind) = resolve(dir.path().to_str().unwrap(), &forbidden()).unwrap();
-        assert_eq!(kind, PathKind::Directory);
-        assert_eq!(p, std::fs::canonicalize(dir.path()).unwrap());
+        let r = resolve(dir.path().to_str().unwrap(), &forbidden()).unwrap();
+        assert_eq!(r.kind, PathKind::Directory);
+        assert_eq!(r.path, std::fs::canonicalize(dir.path()).unwrap());
     }
 
-    #[test]
-    fn coverage_and_expiry() {
-        let g = Grant {
-            path: "/data".into(),
-            kind: PathKind::Directory,
-            access: Access::Read,
+    fn grant(path: &str, kind: PathKind, access: Access) -> Grant {
+        Grant {
+            path: path.into(),
+            kind,
+            access,
+            object: ObjectKey { dev: 1, ino: 2 },
+            pin: Pin::default(),
             granted_at: 10,
             expires_at: Some(100),
             approved_by: "user".into(),
             reason: String::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn the_approved_object_is_recorded_and_a_swap_is_noticed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data.csv");
+        std::fs::write(&file, "a,b").unwrap();
+        let g = resolve(file.to_str().unwrap(), &forbidden())
+            .unwrap()
+            .into_grant(Access::Read, "user".into(), String::new());
+        assert_eq!(g.kind, PathKind::File);
+        assert_eq!(check_still_approved(&g), Ok(()));
+        // The file swapped for a symlink to something else: refused.
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "s").unwrap();
+        std::fs::rename(&file, dir.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&secret, &file).unwrap();
+        assert!(check_still_approved(&g).unwrap_err().contains("symlink"));
+        // Swapped for another file: refused (the pin keeps the old inode number taken).
+        std::fs::remove_file(&file).unwrap();
+        std::fs::write(&file, "a,b").unwrap();
+        assert!(
+            check_still_approved(&g)
+                .unwrap_err()
+                .contains("no longer the object")
+        );
+    }
+
+    #[test]
+    fn a_file_with_other_hard_links_and_a_forbidden_tree_by_another_name_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("report.csv");
+        std::fs::write(&file, "x").unwrap();
+        std::fs::hard_link(&file, dir.path().join("other-name")).unwrap();
+        let err = resolve(file.to_str().unwrap(), &forbidden()).unwrap_err();
+        assert!(err.to_string().contains("hard links"), "{err}");
+        let mut f = forbidden();
+        let protected = dir.path().join("protected");
+        std::fs::create_dir(&protected).unwrap();
+        f.objects.push((
+            {
+                use std::os::unix::fs::MetadataExt;
+                let m = std::fs::metadata(&protected).unwrap();
+                ObjectKey {
+                    dev: m.dev(),
+                    ino: m.ino(),
+                }
+            },
+            "/elsewhere/protected".into(),
+        ));
+        let err = resolve(protected.to_str().unwrap(), &f).unwrap_err();
+        assert!(err.to_string().contains("under another name"), "{err}");
+    }
+
+    #[test]
+    fn runtime_and_binary_are_never_grantable() {
+        let mut f = forbidden();
+        f.add_runtime(
+            &["/opt/venv".into(), "/usr/lib/python3.11".into()],
+            &["/usr/local/bin/warden".into()],
+        );
+        for p in [
+            "/opt/venv",
+            "/opt",
+            "/opt/venv/lib/site-packages",
+            "/usr/lib",
+            "/usr/local/bin/warden",
+            "/usr/local/bin",
+        ] {
+            assert!(f.reason(Path::new(p)).is_some(), "{p}");
+        }
+        assert_eq!(f.reason(Path::new("/opt/data")), None);
+    }
+
+    #[test]
+    fn a_writable_directory_may_not_hold_or_surround_another_grant() {
+        let file_read = grant("/data/x.csv", PathKind::File, Access::Read);
+        let dir_write = grant("/data", PathKind::Directory, Access::Write);
+        let dir_read = grant("/data", PathKind::Directory, Access::Read);
+        let sub_write = grant("/data/out", PathKind::Directory, Access::Write);
+        // The attack: a file, then its folder for writing (either order).
+        assert!(conflict(std::slice::from_ref(&file_read), &dir_write).is_some());
+        assert!(conflict(std::slice::from_ref(&dir_write), &file_read).is_some());
+        // Reading a folder that holds a writable one, and the reverse, are fine; so is an
+        // upgrade of the same path.
+        assert_eq!(conflict(std::slice::from_ref(&sub_write), &dir_read), None);
+        assert_eq!(conflict(std::slice::from_ref(&dir_read), &sub_write), None);
+        assert_eq!(conflict(std::slice::from_ref(&dir_read), &dir_write), None);
+        // Siblings never conflict.
+        let other = grant("/database", PathKind::Directory, Access::Write);
+        assert_eq!(conflict(std::slice::from_ref(&dir_write), &other), None);
+    }
+
+    #[test]
+    fn coverage_and_expiry() {
+        let g = grant("/data", PathKind::Directory, Access::Read);
         assert!(g.covers(Path::new("/data/x.csv"), Access::Read));
         assert!(!g.covers(Path::new("/data/x.csv"), Access::Write));
         assert!(!g.covers(Path::new("/database"), Access::Read));

@@ -84,12 +84,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // The helper stage must stay single-threaded: dispatch before any runtime exists.
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == HELPER_SUBCOMMAND)
-    {
-        warden::sandbox::linux::helper::run_helper_main();
+    // The helper and the workspace keeper must stay single-threaded: dispatch before any
+    // runtime exists.
+    match std::env::args_os().nth(1) {
+        Some(a) if a == HELPER_SUBCOMMAND => warden::sandbox::linux::helper::run_helper_main(),
+        Some(a) if a == warden::sandbox::linux::keeper::KEEPER_SUBCOMMAND => {
+            warden::sandbox::linux::keeper::run_keeper_main()
+        }
+        _ => {}
     }
     harden_server_process();
     match real_main() {

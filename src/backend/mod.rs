@@ -69,6 +69,12 @@ pub enum BackendError {
         "the workspaces directory {path} is not reachable by the unprivileged sandbox users ({reason}); set SANDBOX_DATA_DIR to a directory such as /var/lib/warden"
     )]
     DataDirUnreachable { path: PathBuf, reason: String },
+    #[error("cannot prepare the workspaces in {path}: {source}")]
+    Workspaces {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// A worker could not be started.
@@ -99,15 +105,14 @@ impl StartError {
 }
 
 /// What a backend keeps for one open session.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum SessionSlot {
     Host(host::HostSlot),
 }
 
-/// Everything a worker is started for: the session's slot, its paths, its live grants.
+/// Everything a worker is started for: the session's slot and its live grants.
 pub struct WorkerSpec<'a> {
     pub slot: &'a SessionSlot,
-    pub paths: &'a SessionPaths,
     pub grants: &'a [Grant],
 }
 
@@ -120,6 +125,12 @@ pub struct Enforcement {
     pub python_version: String,
     /// Each session's worker runs as a uid of its own.
     pub dedicated_uid_per_session: bool,
+    /// What one session may store (`SANDBOX_DISK_LIMIT`), when that quota is enforced.
+    pub workspace_quota_bytes: Option<u64>,
+    /// What a grant may never cover: the interpreter's prefix and read roots, the
+    /// programs the sandbox runs (a grant there could change what later workers load).
+    #[serde(skip)]
+    pub protected_paths: Vec<PathBuf>,
     /// Processes (tasks) per worker, when a limit is in force.
     pub processes_limit: Option<u64>,
     /// Mechanisms this backend or build cannot apply here, and why.
@@ -131,16 +142,21 @@ pub trait Backend: Send + Sync {
     /// What it keeps per open session.
     type Slot;
     fn kind(&self) -> BackendKind;
-    /// Prepares a session living in `dir` (its workspace and temp directory).
-    fn open_session(&self, dir: &Path, paths: &SessionPaths) -> std::io::Result<Self::Slot>;
+    /// Prepares a session's workspace (`dir` is a directory of the instance it may use)
+    /// and says where the server reads it.
+    fn open_session(&self, dir: &Path) -> std::io::Result<(Self::Slot, SessionPaths)>;
     /// A worker ready for the session's first call: the one call a warm pool satisfies.
     fn start_worker(
         &self,
         slot: &Self::Slot,
         spec: &WorkerSpec<'_>,
     ) -> impl Future<Output = Result<Worker, StartError>> + Send;
-    /// Releases what the session held (its workers are already killed).
-    fn close_session(&self, slot: &Self::Slot);
+    /// Releases what the session held and deletes its workspace (its workers are
+    /// already killed).
+    ///
+    /// # Errors
+    /// What could not be removed, as a sentence.
+    fn close_session(&self, slot: &Self::Slot) -> Result<(), String>;
     /// Releases everything at server exit.
     fn shutdown(&self) -> impl Future<Output = ()> + Send;
     fn enforcement(&self) -> Enforcement;
@@ -169,9 +185,11 @@ impl AnyBackend {
         }
     }
 
-    pub fn open_session(&self, dir: &Path, paths: &SessionPaths) -> std::io::Result<SessionSlot> {
+    pub fn open_session(&self, dir: &Path) -> std::io::Result<(SessionSlot, SessionPaths)> {
         match self {
-            AnyBackend::Host(b) => b.open_session(dir, paths).map(SessionSlot::Host),
+            AnyBackend::Host(b) => b
+                .open_session(dir)
+                .map(|(slot, paths)| (SessionSlot::Host(slot), paths)),
         }
     }
 
@@ -181,7 +199,7 @@ impl AnyBackend {
         }
     }
 
-    pub fn close_session(&self, slot: &SessionSlot) {
+    pub fn close_session(&self, slot: &SessionSlot) -> Result<(), String> {
         match (self, slot) {
             (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.close_session(slot),
         }

@@ -382,8 +382,10 @@ impl Channel {
         mut err: StreamCollector,
     ) -> RunOutput {
         self.drain_after_kill(&mut out, &mut err).await;
-        process.kill();
+        // A host worker's helper exits as the worker did, a moment after the pipes
+        // closed: let it, so that the status says how the worker really ended.
         let how = process.wait_exit().await;
+        process.kill();
         RunOutput {
             outcome: Outcome::Died(how),
             stdout: out.finish(),

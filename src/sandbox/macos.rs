@@ -42,15 +42,22 @@ pub fn sbpl_profile(policy: &WorkerPolicy) -> String {
             ));
         }
     };
-    allow("file-read*", "subpath", &policy.read_only_dirs);
-    allow("file-read*", "literal", &policy.read_only_files);
+    let view = &policy.host_view;
+    allow("file-read*", "subpath", &view.read_dirs);
+    allow("file-read*", "literal", &view.read_files);
     allow(
         "file-read*",
         "literal",
         std::slice::from_ref(&policy.python),
     );
-    allow("file-read* file-write*", "subpath", &policy.writable_dirs);
-    allow("file-read* file-write*", "literal", &policy.writable_files);
+    allow("file-read* file-write*", "subpath", &view.write_dirs);
+    let files: Vec<PathBuf> = view
+        .write_files
+        .iter()
+        .filter(|f| f.as_path() != Path::new("/dev/null"))
+        .cloned()
+        .collect();
+    allow("file-read* file-write*", "literal", &files);
     p.push_str("(allow file-read* file-write-data (literal \"/dev/null\"))\n");
     match policy.network {
         NetworkMode::Deny => p.push_str("(deny network*)\n"),
@@ -67,8 +74,8 @@ mod tests {
     fn policy(network: NetworkMode) -> WorkerPolicy {
         let mut p = crate::sandbox::policy::example_policy(network);
         p.python = PathBuf::from("/opt/homebrew/bin/python3");
-        p.read_only_dirs = vec![PathBuf::from("/opt/homebrew/lib/python3.12")];
-        p.writable_dirs = vec![PathBuf::from("/Users/a/Library/warden/s/\"odd\"/workspace")];
+        p.host_view.read_dirs = vec![PathBuf::from("/opt/homebrew/lib/python3.12")];
+        p.host_view.write_dirs = vec![PathBuf::from("/Users/a/Library/warden/s/\"odd\"/workspace")];
         p
     }
 

@@ -6,6 +6,7 @@
 //! - [`linux`]: the walls (Landlock, seccomp, rlimits, namespaces, privileges) and the
 //!   helper stage that installs them before exec.
 //! - [`report`]: which walls stand, as the helper saw them.
+//! - [`store`]: where workspaces live (the keeper's size-capped tmpfs, or host dirs).
 //! - [`macos`], [`windows`]: the same policy as an SBPL profile and a job-object plan
 //!   (pure builders; the platform glue that applies them is not in this build).
 
@@ -14,6 +15,7 @@ pub mod macos;
 pub mod policy;
 pub mod python;
 pub mod report;
+pub mod store;
 pub mod uids;
 pub mod windows;
 

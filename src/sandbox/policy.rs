@@ -1,7 +1,8 @@
 //! The worker policy: everything the sandbox helper needs to confine one session's
-//! worker, as plain data. The server builds it (pure: [`WorkerPolicy::for_session`]),
-//! sends it to the helper over the worker's private request pipe, and the helper turns it
-//! into Landlock rules, seccomp filters and rlimits. Nothing here touches the system.
+//! worker, as plain data. The server builds it (pure: [`WorkerPolicy::build`]), sends
+//! it to the helper over the worker's private request pipe, and the helper turns it into
+//! a private world (namespaces and mounts), Landlock rules, seccomp filters and rlimits.
+//! Nothing here touches the system.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{NetworkMode, SandboxMode, Settings};
 use crate::grants::{Access, Grant, PathKind};
+use crate::sandbox::linux::world::{
+    FsView, HostLayout, ObjectId, WorkspaceSource, WorldPlan, WorldSpec,
+};
 use crate::sandbox::python::PythonRuntime;
 
 /// A numeric identity the worker runs as when the server is root.
@@ -33,44 +37,61 @@ pub struct Limits {
     pub processes: Option<u64>,
 }
 
-/// Where one session lives on disk.
+/// Where the server finds one session's files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionPaths {
-    /// The code's working directory and HOME: the only place user files live.
+    /// Where the server reads the workspace: a host directory, or `/proc/self/fd/N` of
+    /// the descriptor the workspace keeper handed over (its tmpfs exists only in the
+    /// keeper's mount namespace).
     pub workspace: PathBuf,
-    /// TMPDIR, kept apart from the workspace so temp files do not show up as results.
-    pub tmp: PathBuf,
+}
+
+/// Descriptor numbers at which the helper finds the keeper's namespaces (the server
+/// passes them there at spawn, right after the two protocol pipes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinFds {
+    /// The keeper's user namespace (a server that is not root).
+    pub user: Option<i32>,
+    pub mount: i32,
+}
+
+/// The worker's private world (see [`crate::sandbox::linux::world`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct World {
+    pub plan: WorldPlan,
+    /// An empty directory of the instance on which the world's root tmpfs is mounted.
+    pub root_mount: PathBuf,
+    /// The keeper's namespaces to join first, when the workspace is the keeper's tmpfs.
+    pub join: Option<JoinFds>,
+    /// The worker's environment inside the world.
+    pub env: Vec<(String, String)>,
+    /// The size of the session's workspace tmpfs, when the keeper holds it.
+    pub quota_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerPolicy {
     pub mode: SandboxMode,
     pub network: NetworkMode,
-    /// The real interpreter binary (never a shim), the only program the worker may exec.
+    /// The interpreter as it is executed (a venv's `bin/python`, never a shim); the
+    /// same path inside the world.
     pub python: PathBuf,
-    /// The ELF interpreter (`PT_INTERP`) that the kernel opens to start `python`.
-    pub elf_interpreter: Option<PathBuf>,
-    /// Directory trees the worker may read (interpreter prefix, stdlib, site-packages,
-    /// shared libraries).
-    pub read_only_dirs: Vec<PathBuf>,
-    /// Single files the worker may read (loader cache, time zone).
-    pub read_only_files: Vec<PathBuf>,
-    /// Directory trees the worker may read and write, but never execute from.
-    pub writable_dirs: Vec<PathBuf>,
-    /// Single files the worker may read and write (write grants on a file).
-    #[serde(default)]
-    pub writable_files: Vec<PathBuf>,
-    pub workspace: PathBuf,
+    /// What the worker may touch, by host paths: Landlock's rules when there is no world
+    /// (no user namespaces here, or the sandbox is off).
+    pub host_view: FsView,
+    /// The worker's environment when there is no world.
+    pub host_env: Vec<(String, String)>,
+    /// The private world; `None` only with `HOST_SANDBOX=off`.
+    pub world: Option<World>,
     pub run_as: Option<RunAs>,
     pub limits: Limits,
-    /// The complete environment of the worker (an allowlist, see [`worker_env`]).
-    pub env: Vec<(String, String)>,
     /// The server's pid: the helper exits if its parent is already gone.
     pub parent_pid: i32,
 }
 
-/// System trees every CPython needs at run time: libc, libpython, extension module
-/// dependencies, time zones. Missing ones are skipped by the builder.
+/// System trees every CPython needs at run time when there is no world: libc,
+/// libpython, extension module dependencies, time zones, matplotlib's data. Missing ones
+/// are skipped by the builder.
 const SYSTEM_READ_DIRS: &[&str] = &[
     "/lib",
     "/lib64",
@@ -78,64 +99,135 @@ const SYSTEM_READ_DIRS: &[&str] = &[
     "/usr/lib64",
     "/usr/local/lib",
     "/usr/share/zoneinfo",
+    "/usr/share/matplotlib",
     "/sys/devices/system/cpu",
 ];
 
 /// Single system files the runtime reads; nothing else under /etc (no passwd, no hosts).
 const SYSTEM_READ_FILES: &[&str] = &["/etc/ld.so.cache", "/etc/localtime", "/dev/urandom"];
 
+/// Everything a worker's policy is built from.
+#[derive(Clone, Copy)]
+pub struct PolicyInputs<'a> {
+    pub settings: &'a Settings,
+    pub runtime: &'a PythonRuntime,
+    pub host: &'a HostLayout,
+    /// What the worker's world binds as its workspace and /tmp.
+    pub source: &'a WorkspaceSource,
+    pub run_as: Option<RunAs>,
+    pub grants: &'a [Grant],
+    pub parent_pid: i32,
+    /// The instance's empty directory for the world's root.
+    pub root_mount: &'a Path,
+    pub join: Option<JoinFds>,
+}
+
 impl WorkerPolicy {
     /// Builds the policy for one session's worker. Pure: paths are taken as given.
-    pub fn for_session(
-        settings: &Settings,
-        runtime: &PythonRuntime,
-        paths: &SessionPaths,
-        run_as: Option<RunAs>,
-        grants: &[Grant],
-        parent_pid: i32,
+    pub fn build(
+        inputs: &PolicyInputs<'_>,
         inherited_env: &dyn Fn(&str) -> Option<String>,
     ) -> WorkerPolicy {
-        let mut read_only_dirs: Vec<PathBuf> = SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect();
-        for root in &runtime.read_roots {
-            if !read_only_dirs.iter().any(|d| root.starts_with(d)) {
-                read_only_dirs.push(root.clone());
-            }
-        }
-        let mut read_only_files: Vec<PathBuf> =
-            SYSTEM_READ_FILES.iter().map(PathBuf::from).collect();
-        let mut writable_dirs = vec![paths.workspace.clone(), paths.tmp.clone()];
-        let mut writable_files = Vec::new();
-        for grant in grants {
-            let list = match (grant.access, grant.kind) {
-                (Access::Read, PathKind::Directory) => &mut read_only_dirs,
-                (Access::Read, PathKind::File) => &mut read_only_files,
-                (Access::Write, PathKind::Directory) => &mut writable_dirs,
-                (Access::Write, PathKind::File) => &mut writable_files,
+        let settings = inputs.settings;
+        let (host_workspace, host_tmp) = match inputs.source {
+            WorkspaceSource::Keeper { dir } => (dir.join("workspace"), dir.join("tmp")),
+            WorkspaceSource::HostDirs { workspace, tmp, .. } => (workspace.clone(), tmp.clone()),
+        };
+        let host_view = host_view(inputs.runtime, &host_workspace, &host_tmp, inputs.grants);
+        let host_env = worker_env(
+            &host_workspace,
+            &host_tmp,
+            &inputs.runtime.executable,
+            inherited_env,
+        );
+        let world = (settings.host_sandbox != SandboxMode::Off).then(|| {
+            let plan = crate::sandbox::linux::world::plan(WorldSpec {
+                host: inputs.host,
+                runtime: inputs.runtime,
+                workspace: inputs.source,
+                grants: inputs.grants,
+            });
+            let env = worker_env(
+                &plan.view.workspace,
+                &plan.view.tmp,
+                &inputs.runtime.executable,
+                inherited_env,
+            );
+            let quota_bytes = match inputs.source {
+                WorkspaceSource::Keeper { .. } => Some(settings.disk_limit_bytes),
+                WorkspaceSource::HostDirs { .. } => None,
             };
-            list.push(grant.path.clone());
-        }
+            World {
+                plan,
+                root_mount: inputs.root_mount.to_path_buf(),
+                join: inputs.join,
+                env,
+                quota_bytes,
+            }
+        });
         WorkerPolicy {
             mode: settings.host_sandbox,
             network: settings.network,
-            python: runtime.executable.clone(),
-            elf_interpreter: runtime.elf_interpreter.clone(),
-            read_only_dirs,
-            read_only_files,
-            writable_dirs,
-            writable_files,
-            workspace: paths.workspace.clone(),
-            run_as,
+            python: inputs.runtime.executable.clone(),
+            host_view,
+            host_env,
+            world,
+            run_as: inputs.run_as,
             limits: Limits {
                 address_space_bytes: settings.mem_limit_bytes,
                 cpu_seconds: 3600,
                 file_size_bytes: settings.file_size_limit_bytes,
                 open_files: 256,
-                processes: run_as.map(|_| settings.pids_limit),
+                processes: inputs.run_as.map(|_| settings.pids_limit),
             },
-            env: worker_env(paths, &runtime.executable, inherited_env),
-            parent_pid,
+            parent_pid: inputs.parent_pid,
         }
     }
+}
+
+/// What the worker may touch by host paths, for the fallback without a world. Grants
+/// are listed with the identity they must still have. Pure.
+pub fn host_view(
+    runtime: &PythonRuntime,
+    workspace: &Path,
+    tmp: &Path,
+    grants: &[Grant],
+) -> FsView {
+    let mut view = FsView {
+        executables: vec![runtime.executable.clone()],
+        read_dirs: SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect(),
+        read_files: SYSTEM_READ_FILES.iter().map(PathBuf::from).collect(),
+        write_dirs: vec![workspace.to_path_buf(), tmp.to_path_buf()],
+        write_files: vec![PathBuf::from("/dev/null")],
+        workspace: workspace.to_path_buf(),
+        tmp: tmp.to_path_buf(),
+        checked: Vec::new(),
+    };
+    if let Some(loader) = &runtime.elf_interpreter {
+        view.executables.push(loader.clone());
+    }
+    for root in &runtime.read_roots {
+        if !view.read_dirs.iter().any(|d| root.starts_with(d)) {
+            view.read_dirs.push(root.clone());
+        }
+    }
+    for grant in grants {
+        let list = match (grant.access, grant.kind) {
+            (Access::Read, PathKind::Directory) => &mut view.read_dirs,
+            (Access::Read, PathKind::File) => &mut view.read_files,
+            (Access::Write, PathKind::Directory) => &mut view.write_dirs,
+            (Access::Write, PathKind::File) => &mut view.write_files,
+        };
+        list.push(grant.path.clone());
+        view.checked.push((
+            grant.path.clone(),
+            ObjectId {
+                dev: grant.object.dev,
+                ino: grant.object.ino,
+            },
+        ));
+    }
+    view
 }
 
 /// Variables that pass through from the server because they are not secrets and some
@@ -143,9 +235,11 @@ impl WorkerPolicy {
 const PASS_THROUGH_ENV: &[&str] = &["OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "TZ"];
 
 /// The worker's whole environment: an allowlist, so no secret of the server's
-/// environment (tokens, keys, agent sockets) can reach the code.
+/// environment (tokens, keys, agent sockets) can reach the code. Caches of libraries
+/// (matplotlib's font list) go to the temporary directory, not into the workspace.
 pub fn worker_env(
-    paths: &SessionPaths,
+    workspace: &Path,
+    tmp: &Path,
     python: &Path,
     inherited_env: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<(String, String)> {
@@ -155,8 +249,16 @@ pub fn worker_env(
         .unwrap_or_else(|| "/usr/bin".to_string());
     let mut env: Vec<(String, String)> = vec![
         ("PATH".into(), format!("{bin_dir}:/usr/bin:/bin")),
-        ("HOME".into(), paths.workspace.display().to_string()),
-        ("TMPDIR".into(), paths.tmp.display().to_string()),
+        ("HOME".into(), workspace.display().to_string()),
+        ("TMPDIR".into(), tmp.display().to_string()),
+        (
+            "MPLCONFIGDIR".into(),
+            tmp.join("matplotlib").display().to_string(),
+        ),
+        (
+            "XDG_CACHE_HOME".into(),
+            tmp.join("cache").display().to_string(),
+        ),
         ("LANG".into(), "C.UTF-8".into()),
         ("LC_ALL".into(), "C.UTF-8".into()),
         ("PYTHONIOENCODING".into(), "utf-8".into()),
@@ -177,19 +279,28 @@ pub fn worker_env(
 }
 
 /// A small, fixed policy for the builders' unit tests: the interpreter, one read-only
-/// tree and one read-only file, a workspace and a temp directory.
+/// tree and one read-only file, a workspace and a temporary directory.
 #[cfg(test)]
 pub(crate) fn example_policy(network: NetworkMode) -> WorkerPolicy {
     WorkerPolicy {
         mode: SandboxMode::Require,
         network,
         python: PathBuf::from("/usr/bin/python3.11"),
-        elf_interpreter: Some(PathBuf::from("/usr/lib64/ld-linux-x86-64.so.2")),
-        read_only_dirs: vec![PathBuf::from("/usr/lib")],
-        read_only_files: vec![PathBuf::from("/etc/ld.so.cache")],
-        writable_dirs: vec![PathBuf::from("/w/workspace"), PathBuf::from("/w/tmp")],
-        writable_files: vec![],
-        workspace: PathBuf::from("/w/workspace"),
+        host_view: FsView {
+            executables: vec![
+                PathBuf::from("/usr/bin/python3.11"),
+                PathBuf::from("/usr/lib64/ld-linux-x86-64.so.2"),
+            ],
+            read_dirs: vec![PathBuf::from("/usr/lib")],
+            read_files: vec![PathBuf::from("/etc/ld.so.cache")],
+            write_dirs: vec![PathBuf::from("/w/workspace"), PathBuf::from("/w/tmp")],
+            write_files: vec![PathBuf::from("/dev/null")],
+            workspace: PathBuf::from("/w/workspace"),
+            tmp: PathBuf::from("/w/tmp"),
+            checked: vec![],
+        },
+        host_env: vec![],
+        world: None,
         run_as: None,
         limits: Limits {
             address_space_bytes: 2 << 30,
@@ -198,7 +309,6 @@ pub(crate) fn example_policy(network: NetworkMode) -> WorkerPolicy {
             open_files: 64,
             processes: None,
         },
-        env: vec![],
         parent_pid: 1,
     }
 }
@@ -222,11 +332,32 @@ mod tests {
         }
     }
 
-    fn paths() -> SessionPaths {
-        SessionPaths {
+    fn source() -> WorkspaceSource {
+        WorkspaceSource::HostDirs {
             workspace: PathBuf::from("/data/s/a/workspace"),
             tmp: PathBuf::from("/data/s/a/tmp"),
+            tmp_bytes: 1 << 20,
         }
+    }
+
+    fn build(settings: &Settings, run_as: Option<RunAs>, grants: &[Grant]) -> WorkerPolicy {
+        let source = source();
+        let host = HostLayout::default();
+        let runtime = runtime();
+        WorkerPolicy::build(
+            &PolicyInputs {
+                settings,
+                runtime: &runtime,
+                host: &host,
+                source: &source,
+                run_as,
+                grants,
+                parent_pid: 42,
+                root_mount: Path::new("/data/root"),
+                join: None,
+            },
+            &|_| None,
+        )
     }
 
     #[test]
@@ -236,33 +367,52 @@ mod tests {
             "OPENBLAS_CORETYPE" => Some("Haswell".to_string()),
             _ => None,
         };
-        let env = worker_env(&paths(), Path::new("/usr/bin/python3.11"), &inherited);
+        let env = worker_env(
+            Path::new("/workspace"),
+            Path::new("/tmp"),
+            Path::new("/usr/bin/python3.11"),
+            &inherited,
+        );
         let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
         assert!(!names.contains(&"AWS_SECRET_ACCESS_KEY"));
         assert!(!names.contains(&"GITHUB_TOKEN"));
         assert!(!names.contains(&"SSH_AUTH_SOCK"));
         assert!(names.contains(&"OPENBLAS_CORETYPE"));
-        assert!(env.contains(&("HOME".into(), "/data/s/a/workspace".into())));
-        assert!(env.contains(&("TMPDIR".into(), "/data/s/a/tmp".into())));
+        assert!(env.contains(&("HOME".into(), "/workspace".into())));
+        assert!(env.contains(&("TMPDIR".into(), "/tmp".into())));
+        assert!(env.contains(&("MPLCONFIGDIR".into(), "/tmp/matplotlib".into())));
     }
 
     #[test]
-    fn policy_grants_write_only_to_the_session_and_reads_the_runtime() {
+    fn a_world_is_planned_unless_the_sandbox_is_off() {
         let settings = Settings::from_lookup(|_| None).unwrap();
-        let policy = WorkerPolicy::for_session(
+        let policy = build(&settings, None, &[]);
+        let world = policy.world.expect("a world");
+        assert_eq!(world.plan.view.workspace, PathBuf::from("/workspace"));
+        assert!(world.env.contains(&("HOME".into(), "/workspace".into())));
+        assert!(
+            policy
+                .host_env
+                .contains(&("HOME".into(), "/data/s/a/workspace".into()))
+        );
+        let off = Settings::from_lookup(|n| (n == "HOST_SANDBOX").then(|| "off".into())).unwrap();
+        assert_eq!(build(&off, None, &[]).world, None);
+    }
+
+    #[test]
+    fn the_fallback_view_writes_only_the_session_and_reads_the_runtime() {
+        let settings = Settings::from_lookup(|_| None).unwrap();
+        let policy = build(
             &settings,
-            &runtime(),
-            &paths(),
             Some(RunAs {
                 uid: 7000,
                 gid: 7000,
             }),
             &[],
-            42,
-            &|_| None,
         );
+        let view = &policy.host_view;
         assert_eq!(
-            policy.writable_dirs,
+            view.write_dirs,
             vec![
                 PathBuf::from("/data/s/a/workspace"),
                 PathBuf::from("/data/s/a/tmp")
@@ -270,17 +420,20 @@ mod tests {
         );
         // Already covered by /usr/lib, so not repeated; the venv is added.
         assert!(
-            !policy
-                .read_only_dirs
+            !view
+                .read_dirs
                 .contains(&PathBuf::from("/usr/lib/python3.11"))
         );
         assert!(
-            policy
-                .read_only_dirs
+            view.read_dirs
                 .contains(&PathBuf::from("/opt/venv/lib/python3.11/site-packages"))
         );
-        assert!(!policy.read_only_dirs.iter().any(|d| d.starts_with("/etc")));
-        assert!(!policy.read_only_dirs.iter().any(|d| d.starts_with("/home")));
+        assert!(
+            view.read_dirs
+                .contains(&PathBuf::from("/usr/share/matplotlib"))
+        );
+        assert!(!view.read_dirs.iter().any(|d| d.starts_with("/etc")));
+        assert!(!view.read_dirs.iter().any(|d| d.starts_with("/home")));
         assert_eq!(policy.limits.processes, Some(256));
         assert_eq!(policy.limits.address_space_bytes, 2 << 30);
     }
@@ -288,18 +441,18 @@ mod tests {
     #[test]
     fn process_limit_is_only_set_for_a_dedicated_uid() {
         let settings = Settings::from_lookup(|_| None).unwrap();
-        let policy =
-            WorkerPolicy::for_session(&settings, &runtime(), &paths(), None, &[], 1, &|_| None);
-        assert_eq!(policy.limits.processes, None);
+        assert_eq!(build(&settings, None, &[]).limits.processes, None);
     }
 
     #[test]
-    fn grants_widen_exactly_the_granted_paths() {
+    fn grants_widen_exactly_the_granted_paths_and_carry_their_identity() {
         let settings = Settings::from_lookup(|_| None).unwrap();
         let grant = |path: &str, kind, access| Grant {
             path: PathBuf::from(path),
             kind,
             access,
+            object: crate::grants::ObjectKey { dev: 3, ino: 9 },
+            pin: crate::grants::Pin::default(),
             granted_at: 0,
             expires_at: None,
             approved_by: "user".into(),
@@ -311,15 +464,25 @@ mod tests {
             grant("/data/x.parquet", PathKind::File, Access::Read),
             grant("/data/log.txt", PathKind::File, Access::Write),
         ];
-        let p =
-            WorkerPolicy::for_session(&settings, &runtime(), &paths(), None, &grants, 1, &|_| None);
-        assert!(p.read_only_dirs.contains(&PathBuf::from("/data/in")));
-        assert!(!p.writable_dirs.contains(&PathBuf::from("/data/in")));
-        assert!(p.writable_dirs.contains(&PathBuf::from("/data/out")));
-        assert!(
-            p.read_only_files
-                .contains(&PathBuf::from("/data/x.parquet"))
+        let p = build(&settings, None, &grants);
+        let v = &p.host_view;
+        assert!(v.read_dirs.contains(&PathBuf::from("/data/in")));
+        assert!(!v.write_dirs.contains(&PathBuf::from("/data/in")));
+        assert!(v.write_dirs.contains(&PathBuf::from("/data/out")));
+        assert!(v.read_files.contains(&PathBuf::from("/data/x.parquet")));
+        assert!(v.write_files.contains(&PathBuf::from("/data/log.txt")));
+        assert_eq!(v.checked.len(), 4);
+        assert_eq!(
+            v.checked[0],
+            (PathBuf::from("/data/in"), ObjectId { dev: 3, ino: 9 })
         );
-        assert_eq!(p.writable_files, vec![PathBuf::from("/data/log.txt")]);
+        let world = p.world.unwrap();
+        assert!(
+            world
+                .plan
+                .view
+                .write_dirs
+                .contains(&PathBuf::from("/data/out"))
+        );
     }
 }

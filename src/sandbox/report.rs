@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct WallStatus {
-    /// landlock, seccomp, no_new_privs, privileges, namespaces, rlimits, environment,
-    /// process_group, inherited_fds.
+    /// landlock, seccomp, no_new_privs, privileges, namespaces, world, disk_quota,
+    /// w_xor_x, rlimits, environment, process_group, inherited_fds.
     pub name: String,
     pub enforced: bool,
     pub detail: String,
@@ -23,6 +23,10 @@ pub struct SandboxReport {
     pub landlock_abi: Option<i32>,
     /// The uid the code runs as.
     pub uid: u32,
+    /// The workspace as the code sees it: `/workspace` in its private world, the host
+    /// directory when there is none.
+    #[serde(default)]
+    pub workspace: String,
 }
 
 impl SandboxReport {
@@ -65,6 +69,7 @@ mod tests {
             }],
             landlock_abi: None,
             uid: 1000,
+            workspace: "/workspace".into(),
         }
     }
 

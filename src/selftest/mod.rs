@@ -202,14 +202,21 @@ async fn run_probes(
         "{PROBES_SOURCE}\nimport json as _json\nmain(_json.loads({}))\n",
         serde_json::to_string(&params.to_string()).unwrap_or_default()
     );
+    let (rlimit_before, nice_before) = (own_nofile_limit(), own_priority());
     let run = worker.execute(&code, &[], PROBE_TIMEOUT, 1 << 20).await;
     let host = HostEvidence {
         canary: fixtures.canary.clone(),
+        canary_exists: fixtures.canary_path.is_file(),
         write_target_exists: fixtures.write_target.exists(),
         loopback_accepted: fixtures.tcp.accept().is_ok(),
         unix_accepted: fixtures.unix.accept().is_ok(),
         ssh_dir_exists: ssh_dir.is_dir(),
+        etc_shadow_exists: Path::new("/etc/shadow").exists(),
         network_denied: settings.network == NetworkMode::Deny,
+        server_pid: std::process::id(),
+        server_rlimit_changed: own_nofile_limit() != rlimit_before,
+        server_priority_changed: own_priority() != nice_before,
+        w_xor_x_expected: walls.iter().any(|w| w.name == "w_xor_x" && w.enforced),
     };
     let text = stdout_text(&run);
     let mut seen_canary_anywhere = text.contains(&fixtures.canary);
@@ -233,6 +240,20 @@ async fn run_probes(
         });
     }
     if !run.reusable {
+        worker = spawn(&eph).await?;
+    }
+
+    if !run.reusable {
+        worker = spawn(&eph).await?;
+    }
+    let (verdict, reusable) = memfd_probe(&mut worker, &eph).await;
+    probes.push(verdict);
+    if !reusable {
+        worker = spawn(&eph).await?;
+    }
+    let (verdict, reusable) = cpu_after_return_probe(&mut worker).await;
+    probes.push(verdict);
+    if !reusable {
         worker = spawn(&eph).await?;
     }
 
@@ -342,6 +363,145 @@ async fn run_probes(
         p.details = "the canary's content came back to the host".into();
     }
     Ok((walls, landlock_abi))
+}
+
+/// The server's own soft RLIMIT_NOFILE: a probe that changes it from inside the
+/// sandbox is caught here.
+fn own_nofile_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a valid struct.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    limit.rlim_cur
+}
+
+/// The server's own nice value.
+fn own_priority() -> i32 {
+    // SAFETY: plain syscall; -1 is a valid nice value, so errno is not consulted.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+}
+
+/// A copy of the interpreter in a memfd, run through /proc/self/fd/N: blocked only if
+/// every attempt was refused and the host finds no marker in the workspace.
+async fn memfd_probe(
+    worker: &mut Worker,
+    eph: &crate::session::Ephemeral<'_>,
+) -> (ProbeResult, bool) {
+    let marker = format!("selftest-memfd-{}", hex::<6>());
+    let code = format!("{PROBES_SOURCE}\nmemfd_exec({marker:?})\n");
+    let run = worker.execute(&code, &[], PROBE_TIMEOUT, 1 << 16).await;
+    let text = stdout_text(&run);
+    let ran = eph.paths.workspace.join(&marker).exists();
+    let refusals: Vec<Attempt> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Attempt>(l).ok())
+        .collect();
+    let all_refused = refusals.len() == 2
+        && refusals
+            .iter()
+            .all(|a| matches!(a.errno.as_i64(), Some(1) | Some(13)));
+    let (status, details) = if ran {
+        (
+            ProbeStatus::Allowed,
+            "a copy of the interpreter ran from a memfd (it wrote its marker)".to_string(),
+        )
+    } else if all_refused && matches!(run.outcome, Outcome::Finished(_)) {
+        (
+            ProbeStatus::Blocked,
+            "memfd_create without MFD_NOEXEC_SEAL refused (seccomp); a sealed memfd cannot be executed".to_string(),
+        )
+    } else {
+        (
+            ProbeStatus::Inconclusive,
+            format!("unexpected outcome {:?}: {}", run.outcome, text.trim()),
+        )
+    };
+    let probe = ProbeResult {
+        id: "proc.memfd_exec".into(),
+        category: "processes".into(),
+        status,
+        details,
+        required: true,
+    };
+    (probe, run.reusable)
+}
+
+/// CPU time the worker burns after a call returned (a thread it left spinning). Not
+/// required until the worker is frozen between calls (#8 item 5).
+async fn cpu_after_return_probe(worker: &mut Worker) -> (ProbeResult, bool) {
+    let run = worker
+        .execute(
+            "import threading\ndef _spin():\n    while True:\n        pass\nthreading.Thread(target=_spin, daemon=True).start()\n",
+            &[],
+            Duration::from_secs(10),
+            4096,
+        )
+        .await;
+    let crate::backend::ExitWitness::HostPid(pid) = worker.exit_witness();
+    let before = cpu_ticks_of_group(pid);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = cpu_ticks_of_group(pid);
+    let used_ms = after.saturating_sub(before) * 1000 / ticks_per_second();
+    let (status, details) = match (before, after) {
+        (0, 0) => (
+            ProbeStatus::Inconclusive,
+            "the worker's CPU time could not be read".to_string(),
+        ),
+        _ if used_ms >= 100 => (
+            ProbeStatus::Allowed,
+            format!(
+                "a thread kept running after its call returned: {used_ms} ms of CPU in 500 ms; workers are not frozen between calls yet"
+            ),
+        ),
+        _ => (
+            ProbeStatus::Blocked,
+            format!("{used_ms} ms of CPU in the 500 ms after the call returned"),
+        ),
+    };
+    let probe = ProbeResult {
+        id: "res.cpu_after_return".into(),
+        category: "resources".into(),
+        status,
+        details,
+        required: false,
+    };
+    // The spinning thread stays: this worker is not reused.
+    let _ = run;
+    (probe, false)
+}
+
+fn ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no pointer arguments.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|t| *t > 0).unwrap_or(100)
+}
+
+/// User + system CPU ticks of a worker: the helper's pid and its descendants (the
+/// interpreter is the helper's child in the worker's own PID namespace).
+fn cpu_ticks_of_group(pid: i32) -> u64 {
+    let ticks = |pid: &str| -> Option<(u64, Vec<String>)> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = stat.get(stat.rfind(')')? + 2..)?;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let used = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        Some((used, children))
+    };
+    let mut total = 0;
+    let mut stack = vec![pid.to_string()];
+    while let Some(p) = stack.pop() {
+        if let Some((used, children)) = ticks(&p) {
+            total += used;
+            stack.extend(children);
+        }
+    }
+    total
 }
 
 fn exec_verdict(outcome: &Outcome, text: &str) -> ProbeResult {

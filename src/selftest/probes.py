@@ -83,6 +83,51 @@ def _privileges():
     _emit("priv.not_root", uid == 0 or euid == 0, None, "uid=%d euid=%d" % (uid, euid))
 
 
+def _stat_outside(path):
+    st = os.stat(path)
+    return "size=%d uid=%d mtime=%d" % (st.st_size, st.st_uid, st.st_mtime)
+
+
+def _inotify(directory):
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0o2000000)  # IN_CLOEXEC
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    try:
+        wd = libc.inotify_add_watch(fd, os.fsencode(directory), 0x100 | 0x200)  # create|delete
+        if wd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, "inotify_init1 worked, the watch failed: %s" % os.strerror(err))
+        return "watching %s" % directory
+    finally:
+        os.close(fd)
+
+
+def _proc_pids():
+    return " ".join(sorted((e for e in os.listdir("/proc") if e.isdigit()), key=int))
+
+
+def _other_rlimit(pid):
+    import resource
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft - 1, hard))
+    return "lowered RLIMIT_NOFILE of pid %d to %d" % (pid, soft - 1)
+
+
+def _other_priority(pid):
+    now = os.getpriority(os.PRIO_PROCESS, pid)
+    os.setpriority(os.PRIO_PROCESS, pid, min(now + 1, 19))
+    return "reniced pid %d" % pid
+
+
+def _rwx():
+    import mmap
+    m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    m.close()
+    return "an RWX mapping was created"
+
+
 def main(p):
     _attempt("fs.canary_read", lambda: open(p["canary"]).read())
     _attempt("fs.write_outside", lambda: open(p["write_target"], "w").write("selftest"))
@@ -98,5 +143,37 @@ def main(p):
     _attempt("net.unix_listener", lambda: _connect(socket.AF_UNIX, p["unix_socket"], 3))
     _attempt("proc.fork", _fork)
     _attempt("proc.signal_server", lambda: os.kill(p["server_pid"], 0))
+    _attempt("fs.stat_outside", lambda: _stat_outside(p["canary"]))
+    _attempt("fs.inotify", lambda: _inotify(os.path.dirname(p["canary"])))
+    _attempt("proc.enumerate", _proc_pids)
+    _attempt("proc.other_rlimit", lambda: _other_rlimit(p["server_pid"]))
+    _attempt("proc.other_priority", lambda: _other_priority(p["server_pid"]))
+    _attempt("mem.rwx", _rwx)
     _privileges()
     _emit("info.cpu_count", False, None, "", str(os.cpu_count()))
+
+
+def memfd_exec(marker):
+    """Copies the interpreter into a memfd and runs it (Landlock's execute right covers
+    paths, not memfds): a plain memfd first, then a sealed one. If either runs, the copy
+    writes `marker` into the workspace, which the server looks for."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    import sys
+    elf = open(sys.executable, "rb").read()
+    for label, flags in (("plain", 1), ("sealed", 1 | 8)):
+        fd = libc.memfd_create(label.encode(), flags)
+        if fd < 0:
+            _emit("proc.memfd_exec." + label, False, ctypes.get_errno(), "memfd_create refused")
+            continue
+        os.write(fd, elf)
+        try:
+            os.fchmod(fd, 0o755)
+        except OSError:
+            pass
+        try:
+            os.execv("/proc/self/fd/%d" % fd,
+                     ["python3", "-c", "open(%r, 'w').write('ran')" % marker])
+        except OSError as exc:
+            _emit("proc.memfd_exec." + label, False, exc.errno, "exec refused: %s" % exc)
+        finally:
+            os.close(fd)

@@ -122,11 +122,22 @@ impl Attempt {
 #[derive(Debug, Clone, Default)]
 pub struct HostEvidence {
     pub canary: String,
+    /// The canary file (and its directory) exist on the host: a probe that finds no
+    /// such file is looking at another world.
+    pub canary_exists: bool,
     pub write_target_exists: bool,
     pub loopback_accepted: bool,
     pub unix_accepted: bool,
     pub ssh_dir_exists: bool,
+    pub etc_shadow_exists: bool,
     pub network_denied: bool,
+    /// The server's own pid (alive: it is the one judging).
+    pub server_pid: u32,
+    /// The server's RLIMIT_NOFILE or nice value changed while the probes ran.
+    pub server_rlimit_changed: bool,
+    pub server_priority_changed: bool,
+    /// The helper reported W^X as enforced (the kernel has PR_SET_MDWE).
+    pub w_xor_x_expected: bool,
 }
 
 pub fn category_of(id: &str) -> &'static str {
@@ -136,6 +147,7 @@ pub fn category_of(id: &str) -> &'static str {
         Some("proc") => "processes",
         Some("res") => "resources",
         Some("priv") => "privileges",
+        Some("mem") => "processes",
         _ => "other",
     }
 }
@@ -157,6 +169,18 @@ fn errno_name(errno: Option<i32>) -> String {
         Some(n) => format!("errno {n}"),
         None => "no errno".into(),
     }
+}
+
+/// "No such file" for a path the host knows exists: the worker lives in another world.
+fn absent_in_world(a: &Attempt, exists_on_host: bool, what: &str) -> Option<(ProbeStatus, String)> {
+    (a.errno() == Some(libc::ENOENT) && exists_on_host).then(|| {
+        (
+            ProbeStatus::Blocked,
+            format!(
+                "{what}: the path does not exist inside the worker's private world (it does on the host)"
+            ),
+        )
+    })
 }
 
 /// Judges one attempt. Pure.
@@ -193,8 +217,17 @@ pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
                     "the canary's content came back to the host".to_string(),
                 )
             } else {
-                standard(a, "reading the host's canary file")
+                absent_in_world(a, host.canary_exists, "reading the host's canary file")
+                    .unwrap_or_else(|| standard(a, "reading the host's canary file"))
             }
+        }
+        "fs.stat_outside" => {
+            let what = "stat() of the host's canary file (size, owner, times)";
+            absent_in_world(a, host.canary_exists, what).unwrap_or_else(|| standard(a, what))
+        }
+        "fs.inotify" => {
+            let what = "an inotify watch on a host directory";
+            absent_in_world(a, host.canary_exists, what).unwrap_or_else(|| standard(a, what))
         }
         "fs.write_outside" => {
             if host.write_target_exists {
@@ -203,11 +236,15 @@ pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
                     "the file appeared outside the workspace".to_string(),
                 )
             } else {
-                standard(a, "writing outside the workspace")
+                absent_in_world(a, host.canary_exists, "writing outside the workspace")
+                    .unwrap_or_else(|| standard(a, "writing outside the workspace"))
             }
         }
         "fs.etc_shadow" => {
-            if a.errno() == Some(libc::ENOENT) {
+            if let Some(verdict) = absent_in_world(a, host.etc_shadow_exists, "reading /etc/shadow")
+            {
+                verdict
+            } else if a.errno() == Some(libc::ENOENT) {
                 required = false;
                 (ProbeStatus::Inconclusive, "no /etc/shadow here".to_string())
             } else {
@@ -216,7 +253,8 @@ pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
         }
         "fs.ssh_dir" => {
             if host.ssh_dir_exists {
-                standard(a, "listing ~/.ssh")
+                absent_in_world(a, true, "listing ~/.ssh")
+                    .unwrap_or_else(|| standard(a, "listing ~/.ssh"))
             } else {
                 required = false;
                 (
@@ -295,13 +333,66 @@ pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
             }
         }
         "proc.signal_server" => {
-            if a.errno() == Some(libc::ESRCH) {
+            if a.errno() == Some(libc::ESRCH) && host.server_pid != 1 {
                 (
-                    ProbeStatus::Inconclusive,
-                    "the server pid was not found".to_string(),
+                    ProbeStatus::Blocked,
+                    "the server, alive, is not visible from the worker's PID namespace".to_string(),
                 )
             } else {
                 standard(a, "signalling the server")
+            }
+        }
+        "proc.enumerate" => {
+            let ours = host.server_pid.to_string();
+            match a.data.as_deref() {
+                _ if host.server_pid == 1 => (
+                    ProbeStatus::Inconclusive,
+                    "the server is PID 1 here, so its absence cannot be told apart".to_string(),
+                ),
+                Some(pids) if a.ok && pids.split_whitespace().any(|p| p == ours) => (
+                    ProbeStatus::Allowed,
+                    format!(
+                        "/proc lists the server's pid {ours} among {} processes",
+                        pids.split_whitespace().count()
+                    ),
+                ),
+                Some(pids) if a.ok => (
+                    ProbeStatus::Blocked,
+                    format!("/proc lists only the worker's own namespace: {pids}"),
+                ),
+                _ => standard(a, "listing /proc"),
+            }
+        }
+        "proc.other_rlimit" | "proc.other_priority" => {
+            let changed = if a.probe == "proc.other_rlimit" {
+                host.server_rlimit_changed
+            } else {
+                host.server_priority_changed
+            };
+            if changed || a.ok {
+                (
+                    ProbeStatus::Allowed,
+                    "the server's own limit or priority changed".to_string(),
+                )
+            } else if a.errno() == Some(libc::ESRCH) && host.server_pid != 1 {
+                (
+                    ProbeStatus::Blocked,
+                    "the server is not visible from the worker's PID namespace".to_string(),
+                )
+            } else {
+                standard(a, "changing another process's limit or priority")
+            }
+        }
+        "mem.rwx" => {
+            required = host.w_xor_x_expected;
+            if a.errno() == Some(libc::EACCES) {
+                (
+                    ProbeStatus::Blocked,
+                    "mapping memory writable and executable refused: EACCES (W^X, PR_SET_MDWE)"
+                        .to_string(),
+                )
+            } else {
+                standard(a, "mapping memory writable and executable")
             }
         }
         "priv.no_new_privs" | "priv.capabilities" | "priv.not_root" => {
@@ -488,6 +579,47 @@ mod tests {
         assert_eq!(r.status, ProbeStatus::Allowed);
         let r = judge(&attempt("fs.canary_read", false, json!(2), None), &h);
         assert_eq!(r.status, ProbeStatus::Inconclusive);
+    }
+
+    #[test]
+    fn a_missing_file_is_blocked_only_when_the_host_has_it() {
+        let mut h = host();
+        h.canary_exists = true;
+        for probe in [
+            "fs.canary_read",
+            "fs.stat_outside",
+            "fs.write_outside",
+            "fs.inotify",
+        ] {
+            let r = judge(&attempt(probe, false, json!(2), None), &h);
+            assert_eq!(r.status, ProbeStatus::Blocked, "{probe}");
+        }
+        h.canary_exists = false;
+        let r = judge(&attempt("fs.stat_outside", false, json!(2), None), &h);
+        assert_eq!(r.status, ProbeStatus::Inconclusive);
+        let r = judge(
+            &attempt("fs.stat_outside", true, json!(null), Some("size=3")),
+            &h,
+        );
+        assert_eq!(r.status, ProbeStatus::Allowed);
+    }
+
+    #[test]
+    fn proc_enumeration_is_judged_by_the_servers_own_pid() {
+        let mut h = host();
+        h.server_pid = 4321;
+        let seen = judge(
+            &attempt("proc.enumerate", true, json!(null), Some("1 77 4321")),
+            &h,
+        );
+        assert_eq!(seen.status, ProbeStatus::Allowed);
+        let own = judge(&attempt("proc.enumerate", true, json!(null), Some("1")), &h);
+        assert_eq!(own.status, ProbeStatus::Blocked);
+        h.server_rlimit_changed = true;
+        let r = judge(&attempt("proc.other_rlimit", false, json!(3), None), &h);
+        assert_eq!(r.status, ProbeStatus::Allowed, "host evidence wins");
+        let r = judge(&attempt("proc.other_priority", false, json!(3), None), &h);
+        assert_eq!(r.status, ProbeStatus::Blocked, "ESRCH: not visible");
     }
 
     #[test]

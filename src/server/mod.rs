@@ -466,13 +466,14 @@ impl WardenServer {
             result.message = e.message;
             return result;
         }
-        let (path, kind) = match self.sessions.resolve_grant_path(&args.path) {
+        let resolved = match self.sessions.resolve_grant_path(&args.path) {
             Ok(resolved) => resolved,
             Err(e) => {
                 result.message = format!("refused without asking: {e}");
                 return result;
             }
         };
+        let (path, kind) = (resolved.path.clone(), resolved.kind);
         result.path = path.display().to_string();
         if let Some(existing) = self.sessions.covering_grant(&key, &path, args.access) {
             result.granted = true;
@@ -481,6 +482,13 @@ impl WardenServer {
                 "already granted (by {}); nothing changed",
                 existing.approved_by
             );
+            return result;
+        }
+        let candidate = resolved
+            .clone()
+            .into_grant(args.access, String::new(), String::new());
+        if let Some(conflict) = self.sessions.grant_conflict(&key, &candidate) {
+            result.message = format!("refused without asking: {conflict}");
             return result;
         }
         if http::transport_of(ctx) == http::Transport::HttpStateless {
@@ -561,13 +569,12 @@ impl WardenServer {
         let expires_at =
             (decision.expires_minutes > 0).then(|| now + u64::from(decision.expires_minutes) * 60);
         let grant = Grant {
-            path: path.clone(),
-            kind,
-            access: args.access,
-            granted_at: now,
             expires_at,
-            approved_by: format!("user via elicitation ({client_name})"),
-            reason,
+            ..resolved.into_grant(
+                args.access,
+                format!("user via elicitation ({client_name})"),
+                reason,
+            )
         };
         tracing::warn!(
             session = %key,

@@ -3,40 +3,62 @@
 //! worker, since a sealed sandbox (a Landlock ruleset, a container's mounts) cannot be
 //! widened in place.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::{PreApproval, Session, SessionError, SessionManager};
 use crate::execution::ErrorInfo;
-use crate::grants::{Access, ForbiddenPaths, Grant, GrantError, PathKind};
+use crate::grants::{Access, ForbiddenPaths, Grant, GrantError, PathKind, Resolved};
 use crate::owner::{Owner, SessionKey};
 
-/// Resolves the operator's pre-approved paths at start; one that can never be granted
-/// stops the server with the reason.
+/// Resolves the operator's pre-approved paths at start; one that can never be granted,
+/// or that could rewrite another, stops the server with the reason.
 pub(super) fn operator_grants(
     pre_approved: &[PreApproval],
     forbidden: &ForbiddenPaths,
+    in_world: bool,
 ) -> Result<Vec<Grant>, SessionError> {
-    let mut out = Vec::new();
+    let mut out: Vec<Grant> = Vec::new();
     for pre in pre_approved {
-        let (path, kind) = crate::grants::resolve(&pre.path, forbidden).map_err(|error| {
-            SessionError::PreApproval {
-                origin: pre.source.clone(),
-                error,
-            }
-        })?;
-        tracing::info!(path = %path.display(), access = ?pre.access, source = %pre.source, "pre-approved grant");
-        out.push(Grant {
-            path,
-            kind,
-            access: pre.access,
-            granted_at: crate::grants::now_secs(),
-            expires_at: None,
-            approved_by: format!("operator ({})", pre.source),
-            reason: "pre-approved at start-up".into(),
-        });
+        let refuse = |error| SessionError::PreApproval {
+            origin: pre.source.clone(),
+            error,
+        };
+        let resolved = resolve_in_world(&pre.path, forbidden, in_world).map_err(refuse)?;
+        let grant = resolved.into_grant(
+            pre.access,
+            format!("operator ({})", pre.source),
+            "pre-approved at start-up".into(),
+        );
+        if let Some(error) = crate::grants::conflict(&out, &grant) {
+            return Err(refuse(error));
+        }
+        tracing::info!(path = %grant.path.display(), access = ?pre.access, source = %pre.source, "pre-approved grant");
+        // The same path twice: the wider access wins.
+        out.retain(|g| g.path != grant.path || g.access == Access::Write);
+        if !out.iter().any(|g| g.path == grant.path) {
+            out.push(grant);
+        }
     }
     Ok(out)
+}
+
+/// Resolves and opens a requested path ([`crate::grants::resolve`]) and, when workers
+/// live in a world of their own, refuses paths that would land on its own places.
+fn resolve_in_world(
+    raw: &str,
+    forbidden: &ForbiddenPaths,
+    in_world: bool,
+) -> Result<Resolved, GrantError> {
+    let resolved = crate::grants::resolve(raw, forbidden)?;
+    if in_world && let Some(what) = crate::sandbox::linux::world::reserved_in_world(&resolved.path)
+    {
+        return Err(GrantError::Forbidden {
+            path: resolved.path,
+            why: format!("it would land on {what} inside the sandbox"),
+        });
+    }
+    Ok(resolved)
 }
 
 /// Drops the session's expired grants and returns them.
@@ -54,9 +76,53 @@ pub(super) fn take_expired(session: &Session) -> Vec<Grant> {
 }
 
 impl SessionManager {
-    /// Canonicalises a requested path and refuses the ones that can never be granted.
-    pub fn resolve_grant_path(&self, raw: &str) -> Result<(PathBuf, PathKind), GrantError> {
-        crate::grants::resolve(raw, &self.forbidden)
+    /// Canonicalises a requested path, opens exactly that object and refuses the ones
+    /// that can never be granted (nor land on the world's own places).
+    pub fn resolve_grant_path(&self, raw: &str) -> Result<Resolved, GrantError> {
+        let in_world = self.settings.host_sandbox != crate::config::SandboxMode::Off;
+        resolve_in_world(raw, &self.forbidden, in_world)
+    }
+
+    /// Why `grant` may not join the grants `session` already has (the operator's
+    /// included): one of them could rewrite the other.
+    pub fn grant_conflict(&self, session: &SessionKey, grant: &Grant) -> Option<GrantError> {
+        let existing = match self.session(session) {
+            Ok(s) => self.effective_grants(&s),
+            Err(_) => self.operator_grants.clone(),
+        };
+        crate::grants::conflict(&existing, grant)
+    }
+
+    /// The live grants a new worker of `session` binds: only those whose path still
+    /// holds the object the person approved. A session grant whose object changed is
+    /// revoked, an operator grant skipped, each with a warning.
+    pub(super) fn approved_grants(
+        &self,
+        session: &Session,
+        warnings: &mut Vec<String>,
+    ) -> Vec<Grant> {
+        let mut out = Vec::new();
+        for grant in self.effective_grants(session) {
+            match crate::grants::check_still_approved(&grant) {
+                Ok(()) => out.push(grant),
+                Err(why) => {
+                    tracing::warn!(session = %session.key, path = %grant.path.display(), %why, "grant not bound");
+                    if let Ok(mut own) = session.grants.lock() {
+                        own.retain(|g| g.path != grant.path);
+                    }
+                    let what = if grant.approved_by.starts_with("operator") {
+                        "not applied"
+                    } else {
+                        "revoked"
+                    };
+                    warnings.push(format!(
+                        "the grant for {} was {what}: {why}; ask for it again if it is still needed",
+                        grant.path.display()
+                    ));
+                }
+            }
+        }
+        out
     }
 
     /// Live grants for a session: the operator's and the session's own.
@@ -86,13 +152,20 @@ impl SessionManager {
     /// Landlock ruleset cannot be widened. Returns whether a running worker (and so its
     /// variables) was discarded.
     pub async fn add_grant(&self, session: &SessionKey, grant: Grant) -> Result<bool, ErrorInfo> {
+        if let Some(conflict) = self.grant_conflict(session, &grant) {
+            return Err(ErrorInfo::new("GrantConflict", conflict.to_string()));
+        }
         let session = self.session(session)?;
         let mut state = session.state.lock().await;
-        session
-            .grants
-            .lock()
-            .map_err(|_| ErrorInfo::new("InternalError", "grant table poisoned"))?
-            .push(grant.clone());
+        {
+            let mut grants = session
+                .grants
+                .lock()
+                .map_err(|_| ErrorInfo::new("InternalError", "grant table poisoned"))?;
+            // The same path with wider access replaces the narrower grant.
+            grants.retain(|g| g.path != grant.path);
+            grants.push(grant.clone());
+        }
         let restarted = if let Some(mut worker) = state.worker.take() {
             worker.kill();
             state.lost_worker = Some(format!(

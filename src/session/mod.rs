@@ -131,13 +131,6 @@ fn instance_name() -> String {
     )
 }
 
-fn session_paths(dir: &Path) -> SessionPaths {
-    SessionPaths {
-        workspace: dir.join("workspace"),
-        tmp: dir.join("tmp"),
-    }
-}
-
 impl SessionManager {
     /// Creates this instance's directory and resolves the backend.
     pub fn new(
@@ -182,8 +175,11 @@ impl SessionManager {
             warden_dirs.push(config);
         }
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let forbidden = ForbiddenPaths::standard(home.as_deref(), &warden_dirs);
-        let operator_grants = grants::operator_grants(pre_approved, &forbidden)?;
+        let mut forbidden = ForbiddenPaths::standard(home.as_deref(), &warden_dirs);
+        let enforcement = backend.enforcement();
+        forbidden.add_runtime(&enforcement.protected_paths, &[]);
+        let in_world = settings.host_sandbox != crate::config::SandboxMode::Off;
+        let operator_grants = grants::operator_grants(pre_approved, &forbidden, in_world)?;
         tracing::info!(
             backend = %backend.kind(),
             workspaces = %instance_dir.display(),
@@ -231,8 +227,7 @@ impl SessionManager {
             ));
         }
         let dir = self.instance_dir.join(key.dir_name());
-        let paths = session_paths(&dir);
-        let slot = self.backend.open_session(&dir, &paths).map_err(|e| {
+        let (slot, paths) = self.backend.open_session(&dir).map_err(|e| {
             ErrorInfo::new(
                 "InternalError",
                 format!("cannot create the workspace for session {name:?}: {e}"),
@@ -369,15 +364,10 @@ impl SessionManager {
         if let Ok(mut map) = self.sessions.lock() {
             map.remove(&key);
         }
-        self.backend.close_session(&session.slot);
-        let dir = self.instance_dir.join(key.dir_name());
-        std::fs::remove_dir_all(&dir).map_err(|e| {
+        self.backend.close_session(&session.slot).map_err(|e| {
             ErrorInfo::new(
                 "InternalError",
-                format!(
-                    "the session was closed but {} could not be removed: {e}",
-                    dir.display()
-                ),
+                format!("the session was closed but its workspace could not be removed: {e}"),
             )
         })?;
         Ok(killed_worker)
@@ -413,7 +403,9 @@ impl SessionManager {
             if let Some(mut worker) = state.worker.take() {
                 worker.kill();
             }
-            self.backend.close_session(&session.slot);
+            if let Err(e) = self.backend.close_session(&session.slot) {
+                tracing::warn!(session = %session.key, error = %e, "could not remove a workspace");
+            }
         }
         self.backend.shutdown().await;
         if let Err(e) = std::fs::remove_dir_all(&self.instance_dir) {
@@ -437,16 +429,14 @@ impl SessionManager {
                 .collect::<String>()
         );
         let dir = self.instance_dir.join(&name);
-        let paths = session_paths(&dir);
-        let slot = self.backend.open_session(&dir, &paths).map_err(|e| {
+        let (slot, paths) = self.backend.open_session(&dir).map_err(|e| {
             ErrorInfo::new(
                 "InternalError",
-                format!("cannot create {}: {e}", dir.display()),
+                format!("cannot create a workspace for {name}: {e}"),
             )
         })?;
         Ok(Ephemeral {
             backend: &self.backend,
-            dir,
             paths,
             slot,
         })
@@ -465,11 +455,10 @@ impl SessionManager {
     }
 }
 
-/// A session for one-off workers (selftest): its directory is removed and its backend
+/// A session for one-off workers (selftest): its workspace is removed and its backend
 /// slot released when dropped.
 pub struct Ephemeral<'a> {
     backend: &'a AnyBackend,
-    pub dir: PathBuf,
     pub paths: SessionPaths,
     slot: SessionSlot,
 }
@@ -479,7 +468,6 @@ impl Ephemeral<'_> {
     pub async fn start_worker(&self) -> Result<Worker, StartError> {
         let spec = WorkerSpec {
             slot: &self.slot,
-            paths: &self.paths,
             grants: &[],
         };
         self.backend.start_worker(&spec).await
@@ -488,7 +476,8 @@ impl Ephemeral<'_> {
 
 impl Drop for Ephemeral<'_> {
     fn drop(&mut self) {
-        self.backend.close_session(&self.slot);
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Err(e) = self.backend.close_session(&self.slot) {
+            tracing::warn!(error = %e, "could not remove a selftest workspace");
+        }
     }
 }

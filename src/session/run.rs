@@ -33,7 +33,7 @@ impl Session {
         }
         let mut warnings = Vec::new();
         self.drop_expired_grants(&mut state);
-        let grants = manager.effective_grants(self);
+        let grants = manager.approved_grants(self, &mut warnings);
         let verdict = match self
             .judge(manager, &mut state, code, &grants, &mut warnings)
             .await
@@ -47,7 +47,6 @@ impl Session {
         let worker_restarted = self.note_lost_worker(&mut state, &mut warnings);
         let spec = WorkerSpec {
             slot: &self.slot,
-            paths: &self.paths,
             grants: &grants,
         };
         let worker = match ensure_worker(manager, &mut state, &spec).await {
@@ -60,6 +59,7 @@ impl Session {
             }
         };
         warnings.extend(worker.report().warnings());
+        let seen_workspace = worker.report().workspace.clone();
         let before = Snapshot::take(&self.paths.workspace);
         let cap = manager.settings.output_limit_bytes;
         worker.tap_stdout(tap);
@@ -83,6 +83,7 @@ impl Session {
             worker_restarted,
             warnings,
             guard: verdict,
+            workspace: Some(seen_workspace),
         };
         if let Some(lost) = apply_outcome(&mut result, run, timeout) {
             state.lost_worker = Some(lost);
@@ -120,7 +121,12 @@ impl Session {
         warnings: &mut Vec<String>,
     ) -> Result<Option<Verdict>, ExecResult> {
         let roots = grants.iter().map(|g| g.path.clone()).collect();
-        let verdict = match manager.check_code(code, &self.paths.workspace, roots).await {
+        // The code sees its workspace at /workspace in its world.
+        let workspace = match manager.settings.host_sandbox {
+            crate::config::SandboxMode::Off => self.paths.workspace.clone(),
+            _ => std::path::PathBuf::from(crate::sandbox::linux::world::WORKSPACE),
+        };
+        let verdict = match manager.check_code(code, &workspace, roots).await {
             GuardOutcome::Off => {
                 warnings.push(
                     "CODEGUARD=off: the static guard is switched off; only the operating-system sandbox stands"

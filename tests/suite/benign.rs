@@ -50,3 +50,50 @@ async fn every_benign_snippet_prints_its_expected_line() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     server.stop().await;
 }
+
+/// Finding 8: matplotlib from Debian's /usr/bin/python3 could not read its own data.
+/// A savefig comes back as an image, with the server as root and as the login user.
+#[tokio::test]
+async fn a_matplotlib_savefig_returns_an_image() {
+    if !sandbox_python_has("matplotlib") {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs Debian's python3-matplotlib"
+        );
+        eprintln!("skipping: matplotlib is not installed for /usr/bin/python3");
+        return;
+    }
+    for who in super::both_modes() {
+        let server = Server::start_as(who, super::Net::Host, &[("CODEGUARD", "enforce")]).await;
+        let code = "import matplotlib.pyplot as plt\nimport numpy as np\nx = np.linspace(0, 6, 50)\nplt.plot(x, np.sin(x))\nplt.title('sine')\nplt.savefig('plot.png')\nprint('saved')";
+        let raw = server
+            .call(
+                "execute_python",
+                serde_json::json!({"code": code, "session": "mpl"}),
+            )
+            .await
+            .unwrap();
+        let r = raw.structured_content.clone().unwrap();
+        assert_eq!(stdout(&r), "saved\n", "{who:?}: {r}");
+        let image = raw
+            .content
+            .iter()
+            .find_map(|c| c.as_image().cloned())
+            .unwrap_or_else(|| panic!("{who:?}: no image content: {raw:?}"));
+        assert_eq!(image.mime_type, "image/png");
+        use base64::Engine;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(&image.data)
+            .unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{who:?}: not a PNG");
+        // matplotlib's caches went to the private /tmp, not into the workspace.
+        let files: Vec<&str> = r["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["path"].as_str())
+            .collect();
+        assert_eq!(files, ["plot.png"], "{who:?}: {r}");
+        server.stop().await;
+    }
+}

@@ -56,10 +56,14 @@ async fn best_effort_runs_and_reports_the_missing_wall_in_every_result() {
         let r = server.run("b", "print('ran')").await;
         assert_eq!(stdout(&r), "ran\n", "{r}");
         let warnings = r["warnings"].to_string();
-        assert!(
-            warnings.contains("sandbox wall 'namespaces' is not enforced"),
-            "{r}"
-        );
+        for wall in ["namespaces", "world", "disk_quota"] {
+            assert!(
+                warnings.contains(&format!("sandbox wall '{wall}' is not enforced")),
+                "{wall}: {r}"
+            );
+        }
+        // Without a world the code runs in its host directory, confined by Landlock.
+        assert_ne!(r["workspace"], "/workspace", "{r}");
     }
     // The other walls still hold.
     let r = server

@@ -142,14 +142,14 @@ fn shared_dir(content: &str) -> (tempfile::TempDir, PathBuf) {
 
 fn read_code(dir: &Path) -> String {
     format!(
-        "from pathlib import Path\ntry:\n    print(Path({:?}).read_text())\nexcept PermissionError as e:\n    print('denied', e.errno)",
+        "from pathlib import Path\ntry:\n    print(Path({:?}).read_text())\nexcept OSError as e:\n    print('denied', e.errno)",
         dir.join("export.csv").display().to_string()
     )
 }
 
 fn write_code(dir: &Path) -> String {
     format!(
-        "from pathlib import Path\ntry:\n    Path({:?}).write_text('from the sandbox')\n    print('wrote')\nexcept PermissionError as e:\n    print('denied', e.errno)",
+        "from pathlib import Path\ntry:\n    Path({:?}).write_text('from the sandbox')\n    print('wrote')\nexcept OSError as e:\n    print('denied', e.errno)",
         dir.join("result.txt").display().to_string()
     )
 }
@@ -182,9 +182,10 @@ async fn accepted_read_grant_opens_exactly_that_directory_for_reading() {
     let r = h.run(&read_code(&dir)).await;
     assert_eq!(stdout(&r), "a,b\n1,2\n\n", "{r}");
     assert_eq!(r["worker_restarted"], true, "variables were cleared: {r}");
-    // Read only: the OS refuses writing there (the guard's roots do not distinguish),
-    // and other directories stay closed.
-    assert_eq!(stdout(&h.run(&write_code(&dir)).await), "denied 13\n");
+    // Read only: the OS refuses writing there (the guard's roots do not distinguish):
+    // the grant is a read-only mount in the worker's world (EROFS). Other directories
+    // stay closed.
+    assert_eq!(stdout(&h.run(&write_code(&dir)).await), "denied 30\n");
     assert!(!dir.join("result.txt").exists());
     assert!(guard_blocked(&h.run(&read_code(&other)).await));
     // Listed, with who approved it.
@@ -210,12 +211,13 @@ async fn with_the_guard_off_the_os_layer_alone_follows_the_grant() {
     let (_keep, dir) = shared_dir("os-layer");
     let (_other_keep, other) = shared_dir("closed");
     let h = Harness::start_with(Answer::Approve, &[], "off").await;
-    assert_eq!(stdout(&h.run(&read_code(&dir)).await), "denied 13\n");
+    // Not granted: the path does not exist in the worker's world (ENOENT).
+    assert_eq!(stdout(&h.run(&read_code(&dir)).await), "denied 2\n");
     let (is_error, r) = h.grant(&dir, "read").await;
     assert!(!is_error, "{r}");
     assert_eq!(stdout(&h.run(&read_code(&dir)).await), "os-layer\n");
-    assert_eq!(stdout(&h.run(&write_code(&dir)).await), "denied 13\n");
-    assert_eq!(stdout(&h.run(&read_code(&other)).await), "denied 13\n");
+    assert_eq!(stdout(&h.run(&write_code(&dir)).await), "denied 30\n");
+    assert_eq!(stdout(&h.run(&read_code(&other)).await), "denied 2\n");
     h.client.cancel().await.unwrap();
 }
 
@@ -247,7 +249,7 @@ async fn declined_refused_or_cancelled_consent_grants_nothing() {
         assert_eq!(r["granted"], false);
         assert_eq!(h.asked().len(), 1);
         let out = stdout(&h.run(&read_code(&dir)).await).to_string();
-        assert_eq!(out, "denied 13\n", "{answer:?}");
+        assert_eq!(out, "denied 2\n", "{answer:?}");
         let (_, list) = h.call("list_grants", json!({})).await;
         assert_eq!(list["grants"], json!([]));
         h.client.cancel().await.unwrap();

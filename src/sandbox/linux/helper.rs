@@ -5,20 +5,29 @@
 //! interpreter. Every failure to install a required wall ends the helper with a message
 //! naming the wall: nothing ever runs unconfined by accident.
 //!
-//! Order: new session and parent-death signal → drop to the sandbox uid (when root) →
-//! user/net/ipc namespaces → rlimits → umask and working directory → close inherited
-//! fds → Landlock → seccomp (last: it forbids the syscalls the steps above need) →
-//! self-check → report → execve.
+//! Order: new session → (root: join the keeper's mount namespace, then drop to the
+//! session's uid) → parent-death signal (after the uid change, which clears it) → the
+//! world: a user namespace (the keeper's, or its own), then mount, PID, IPC, UTS and
+//! network namespaces, a fork (the child is PID 1 of the new PID namespace and becomes
+//! the worker; the parent only waits), the minimal root and `pivot_root` → capabilities
+//! dropped → rlimits → umask and working directory → close inherited fds → Landlock
+//! (against the world's paths) → W^X → seccomp (last: it forbids the syscalls the steps
+//! above need) → self-check → report → execve. Without user namespaces, `best-effort`
+//! skips the world and confines by host paths (reported); `require` refuses.
 
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
+use std::os::fd::BorrowedFd;
+
 use crate::config::{NetworkMode, SandboxMode};
 use crate::sandbox::WORKER_SOURCE;
-use crate::sandbox::linux::{landlock, rlimits, seccomp};
-use crate::sandbox::policy::WorkerPolicy;
+use crate::sandbox::linux::namespaces::{self, NamespaceError};
+use crate::sandbox::linux::world::{FsView, HOSTNAME};
+use crate::sandbox::linux::{landlock, mounts, privileges, rlimits, seccomp};
+use crate::sandbox::policy::{WorkerPolicy, World};
 use crate::sandbox::report::{HelperMessage, SandboxReport, WallStatus};
 
 /// The worker's request pipe (server → worker); the policy arrives on it first.
@@ -158,9 +167,18 @@ fn run() -> Result<Infallible, Refusal> {
         mode: policy.mode,
         list: Vec::new(),
     };
-
     enter_new_session()?;
-    if policy.mode != SandboxMode::Off {
+    let confined = policy.mode != SandboxMode::Off;
+    let join = policy.world.as_ref().and_then(|w| w.join);
+    // Decided before the uid change: a root server's keeper has no user namespace, and
+    // its mount namespace can only be joined while still root.
+    let root_server = running_as_root();
+    if confined {
+        if root_server && let Some(j) = join {
+            // Root may join it only before giving up root.
+            namespaces::join_mount_namespace(borrow(j.mount))
+                .map_err(|e| refuse("namespaces", e))?;
+        }
         drop_privileges(&policy, &mut walls)?;
     }
     // After the uid change, which clears the parent-death signal.
@@ -169,9 +187,120 @@ fn run() -> Result<Infallible, Refusal> {
         "process_group",
         "own session and process group; killed with the server",
     );
+    let in_world = match (&policy.world, confined) {
+        (Some(world), true) => enter_world(&policy, world, root_server, &mut walls)?,
+        _ => false,
+    };
+    let (view, env) = match &policy.world {
+        Some(world) if in_world => (&world.plan.view, &world.env),
+        _ => (&policy.host_view, &policy.host_env),
+    };
+    confine_and_exec(&policy, view, env, in_world, walls)
+}
 
-    if policy.mode != SandboxMode::Off {
-        enter_namespaces(&policy, &mut walls)?;
+fn running_as_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// A descriptor number the server placed for us at spawn.
+fn borrow(fd: i32) -> BorrowedFd<'static> {
+    // SAFETY: the server dup'ed this descriptor to exactly this number before exec, and
+    // nothing closes it before close_inherited_fds, after its last use.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
+/// Builds the world and moves into it. Returns `true` in the worker-to-be (PID 1 of its
+/// namespace; the parent waits inside and never returns), `false` when user namespaces
+/// are unavailable and `best-effort` falls back to host paths.
+fn enter_world(
+    policy: &WorkerPolicy,
+    world: &World,
+    root_server: bool,
+    walls: &mut Walls,
+) -> Result<bool, Refusal> {
+    let join = world.join;
+    let keeper_user = if root_server {
+        None
+    } else {
+        join.and_then(|j| j.user).map(borrow)
+    };
+    match namespaces::enter_user_namespace(keeper_user) {
+        Ok(()) => {}
+        Err(NamespaceError::Unavailable(why)) if join.is_none() => {
+            walls.missing(
+                "namespaces",
+                format!("{why}; Landlock and seccomp still confine the worker, by host paths"),
+            )?;
+            walls.missing(
+                "world",
+                "no private world: the host's file tree is visible to stat and inotify-free \
+                 probing, and other processes to /proc (Landlock still keeps their contents)"
+                    .to_string(),
+            )?;
+            walls.missing(
+                "disk_quota",
+                "no per-session quota: the workspace is a directory on the host's disk".to_string(),
+            )?;
+            return Ok(false);
+        }
+        Err(NamespaceError::Unavailable(why) | NamespaceError::Failed(why)) => {
+            return Err(refuse("namespaces", why));
+        }
+    }
+    if !root_server && let Some(j) = join {
+        namespaces::join_mount_namespace(borrow(j.mount)).map_err(|e| refuse("namespaces", e))?;
+    }
+    namespaces::unshare_world(policy.network).map_err(|e| refuse("namespaces", e))?;
+    // Only the worker-to-be returns; its parent waits and exits as it does.
+    let child = namespaces::fork_into_pid_namespace().map_err(|e| refuse("namespaces", e))?;
+    child
+        .die_with_parent()
+        .map_err(|e| refuse("process_group", e))?;
+    mounts::enter_world(&world.plan, &world.root_mount).map_err(|e| refuse("world", e))?;
+    // SAFETY: sethostname reads `len` bytes of a live buffer (its own UTS namespace).
+    unsafe { libc::sethostname(HOSTNAME.as_ptr().cast(), HOSTNAME.len()) };
+    privileges::clear_all_capabilities().map_err(|e| refuse("privileges", e))?;
+    let net = if policy.network == NetworkMode::Deny {
+        "network (no interfaces), "
+    } else {
+        ""
+    };
+    walls.enforced(
+        "namespaces",
+        format!(
+            "own user, mount, PID, {net}IPC and UTS namespaces; the worker is PID 1 of its own"
+        ),
+    );
+    walls.enforced(
+        "world",
+        "a minimal root of its own: the read-only runtime, /workspace, a private /tmp, a \
+         minimal /dev and its own /proc; nothing else of the host exists",
+    );
+    match world.quota_bytes {
+        Some(bytes) => walls.enforced(
+            "disk_quota",
+            format!("/workspace and /tmp share a tmpfs of {bytes} bytes (SANDBOX_DISK_LIMIT)"),
+        ),
+        None => walls.missing(
+            "disk_quota",
+            "no per-session quota: the workspace is a directory on the host's disk \
+             (the workspace keeper could not start)"
+                .to_string(),
+        )?,
+    }
+    Ok(true)
+}
+
+/// Every wall after the world, then the interpreter.
+fn confine_and_exec(
+    policy: &WorkerPolicy,
+    view: &FsView,
+    env: &[(String, String)],
+    in_world: bool,
+    mut walls: Walls,
+) -> Result<Infallible, Refusal> {
+    let confined = policy.mode != SandboxMode::Off;
+    if confined {
         let limits = rlimits::rlimits_for(&policy.limits);
         rlimits::apply(&limits).map_err(|e| refuse("rlimits", e))?;
         walls.enforced(
@@ -183,13 +312,12 @@ fn run() -> Result<Infallible, Refusal> {
                 .join(" "),
         );
     }
-
     // SAFETY: umask cannot fail.
     unsafe { libc::umask(0o077) };
-    std::env::set_current_dir(&policy.workspace).map_err(|e| {
+    std::env::set_current_dir(&view.workspace).map_err(|e| {
         refuse(
             "workspace",
-            format!("cannot enter {}: {e}", policy.workspace.display()),
+            format!("cannot enter {}: {e}", view.workspace.display()),
         )
     })?;
     close_inherited_fds()?;
@@ -201,13 +329,12 @@ fn run() -> Result<Infallible, Refusal> {
         "environment",
         format!(
             "allowlist of {} variables; nothing inherited from the server",
-            policy.env.len()
+            env.len()
         ),
     );
-
     let mut landlock_abi = None;
-    if policy.mode != SandboxMode::Off {
-        match landlock::restrict_current_thread(&policy) {
+    if confined {
+        match landlock::restrict_current_thread(view, policy.network) {
             Ok(outcome) => {
                 landlock_abi = outcome.kernel_abi;
                 if outcome.fully_enforced {
@@ -222,25 +349,24 @@ fn run() -> Result<Infallible, Refusal> {
             Err(e) => return Err(refuse("landlock", e.to_string())),
         }
         forbid_writable_executable_memory(&mut walls)?;
-        install_seccomp(&policy, &mut walls)?;
+        install_seccomp(policy, &mut walls)?;
         verify_no_new_privs(&mut walls)?;
-        self_check(&policy, &walls)?;
+        self_check(policy, &walls, in_world)?;
     }
-
     let report = SandboxReport {
         mode: mode_name(policy.mode).to_string(),
         walls: walls.list,
         landlock_abi,
         // SAFETY: getuid cannot fail.
         uid: unsafe { libc::getuid() },
+        workspace: view.workspace.display().to_string(),
     };
     send(&HelperMessage::Sandbox { report });
-
     let err = Command::new(&policy.python)
         .arg0("python3")
         .args(["-I", "-B", "-u", "-c", WORKER_SOURCE])
         .env_clear()
-        .envs(policy.env.iter().map(|(k, v)| (k, v)))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .exec();
     Err(refuse(
         "exec",
@@ -287,99 +413,16 @@ fn die_with_parent(parent_pid: i32) -> Result<(), Refusal> {
     Ok(())
 }
 
-const CAP_VERSION_3: u32 = 0x2008_0522;
-
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-fn read_caps() -> Result<[CapData; 2], String> {
-    let mut header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: capget writes two CapData structs for version 3, which `data` holds.
-    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(os_error("capget"));
-    }
-    Ok(data)
-}
-
-fn clear_all_capabilities() -> Result<(), String> {
-    for cap in 0..64 {
-        // SAFETY: plain prctl; EINVAL past the last capability and EPERM without
-        // CAP_SETPCAP are expected and harmless (NNP stops file capabilities anyway).
-        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-    }
-    // SAFETY: plain prctl.
-    unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
-    let mut header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let data = [CapData::default(); 2];
-    // SAFETY: capset reads two CapData structs for version 3.
-    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
-    if rc != 0 {
-        return Err(os_error("capset"));
-    }
-    let caps = read_caps()?;
-    if caps.iter().any(|c| c.effective != 0 || c.permitted != 0) {
-        return Err("capabilities are still held after capset".to_string());
-    }
-    Ok(())
-}
-
 fn drop_privileges(policy: &WorkerPolicy, walls: &mut Walls) -> Result<(), Refusal> {
-    // SAFETY: geteuid cannot fail.
-    let euid = unsafe { libc::geteuid() };
     if let Some(run_as) = policy.run_as {
-        if run_as.uid == 0 || run_as.gid == 0 {
-            return Err(refuse(
-                "privileges",
-                "refusing to run the worker as uid or gid 0",
-            ));
-        }
-        clear_bounding_set_best_effort();
-        // SAFETY: plain syscalls without pointers (setgroups with an empty list).
-        unsafe {
-            if libc::setgroups(0, std::ptr::null()) != 0 {
-                return Err(refuse("privileges", os_error("setgroups")));
-            }
-            if libc::setresgid(run_as.gid, run_as.gid, run_as.gid) != 0 {
-                return Err(refuse("privileges", os_error("setresgid")));
-            }
-            if libc::setresuid(run_as.uid, run_as.uid, run_as.uid) != 0 {
-                return Err(refuse("privileges", os_error("setresuid")));
-            }
-        }
-    } else if euid == 0 {
+        privileges::become_user(run_as.uid, run_as.gid).map_err(|e| refuse("privileges", e))?;
+    } else if running_as_root() {
         return Err(refuse(
             "privileges",
             "the server runs as root but no unprivileged uid was assigned",
         ));
     }
-    clear_all_capabilities().map_err(|e| refuse("privileges", e))?;
+    privileges::clear_all_capabilities().map_err(|e| refuse("privileges", e))?;
     // SAFETY: plain syscalls.
     let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
     if uid == 0 || euid == 0 {
@@ -392,59 +435,6 @@ fn drop_privileges(policy: &WorkerPolicy, walls: &mut Walls) -> Result<(), Refus
         "privileges",
         format!("uid {uid}, no supplementary groups, every capability dropped"),
     );
-    Ok(())
-}
-
-fn clear_bounding_set_best_effort() {
-    for cap in 0..64 {
-        // SAFETY: plain prctl; errors past the last capability are expected.
-        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-    }
-}
-
-fn write_proc_self(file: &str, contents: &str) -> Result<(), String> {
-    std::fs::write(format!("/proc/self/{file}"), contents)
-        .map_err(|e| format!("writing /proc/self/{file}: {e}"))
-}
-
-/// An extra wall where the kernel allows unprivileged user namespaces: an empty network
-/// namespace (only a down loopback) and a private IPC namespace.
-fn enter_namespaces(policy: &WorkerPolicy, walls: &mut Walls) -> Result<(), Refusal> {
-    // SAFETY: plain syscalls.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWIPC;
-    if policy.network == NetworkMode::Deny {
-        flags |= libc::CLONE_NEWNET;
-    }
-    // SAFETY: plain syscall.
-    if unsafe { libc::unshare(flags) } != 0 {
-        return walls.missing(
-            "namespaces",
-            format!(
-                "unprivileged user namespaces are unavailable ({}); Landlock and seccomp still confine the worker",
-                std::io::Error::last_os_error()
-            ),
-        );
-    }
-    // After setresuid the process is not dumpable, which makes /proc/self root-owned.
-    // SAFETY: plain prctl.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
-    let mapped = write_proc_self("setgroups", "deny")
-        .and_then(|()| write_proc_self("uid_map", &format!("{uid} {uid} 1")))
-        .and_then(|()| write_proc_self("gid_map", &format!("{gid} {gid} 1")));
-    if let Err(e) = mapped {
-        return Err(refuse("namespaces", e));
-    }
-    // The creator of a user namespace holds every capability inside it: drop them.
-    clear_all_capabilities().map_err(|e| refuse("namespaces", e))?;
-    // SAFETY: plain prctl.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    let net = if policy.network == NetworkMode::Deny {
-        "network (no interfaces), "
-    } else {
-        ""
-    };
-    walls.enforced("namespaces", format!("private user, {net}IPC namespaces"));
     Ok(())
 }
 
@@ -490,7 +480,7 @@ fn install_seccomp(policy: &WorkerPolicy, walls: &mut Walls) -> Result<(), Refus
             walls.enforced(
                 "seccomp",
                 format!(
-                    "{n} filters: no sockets{}, no new processes, no ptrace/mount/namespaces/bpf/io_uring/keyctl/perf, signals only to itself, x32 and foreign ABIs refused",
+                    "{n} filters: no sockets{}, no new processes, no ptrace/mount/namespaces/bpf/io_uring/keyctl/perf, signals, limits and scheduling only of itself, no inotify/fanotify, only never-executable memfds, x32 and foreign ABIs refused",
                     if policy.network == NetworkMode::Allow {
                         " except outbound TCP/UDP"
                     } else {
@@ -561,14 +551,29 @@ fn verify_no_new_privs(walls: &mut Walls) -> Result<(), Refusal> {
 
 /// Live canaries after every wall is up: if a wall we think is standing does not block,
 /// refuse rather than run.
-fn self_check(policy: &WorkerPolicy, walls: &Walls) -> Result<(), Refusal> {
+fn self_check(policy: &WorkerPolicy, walls: &Walls, in_world: bool) -> Result<(), Refusal> {
     let standing = |name: &str| walls.list.iter().any(|w| w.name == name && w.enforced);
-    let caps = read_caps().map_err(|e| refuse("privileges", e))?;
-    if caps.iter().any(|c| c.effective != 0 || c.permitted != 0) {
+    let caps = privileges::read_caps().map_err(|e| refuse("privileges", e))?;
+    if privileges::holds_capabilities(&caps) {
         return Err(refuse(
             "privileges",
             "self-check: capabilities are still held",
         ));
+    }
+    if in_world {
+        // PID 1 of its own namespace, in a root where the host's home directories and
+        // system configuration do not exist.
+        if rustix::process::getpid().as_raw_nonzero().get() != 1 {
+            return Err(refuse("namespaces", "self-check: the worker is not PID 1"));
+        }
+        for host_only in ["/home", "/root", "/etc/passwd", "/sys"] {
+            if std::fs::symlink_metadata(host_only).is_ok() {
+                return Err(refuse(
+                    "world",
+                    format!("self-check: {host_only} exists inside the world"),
+                ));
+            }
+        }
     }
     if standing("seccomp") {
         if policy.network == NetworkMode::Deny {

@@ -3,15 +3,16 @@
 //! [`restrict_current_thread`] applies it in the single-threaded helper, and reports the
 //! enforcement status instead of silently accepting a partial ruleset.
 
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus,
-    PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
 use crate::config::NetworkMode;
-use crate::sandbox::policy::WorkerPolicy;
+use crate::sandbox::linux::world::{FsView, ObjectId};
 
 /// The ABI whose rights warden relies on: truncate (3), TCP (4), device ioctl (5),
 /// abstract-socket and signal scoping (6). Kernels below it leave gaps that are reported.
@@ -40,38 +41,23 @@ pub struct FsRule {
     pub grant: FsGrant,
 }
 
-/// Builds the filesystem rule list for a worker. Pure.
-pub fn filesystem_rules(policy: &WorkerPolicy) -> Vec<FsRule> {
-    let mut rules = vec![FsRule {
-        path: policy.python.clone(),
-        grant: FsGrant::ExecuteFile,
-    }];
-    if let Some(loader) = &policy.elf_interpreter {
-        rules.push(FsRule {
-            path: loader.clone(),
-            grant: FsGrant::ExecuteFile,
-        });
-    }
-    rules.extend(policy.read_only_dirs.iter().map(|p| FsRule {
-        path: p.clone(),
-        grant: FsGrant::ReadTree,
-    }));
-    rules.extend(policy.read_only_files.iter().map(|p| FsRule {
-        path: p.clone(),
-        grant: FsGrant::ReadFile,
-    }));
-    rules.push(FsRule {
-        path: PathBuf::from("/dev/null"),
-        grant: FsGrant::ReadWriteFile,
-    });
-    rules.extend(policy.writable_dirs.iter().map(|p| FsRule {
-        path: p.clone(),
-        grant: FsGrant::WriteTree,
-    }));
-    rules.extend(policy.writable_files.iter().map(|p| FsRule {
-        path: p.clone(),
-        grant: FsGrant::ReadWriteFile,
-    }));
+/// Builds the filesystem rule list for what a worker sees. Pure.
+pub fn filesystem_rules(view: &FsView) -> Vec<FsRule> {
+    let rule = |grant: FsGrant| {
+        move |p: &PathBuf| FsRule {
+            path: p.clone(),
+            grant,
+        }
+    };
+    let mut rules: Vec<FsRule> = view
+        .executables
+        .iter()
+        .map(rule(FsGrant::ExecuteFile))
+        .collect();
+    rules.extend(view.read_dirs.iter().map(rule(FsGrant::ReadTree)));
+    rules.extend(view.read_files.iter().map(rule(FsGrant::ReadFile)));
+    rules.extend(view.write_dirs.iter().map(rule(FsGrant::WriteTree)));
+    rules.extend(view.write_files.iter().map(rule(FsGrant::ReadWriteFile)));
     rules
 }
 
@@ -108,6 +94,8 @@ pub enum LandlockError {
     Unavailable(String),
     #[error("building the Landlock ruleset failed: {0}")]
     Ruleset(#[from] landlock::RulesetError),
+    #[error("{0}; the worker was not started")]
+    GrantChanged(String),
 }
 
 /// Applies the worker's Landlock ruleset to the calling thread (and, through execve, to
@@ -116,12 +104,15 @@ pub enum LandlockError {
 /// # Errors
 /// [`LandlockError::Unavailable`] when the kernel has no Landlock at all; any other
 /// failure to build or apply the ruleset.
-pub fn restrict_current_thread(policy: &WorkerPolicy) -> Result<LandlockOutcome, LandlockError> {
-    let rules = filesystem_rules(policy);
+pub fn restrict_current_thread(
+    view: &FsView,
+    network: NetworkMode,
+) -> Result<LandlockOutcome, LandlockError> {
+    let rules = filesystem_rules(view);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(TARGET_ABI))?;
-    if policy.network == NetworkMode::Deny {
+    if network == NetworkMode::Deny {
         // No port rules: every TCP bind and connect is denied, a second wall behind seccomp.
         ruleset = ruleset.handle_access(AccessNet::from_all(TARGET_ABI))?;
     }
@@ -129,13 +120,14 @@ pub fn restrict_current_thread(policy: &WorkerPolicy) -> Result<LandlockOutcome,
     let mut created = ruleset.create()?.no_new_privs(true);
     let mut skipped = Vec::new();
     for rule in &rules {
-        let fd = match PathFd::new(&rule.path) {
+        let fd = match open_rule_path(view, &rule.path) {
             Ok(fd) => fd,
-            Err(_) => {
+            Err(Refused::Missing) => {
                 // A missing path grants nothing: fail-closed by construction.
                 skipped.push(rule.path.display().to_string());
                 continue;
             }
+            Err(Refused::Changed(why)) => return Err(LandlockError::GrantChanged(why)),
         };
         created = created.add_rule(PathBeneath::new(fd, access_for(rule.grant)))?;
     }
@@ -174,6 +166,42 @@ pub fn restrict_current_thread(policy: &WorkerPolicy) -> Result<LandlockOutcome,
     }
 }
 
+enum Refused {
+    Missing,
+    Changed(String),
+}
+
+/// Opens a rule's path: a grant without following any symlink and only if it is still
+/// the approved object; anything else as Landlock's own `PathFd` does.
+fn open_rule_path(view: &FsView, path: &std::path::Path) -> Result<OwnedFd, Refused> {
+    let Some((_, approved)) = view.checked.iter().find(|(p, _)| p == path) else {
+        return rustix::fs::open(
+            path,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|_| Refused::Missing);
+    };
+    let fd = crate::grants::open_no_symlinks(path).map_err(|e| {
+        Refused::Changed(format!(
+            "grant {}: no longer opens without following a symlink ({e})",
+            path.display()
+        ))
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| Refused::Changed(e.to_string()))?;
+    if (ObjectId {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    }) != *approved
+    {
+        return Err(Refused::Changed(format!(
+            "grant {}: the object there is no longer the one the person approved",
+            path.display()
+        )));
+    }
+    Ok(fd)
+}
+
 fn skipped_note(skipped: &[String]) -> String {
     if skipped.is_empty() {
         String::new()
@@ -206,15 +234,14 @@ pub fn abi_gaps(kernel_abi: i32) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::policy::WorkerPolicy;
 
-    fn policy() -> WorkerPolicy {
-        crate::sandbox::policy::example_policy(NetworkMode::Deny)
+    fn view() -> FsView {
+        crate::sandbox::policy::example_policy(NetworkMode::Deny).host_view
     }
 
     #[test]
     fn rules_grant_exactly_the_runtime_and_the_session() {
-        let rules = filesystem_rules(&policy());
+        let rules = filesystem_rules(&view());
         let expect = vec![
             FsRule {
                 path: "/usr/bin/python3.11".into(),
@@ -233,16 +260,16 @@ mod tests {
                 grant: FsGrant::ReadFile,
             },
             FsRule {
-                path: "/dev/null".into(),
-                grant: FsGrant::ReadWriteFile,
-            },
-            FsRule {
                 path: "/w/workspace".into(),
                 grant: FsGrant::WriteTree,
             },
             FsRule {
                 path: "/w/tmp".into(),
                 grant: FsGrant::WriteTree,
+            },
+            FsRule {
+                path: "/dev/null".into(),
+                grant: FsGrant::ReadWriteFile,
             },
         ];
         assert_eq!(rules, expect);

@@ -1,0 +1,645 @@
+//! The private world a worker lives in: the plan of its minimal root filesystem, as data.
+//!
+//! [`plan`] is pure: from the host's layout, the interpreter's read roots, the session's
+//! workspace and its grants it returns every step (tmpfs root, read-only binds, the
+//! workspace at [`WORKSPACE`], a private `/tmp`, a minimal `/dev`, a `/proc` of the
+//! worker's own PID namespace, the grants at their own paths) and the view Landlock's
+//! rules are written against. [`crate::sandbox::linux::mounts`] applies it, thinly.
+//!
+//! Nothing else exists in the world: no `/sys`, `/home`, `/root`, `/etc` beyond the two
+//! files the loader and the time zone need, no other session. What is not in the world
+//! cannot be stat'ed, watched, listed or reached through a symlink planted later (the
+//! kernel resolves every path in the worker's own root).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::grants::{Access, Grant, PathKind};
+use crate::sandbox::python::PythonRuntime;
+
+/// Where the session's workspace is, inside every world: one fixed path, reported in
+/// every result.
+pub const WORKSPACE: &str = "/workspace";
+/// The worker's private temporary directory.
+pub const TMP: &str = "/tmp";
+/// The world's host name (its own UTS namespace): the host's name does not leak.
+pub const HOSTNAME: &str = "warden";
+
+/// Top-level entries of `/` that the runtime may need, besides `/usr`: merged-`/usr`
+/// systems make them symlinks (`/lib -> usr/lib`), older ones real directories.
+const TOP_LEVEL: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+/// What of `/etc` the runtime reads: the loader's cache, the time zone, Debian's
+/// matplotlib defaults, and Debian's alternatives (symlinks into /usr through which
+/// libraries such as BLAS are found). None of it is secret.
+const ETC_FILES: &[&str] = &["/etc/ld.so.cache", "/etc/localtime", "/etc/matplotlibrc"];
+const ETC_DIRS: &[&str] = &["/etc/alternatives"];
+/// Device nodes of the world's `/dev`, and whether the code may write to them.
+const DEVICES: &[(&str, bool)] = &[
+    ("/dev/null", true),
+    ("/dev/zero", true),
+    ("/dev/full", true),
+    ("/dev/random", false),
+    ("/dev/urandom", false),
+];
+
+/// What a bind is for, which decides its mount flags (always `nosuid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BindMode {
+    /// The runtime: read-only, programs and libraries may be mapped executable.
+    Runtime,
+    /// Read-only data: `noexec`, `nodev`.
+    ReadOnly,
+    /// The session's own places and write grants: read-write, `noexec`, `nodev`.
+    ReadWrite,
+    /// A device node: read-only mount (writes to a device are still allowed), `noexec`,
+    /// and devices allowed.
+    Device,
+}
+/// Size of the world's root and `/dev` tmpfs: they hold only mount points and links.
+const SCAFFOLD_TMPFS: &str = "size=1m,nr_inodes=4096,mode=0755";
+
+/// What one entry of `/` is on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TopLevel {
+    /// A symlink with this target, recreated as such in the world.
+    Symlink(PathBuf),
+    /// A real directory, bound read-only.
+    Dir,
+}
+
+/// The host facts the plan depends on, probed once at start-up ([`HostLayout::probe`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostLayout {
+    /// The entries of [`TOP_LEVEL`] that exist.
+    pub top_level: Vec<(PathBuf, TopLevel)>,
+    /// The entries of [`ETC_FILES`] that exist.
+    pub etc_files: Vec<PathBuf>,
+    /// The entries of [`ETC_DIRS`] that exist.
+    #[serde(default)]
+    pub etc_dirs: Vec<PathBuf>,
+}
+
+impl HostLayout {
+    /// Reads which top-level directories are symlinks and which `/etc` files exist.
+    pub fn probe() -> HostLayout {
+        let mut layout = HostLayout::default();
+        for entry in TOP_LEVEL {
+            let path = Path::new(entry);
+            match std::fs::symlink_metadata(path) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(target) = std::fs::read_link(path) {
+                        layout
+                            .top_level
+                            .push((path.to_path_buf(), TopLevel::Symlink(target)));
+                    }
+                }
+                Ok(m) if m.is_dir() => layout.top_level.push((path.to_path_buf(), TopLevel::Dir)),
+                _ => {}
+            }
+        }
+        layout.etc_files = ETC_FILES
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.is_file())
+            .collect();
+        layout.etc_dirs = ETC_DIRS
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.is_dir())
+            .collect();
+        layout
+    }
+}
+
+/// Where the session's workspace and temporary directory come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WorkspaceSource {
+    /// A size-capped tmpfs the workspace keeper mounted: `dir` (a path in the keeper's
+    /// mount namespace, which the worker joins) holds `workspace/` and `tmp/`, so one
+    /// quota covers everything the session writes.
+    Keeper { dir: PathBuf },
+    /// Host directories (no keeper: namespaces are unavailable, or the sandbox is off);
+    /// `/tmp` is then a fresh tmpfs of `tmp_bytes`.
+    HostDirs {
+        workspace: PathBuf,
+        tmp: PathBuf,
+        tmp_bytes: u64,
+    },
+}
+
+/// The identity of the object a person approved: a grant is bound only if the object at
+/// its path is still this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// Whether a bind is a directory or a single file (its mount point differs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Kind {
+    Dir,
+    File,
+}
+
+/// One step of building the world. Targets are absolute paths inside the world.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MountStep {
+    /// A tmpfs with these mount options (the root itself when `target` is `/`).
+    Tmpfs { target: PathBuf, options: String },
+    /// A directory created in the world (parents too).
+    Dir { target: PathBuf },
+    /// A symlink `target -> link`.
+    Symlink { target: PathBuf, link: PathBuf },
+    /// A recursive bind of the host's `source` (resolved as the kernel resolves it,
+    /// symlinks included: every source here is the runtime's, owned by its installer,
+    /// or a directory of warden's own).
+    Bind {
+        source: PathBuf,
+        target: PathBuf,
+        kind: Kind,
+        mode: BindMode,
+    },
+    /// A grant: `source` is opened without following any symlink, must still be the
+    /// object the person approved, and exactly that object is bound.
+    BindGrant {
+        source: PathBuf,
+        kind: Kind,
+        writable: bool,
+        approved: ObjectId,
+    },
+    /// A proc filesystem of the worker's own PID namespace (`subset=pid`: processes
+    /// only, none of the host's kernel tunables).
+    Proc { target: PathBuf },
+    /// Moves into the new root; the host's tree is detached and gone.
+    PivotRoot,
+    /// The root becomes read-only once everything is in place.
+    RemountRootReadOnly,
+}
+
+/// What the worker may touch, as paths it sees: Landlock's rules are built from this in
+/// the world and, in the fallback without namespaces, from the host's paths.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsView {
+    /// The only programs that may be executed: the interpreter, its real binary, and the
+    /// ELF loader.
+    pub executables: Vec<PathBuf>,
+    pub read_dirs: Vec<PathBuf>,
+    pub read_files: Vec<PathBuf>,
+    pub write_dirs: Vec<PathBuf>,
+    pub write_files: Vec<PathBuf>,
+    /// The working directory and HOME.
+    pub workspace: PathBuf,
+    /// TMPDIR.
+    pub tmp: PathBuf,
+    /// Paths that must be opened without following symlinks and still be these objects
+    /// (grants, when Landlock's rules are the only wall: in the world the bind already
+    /// checked them).
+    #[serde(default)]
+    pub checked: Vec<(PathBuf, ObjectId)>,
+}
+
+/// The world of one worker: how to build it, and what the code sees in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorldPlan {
+    pub steps: Vec<MountStep>,
+    pub view: FsView,
+}
+
+/// The inputs of [`plan`].
+#[derive(Debug, Clone, Copy)]
+pub struct WorldSpec<'a> {
+    pub host: &'a HostLayout,
+    pub runtime: &'a PythonRuntime,
+    pub workspace: &'a WorkspaceSource,
+    pub grants: &'a [Grant],
+}
+
+/// Builds the world's plan. Pure.
+pub fn plan(spec: WorldSpec<'_>) -> WorldPlan {
+    let mut steps = vec![MountStep::Tmpfs {
+        target: "/".into(),
+        options: SCAFFOLD_TMPFS.into(),
+    }];
+    let mut view = FsView {
+        workspace: WORKSPACE.into(),
+        tmp: TMP.into(),
+        ..FsView::default()
+    };
+    // The session first: its workspace at one fixed path, its private /tmp (so that a
+    // runtime that lives under /tmp, a venv made there, is bound on top of it, visible).
+    match spec.workspace {
+        WorkspaceSource::Keeper { dir } => {
+            steps.push(read_write(&dir.join("workspace"), WORKSPACE));
+            steps.push(read_write(&dir.join("tmp"), TMP));
+        }
+        WorkspaceSource::HostDirs {
+            workspace,
+            tmp_bytes,
+            ..
+        } => {
+            steps.push(read_write(workspace, WORKSPACE));
+            steps.push(MountStep::Tmpfs {
+                target: TMP.into(),
+                options: format!("size={tmp_bytes},nr_inodes=16384,mode=0700"),
+            });
+        }
+    }
+    view.write_dirs.push(WORKSPACE.into());
+    view.write_dirs.push(TMP.into());
+    // The runtime, read-only: /usr whole, the top-level links into it, and whatever of
+    // the interpreter lives elsewhere (a venv, a pyenv prefix).
+    let mut bound: Vec<PathBuf> = vec!["/usr".into()];
+    steps.push(runtime("/usr", Kind::Dir));
+    view.read_dirs.push("/usr".into());
+    for (path, what) in &spec.host.top_level {
+        match what {
+            TopLevel::Symlink(link) => steps.push(MountStep::Symlink {
+                target: path.clone(),
+                link: link.clone(),
+            }),
+            TopLevel::Dir => {
+                steps.push(runtime(path, Kind::Dir));
+                view.read_dirs.push(path.clone());
+                bound.push(path.clone());
+            }
+        }
+    }
+    for root in &spec.runtime.read_roots {
+        if !covered(&bound, root) {
+            steps.push(runtime(root, Kind::Dir));
+            view.read_dirs.push(root.clone());
+            bound.push(root.clone());
+        }
+    }
+    for exe in [&spec.runtime.executable, &spec.runtime.binary] {
+        if !covered(&bound, exe) {
+            steps.push(runtime(exe, Kind::File));
+            bound.push(exe.clone());
+        }
+        if !view.executables.contains(exe) {
+            view.executables.push(exe.clone());
+        }
+    }
+    if let Some(loader) = &spec.runtime.elf_interpreter {
+        view.executables.push(loader.clone());
+    }
+    for file in &spec.host.etc_files {
+        steps.push(MountStep::Bind {
+            source: file.clone(),
+            target: file.clone(),
+            kind: Kind::File,
+            mode: BindMode::ReadOnly,
+        });
+        view.read_files.push(file.clone());
+    }
+    for dir in &spec.host.etc_dirs {
+        steps.push(MountStep::Bind {
+            source: dir.clone(),
+            target: dir.clone(),
+            kind: Kind::Dir,
+            mode: BindMode::ReadOnly,
+        });
+        view.read_dirs.push(dir.clone());
+    }
+    // A minimal /dev: the host's own nodes bound onto files of a small tmpfs (a user
+    // namespace cannot mknod), and the usual links to /proc/self/fd.
+    steps.push(MountStep::Tmpfs {
+        target: "/dev".into(),
+        options: SCAFFOLD_TMPFS.into(),
+    });
+    for (dev, writable) in DEVICES {
+        steps.push(MountStep::Bind {
+            source: dev.into(),
+            target: dev.into(),
+            kind: Kind::File,
+            mode: BindMode::Device,
+        });
+        if *writable {
+            view.write_files.push(dev.into());
+        } else {
+            view.read_files.push(dev.into());
+        }
+    }
+    for (name, link) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        steps.push(MountStep::Symlink {
+            target: Path::new("/dev").join(name),
+            link: link.into(),
+        });
+    }
+    // Grants, at the paths the person was shown, parents before children so that a
+    // grant inside another one lands on top of it.
+    let mut grants: Vec<&Grant> = spec.grants.iter().collect();
+    grants.sort_by_key(|g| g.path.components().count());
+    for grant in grants {
+        let writable = grant.access == Access::Write;
+        let kind = match grant.kind {
+            PathKind::Directory => Kind::Dir,
+            PathKind::File => Kind::File,
+        };
+        steps.push(MountStep::BindGrant {
+            source: grant.path.clone(),
+            kind,
+            writable,
+            approved: ObjectId {
+                dev: grant.object.dev,
+                ino: grant.object.ino,
+            },
+        });
+        let list = match (writable, kind) {
+            (false, Kind::Dir) => &mut view.read_dirs,
+            (false, Kind::File) => &mut view.read_files,
+            (true, Kind::Dir) => &mut view.write_dirs,
+            (true, Kind::File) => &mut view.write_files,
+        };
+        list.push(grant.path.clone());
+    }
+    steps.push(MountStep::Proc {
+        target: "/proc".into(),
+    });
+    view.read_dirs.push("/proc".into());
+    steps.push(MountStep::PivotRoot);
+    steps.push(MountStep::RemountRootReadOnly);
+    WorldPlan { steps, view }
+}
+
+fn runtime(path: impl Into<PathBuf>, kind: Kind) -> MountStep {
+    let path = path.into();
+    MountStep::Bind {
+        source: path.clone(),
+        target: path,
+        kind,
+        mode: BindMode::Runtime,
+    }
+}
+
+fn read_write(source: &Path, target: &str) -> MountStep {
+    MountStep::Bind {
+        source: source.to_path_buf(),
+        target: target.into(),
+        kind: Kind::Dir,
+        mode: BindMode::ReadWrite,
+    }
+}
+
+/// Whether `path` is inside one of `trees`.
+fn covered(trees: &[PathBuf], path: &Path) -> bool {
+    trees.iter().any(|t| path.starts_with(t))
+}
+
+/// Whether a grant's path would land on one of the world's own places (it would hide or
+/// be hidden by them): those paths cannot be granted while the world is in use. Pure.
+pub fn reserved_in_world(path: &Path) -> Option<&'static str> {
+    for (place, what) in [
+        (WORKSPACE, "the workspace"),
+        ("/proc", "the worker's /proc"),
+        ("/dev", "the worker's /dev"),
+        ("/usr", "the read-only runtime"),
+    ] {
+        if path.starts_with(place) {
+            return Some(what);
+        }
+    }
+    if path == Path::new("/") || path == Path::new(TMP) {
+        return Some("the world's own directories");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> PythonRuntime {
+        PythonRuntime {
+            executable: "/opt/venv/bin/python".into(),
+            binary: "/usr/bin/python3.11".into(),
+            elf_interpreter: Some("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2".into()),
+            version: "3.11.2".into(),
+            read_roots: vec![
+                "/usr/lib/python3.11".into(),
+                "/usr/lib/python3/dist-packages".into(),
+                "/opt/venv".into(),
+            ],
+        }
+    }
+
+    fn merged_usr() -> HostLayout {
+        HostLayout {
+            top_level: vec![
+                ("/bin".into(), TopLevel::Symlink("usr/bin".into())),
+                ("/lib".into(), TopLevel::Symlink("usr/lib".into())),
+                ("/lib64".into(), TopLevel::Symlink("usr/lib64".into())),
+            ],
+            etc_files: vec!["/etc/ld.so.cache".into(), "/etc/localtime".into()],
+            etc_dirs: vec!["/etc/alternatives".into()],
+        }
+    }
+
+    fn grant(path: &str, kind: PathKind, access: Access) -> Grant {
+        Grant {
+            path: path.into(),
+            kind,
+            access,
+            object: crate::grants::ObjectKey { dev: 8, ino: 42 },
+            pin: crate::grants::Pin::default(),
+            granted_at: 0,
+            expires_at: None,
+            approved_by: "user".into(),
+            reason: String::new(),
+        }
+    }
+
+    fn targets(plan: &WorldPlan) -> Vec<String> {
+        plan.steps
+            .iter()
+            .filter_map(|s| match s {
+                MountStep::Bind { target, .. } => Some(target.display().to_string()),
+                MountStep::BindGrant { source, .. } => Some(source.display().to_string()),
+                MountStep::Tmpfs { target, .. } | MountStep::Proc { target } => {
+                    Some(target.display().to_string())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_world_holds_the_runtime_the_session_and_nothing_else() {
+        let ws = WorkspaceSource::Keeper {
+            dir: "/var/lib/warden/sessions/1-ab/ws/w3".into(),
+        };
+        let plan = plan(WorldSpec {
+            host: &merged_usr(),
+            runtime: &runtime(),
+            workspace: &ws,
+            grants: &[],
+        });
+        assert_eq!(
+            targets(&plan),
+            [
+                "/",
+                "/workspace",
+                "/tmp",
+                "/usr",
+                "/opt/venv",
+                "/etc/ld.so.cache",
+                "/etc/localtime",
+                "/etc/alternatives",
+                "/dev",
+                "/dev/null",
+                "/dev/zero",
+                "/dev/full",
+                "/dev/random",
+                "/dev/urandom",
+                "/proc",
+            ]
+        );
+        assert!(plan.steps.contains(&MountStep::Symlink {
+            target: "/lib".into(),
+            link: "usr/lib".into()
+        }));
+        assert!(plan.steps.contains(&MountStep::Bind {
+            source: "/var/lib/warden/sessions/1-ab/ws/w3/workspace".into(),
+            target: "/workspace".into(),
+            kind: Kind::Dir,
+            mode: BindMode::ReadWrite,
+        }));
+        assert!(plan.steps.contains(&MountStep::Bind {
+            source: "/dev/null".into(),
+            target: "/dev/null".into(),
+            kind: Kind::File,
+            mode: BindMode::Device,
+        }));
+        assert_eq!(
+            plan.steps[plan.steps.len() - 2..],
+            [MountStep::PivotRoot, MountStep::RemountRootReadOnly]
+        );
+        // Nothing of the host's private places is ever bound.
+        for step in &plan.steps {
+            if let MountStep::Bind { source, .. } = step {
+                for private in ["/home", "/root", "/sys", "/etc/passwd", "/etc/shadow"] {
+                    assert!(!source.starts_with(private), "{}", source.display());
+                }
+            }
+        }
+        assert_eq!(
+            plan.view.write_dirs,
+            vec![PathBuf::from("/workspace"), "/tmp".into()]
+        );
+        assert_eq!(
+            plan.view.executables,
+            vec![
+                PathBuf::from("/opt/venv/bin/python"),
+                "/usr/bin/python3.11".into(),
+                "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2".into()
+            ]
+        );
+        assert!(plan.view.read_dirs.contains(&"/proc".into()));
+    }
+
+    #[test]
+    fn without_a_keeper_tmp_is_a_fresh_capped_tmpfs() {
+        let ws = WorkspaceSource::HostDirs {
+            workspace: "/data/s/w".into(),
+            tmp: "/data/s/t".into(),
+            tmp_bytes: 64 << 20,
+        };
+        let plan = plan(WorldSpec {
+            host: &merged_usr(),
+            runtime: &runtime(),
+            workspace: &ws,
+            grants: &[],
+        });
+        assert!(plan.steps.contains(&MountStep::Tmpfs {
+            target: "/tmp".into(),
+            options: format!("size={},nr_inodes=16384,mode=0700", 64 << 20),
+        }));
+    }
+
+    #[test]
+    fn grants_are_bound_by_identity_parents_first() {
+        let ws = WorkspaceSource::Keeper { dir: "/k/w".into() };
+        let grants = [
+            grant("/data/in/sub", PathKind::Directory, Access::Write),
+            grant("/data/in", PathKind::Directory, Access::Read),
+            grant("/srv/x.csv", PathKind::File, Access::Read),
+        ];
+        let plan = plan(WorldSpec {
+            host: &merged_usr(),
+            runtime: &runtime(),
+            workspace: &ws,
+            grants: &grants,
+        });
+        let binds: Vec<(String, bool)> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                MountStep::BindGrant {
+                    source, writable, ..
+                } => Some((source.display().to_string(), *writable)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            binds,
+            [
+                ("/data/in".to_string(), false),
+                ("/srv/x.csv".to_string(), false),
+                ("/data/in/sub".to_string(), true)
+            ]
+        );
+        assert!(plan.view.read_files.contains(&"/srv/x.csv".into()));
+        assert!(plan.view.write_dirs.contains(&"/data/in/sub".into()));
+    }
+
+    #[test]
+    fn a_non_merged_usr_binds_the_top_level_directories() {
+        let host = HostLayout {
+            top_level: vec![("/lib".into(), TopLevel::Dir)],
+            etc_files: vec![],
+            etc_dirs: vec![],
+        };
+        let runtime = PythonRuntime {
+            executable: "/home/ana/.pyenv/versions/3.12.1/bin/python3.12".into(),
+            binary: "/home/ana/.pyenv/versions/3.12.1/bin/python3.12".into(),
+            elf_interpreter: None,
+            version: "3.12.1".into(),
+            read_roots: vec!["/home/ana/.pyenv/versions/3.12.1/lib".into()],
+        };
+        let ws = WorkspaceSource::Keeper { dir: "/k/w".into() };
+        let plan = plan(WorldSpec {
+            host: &host,
+            runtime: &runtime,
+            workspace: &ws,
+            grants: &[],
+        });
+        let t = targets(&plan);
+        assert!(t.contains(&"/lib".to_string()));
+        assert!(t.contains(&"/home/ana/.pyenv/versions/3.12.1/lib".to_string()));
+        // The binary is outside every bound tree: bound as a single file.
+        assert!(plan.steps.contains(&MountStep::Bind {
+            source: "/home/ana/.pyenv/versions/3.12.1/bin/python3.12".into(),
+            target: "/home/ana/.pyenv/versions/3.12.1/bin/python3.12".into(),
+            kind: Kind::File,
+            mode: BindMode::Runtime,
+        }));
+        assert!(!t.iter().any(|p| p == "/home" || p == "/home/ana"));
+    }
+
+    #[test]
+    fn world_places_cannot_be_granted() {
+        assert!(reserved_in_world(Path::new("/workspace/x")).is_some());
+        assert!(reserved_in_world(Path::new("/proc/1")).is_some());
+        assert!(reserved_in_world(Path::new("/usr/share")).is_some());
+        assert!(reserved_in_world(Path::new("/tmp")).is_some());
+        assert_eq!(reserved_in_world(Path::new("/tmp/data")), None);
+        assert_eq!(reserved_in_world(Path::new("/srv/data")), None);
+    }
+}

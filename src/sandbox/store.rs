@@ -1,0 +1,195 @@
+//! Where sessions' workspaces live, and what a worker needs to reach them: the workspace
+//! keeper's size-capped tmpfs (the normal case), or plain host directories when the
+//! keeper cannot run here (no user namespaces) or the sandbox is off.
+//!
+//! A workspace is not tied to a session name: [`WorkspaceStore::create`] makes an empty
+//! one that a session (or, later, a pre-started worker waiting for one) adopts.
+
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::config::{SandboxMode, Settings};
+use crate::sandbox::linux::helper::RESPONSE_FD;
+use crate::sandbox::linux::keeper::Keeper;
+use crate::sandbox::linux::world::{HostLayout, WorkspaceSource};
+use crate::sandbox::policy::{JoinFds, RunAs, SessionPaths};
+
+/// Every workspace of one server instance.
+pub struct WorkspaceStore {
+    keeper: Option<Keeper>,
+    /// `<instance>/ws`: the keeper's stage, or the parent of host workspaces.
+    base: PathBuf,
+    /// `<instance>/root`: the empty directory each world's root is mounted on.
+    root_mount: PathBuf,
+    disk_limit_bytes: u64,
+    host: HostLayout,
+}
+
+/// One workspace, owned by the session that adopted it.
+#[derive(Debug)]
+pub struct Workspace {
+    pub id: String,
+    /// Where the server reads it.
+    pub paths: SessionPaths,
+    /// What the worker's world binds.
+    pub source: WorkspaceSource,
+    /// The keeper's descriptor of the tmpfs's `workspace/` (the server reads through it;
+    /// `paths.workspace` is `/proc/self/fd/N` of it).
+    _dir: Option<OwnedFd>,
+}
+
+impl WorkspaceStore {
+    /// Prepares the store under `instance_dir` and starts the keeper unless the sandbox
+    /// is off. A keeper that cannot start (no user namespaces) leaves host directories,
+    /// and the returned warning says why; every worker reports the missing quota.
+    pub fn open(
+        settings: &Settings,
+        instance_dir: &Path,
+        spawn: impl FnOnce(std::process::Command) -> std::io::Result<std::process::Child>,
+    ) -> std::io::Result<(WorkspaceStore, Option<String>)> {
+        let base = instance_dir.join("ws");
+        let root_mount = instance_dir.join("root");
+        for (dir, mode) in [(&base, 0o711), (&root_mount, 0o755)] {
+            std::fs::DirBuilder::new().mode(mode).create(dir)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+        }
+        let (keeper, warning) = if settings.host_sandbox == SandboxMode::Off {
+            (None, None)
+        } else {
+            match Keeper::start(&base, spawn) {
+                Ok(k) => (Some(k), None),
+                Err(e) => (
+                    None,
+                    Some(format!(
+                        "{e}; workspaces are directories on the host's disk, without a quota"
+                    )),
+                ),
+            }
+        };
+        Ok((
+            WorkspaceStore {
+                keeper,
+                base,
+                root_mount,
+                disk_limit_bytes: settings.disk_limit_bytes,
+                host: HostLayout::probe(),
+            },
+            warning,
+        ))
+    }
+
+    pub fn host_layout(&self) -> &HostLayout {
+        &self.host
+    }
+
+    pub fn root_mount(&self) -> &Path {
+        &self.root_mount
+    }
+
+    /// Whether workspaces are the keeper's size-capped tmpfs.
+    pub fn has_quota(&self) -> bool {
+        self.keeper.is_some()
+    }
+
+    /// The keeper's process id, when one runs.
+    pub fn keeper_pid(&self) -> Option<u32> {
+        self.keeper.as_ref().map(Keeper::pid)
+    }
+
+    /// A new, empty workspace owned by `run_as` (or the server's own uid).
+    ///
+    /// # Errors
+    /// The keeper's or the file system's refusal, as a sentence.
+    pub fn create(&self, run_as: Option<RunAs>) -> Result<Workspace, String> {
+        let id = format!(
+            "w{}",
+            crate::random_bytes::<6>()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let dir = self.base.join(&id);
+        if let Some(keeper) = &self.keeper {
+            let fd = keeper
+                .create(&id, run_as, self.disk_limit_bytes)
+                .map_err(|e| e.to_string())?;
+            return Ok(Workspace {
+                paths: SessionPaths {
+                    workspace: PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+                },
+                source: WorkspaceSource::Keeper { dir },
+                id,
+                _dir: Some(fd),
+            });
+        }
+        let (workspace, tmp) = (dir.join("workspace"), dir.join("tmp"));
+        create_host_dirs(&dir, &[&workspace, &tmp], run_as)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Ok(Workspace {
+            paths: SessionPaths {
+                workspace: workspace.clone(),
+            },
+            source: WorkspaceSource::HostDirs {
+                workspace,
+                tmp,
+                tmp_bytes: self.disk_limit_bytes,
+            },
+            id,
+            _dir: None,
+        })
+    }
+
+    /// Deletes a workspace and everything in it (the keeper's tmpfs is detached at
+    /// once; its memory is freed when the last descriptor and worker holding it are gone).
+    ///
+    /// # Errors
+    /// As [`WorkspaceStore::create`].
+    pub fn remove(&self, workspace: &Workspace) -> Result<(), String> {
+        match &self.keeper {
+            Some(keeper) => keeper.remove(&workspace.id).map_err(|e| e.to_string()),
+            None => {
+                let dir = self.base.join(&workspace.id);
+                std::fs::remove_dir_all(&dir)
+                    .map_err(|e| format!("cannot remove {}: {e}", dir.display()))
+            }
+        }
+    }
+
+    /// Stops the keeper: every workspace tmpfs goes with its namespace.
+    pub fn shutdown(&self) {
+        if let Some(keeper) = &self.keeper {
+            keeper.stop();
+        }
+    }
+
+    /// The keeper's namespaces, at the descriptor numbers a worker finds them, and the
+    /// descriptors to pass there.
+    pub fn join(&self) -> (Option<JoinFds>, Vec<BorrowedFd<'_>>) {
+        let Some(keeper) = &self.keeper else {
+            return (None, Vec::new());
+        };
+        let ns = keeper.namespaces();
+        let first = RESPONSE_FD + 1;
+        let mut fds = Vec::new();
+        let user = ns.user.map(|fd| {
+            fds.push(fd);
+            first
+        });
+        fds.push(ns.mount);
+        let mount = first + i32::from(user.is_some());
+        (Some(JoinFds { user, mount }), fds)
+    }
+}
+
+fn create_host_dirs(dir: &Path, subs: &[&Path], run_as: Option<RunAs>) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().mode(0o711).create(dir)?;
+    for sub in subs {
+        std::fs::DirBuilder::new().mode(0o700).create(sub)?;
+        if let Some(run_as) = run_as {
+            std::os::unix::fs::chown(sub, Some(run_as.uid), Some(run_as.gid))?;
+        }
+        std::fs::set_permissions(sub, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
