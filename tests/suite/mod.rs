@@ -577,3 +577,17 @@ pub fn descendants(pid: u32) -> Vec<ProcId> {
     }
     out
 }
+
+/// The live worker processes of a server (its descendants but the workspace keeper,
+/// which lives as long as the server).
+pub fn workers_of(server_pid: u32) -> Vec<ProcId> {
+    descendants(server_pid)
+        .into_iter()
+        .filter(|p| {
+            !std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                .unwrap_or_default()
+                .split(|b| *b == 0)
+                .any(|arg| arg == b"__workspace-keeper")
+        })
+        .collect()
+}
