@@ -18,6 +18,7 @@ pub mod sandbox;
 pub mod selftest;
 pub mod server;
 pub mod session;
+pub mod text;
 pub mod workspace;
 
 /// `N` bytes from the kernel's CSPRNG (nonces, instance names, uid ranges).

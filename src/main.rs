@@ -66,7 +66,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Verify the audit log's hash chain (default: the data directory's audit.jsonl).
+    /// Verify every record of the audit log (default: the data directory's `audit/`; or
+    /// one segment file). Exits 1 and names the first bad record if anything is broken.
     AuditVerify { path: Option<PathBuf> },
     /// Show every setting: its value, where the value came from, and its default.
     Settings {
@@ -141,10 +142,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
     let settings = Arc::new(settings);
     match &cli.command {
         Command::Check { files, json } => return check_files(&settings, files, *json),
-        Command::AuditVerify { path } => {
-            audit_verify(&settings, path.clone())?;
-            return Ok(ExitCode::SUCCESS);
-        }
+        Command::AuditVerify { path } => return audit_verify(&settings, path.clone()),
         Command::Settings { markdown } => {
             show_settings(&settings, *markdown)?;
             return Ok(ExitCode::SUCCESS);
@@ -187,10 +185,13 @@ fn real_main() -> anyhow::Result<ExitCode> {
 }
 
 /// The server itself holds secrets (its environment) and talks to root-equivalent
-/// resources: no core dumps, and not readable through /proc by same-uid processes.
+/// resources: no core dumps, and not readable through /proc by same-uid processes. A
+/// file size limit must fail a write (the audit record's, and then the call) rather than
+/// kill the server: SIGXFSZ is ignored, as Python itself does.
 fn harden_server_process() {
-    // SAFETY: plain prctl/setrlimit calls on this process.
+    // SAFETY: plain prctl/setrlimit/signal calls on this process, before any thread.
     unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         let zero = libc::rlimit {
             rlim_cur: 0,
@@ -365,7 +366,9 @@ async fn shutdown_signal() {
     }
 }
 
-fn audit_verify(settings: &Settings, path: Option<PathBuf>) -> anyhow::Result<()> {
+/// `warden audit-verify [PATH]`: checks every record; exit 0 only when the whole log is
+/// one unbroken chain, 1 when anything was ever broken (each finding is printed).
+fn audit_verify(settings: &Settings, path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     // SAFETY: geteuid cannot fail.
     let root = unsafe { libc::geteuid() == 0 };
     let path = match path {
@@ -374,12 +377,53 @@ fn audit_verify(settings: &Settings, path: Option<PathBuf>) -> anyhow::Result<()
             .data_dir
             .clone()
             .or_else(|| warden::config::default_data_dir(root))
-            .context("no data directory; give the audit log's path")?
-            .join("audit.jsonl"),
+            .context("no data directory; give the audit directory's path")?
+            .join("audit"),
     };
-    let last = warden::audit::verify(&path)?;
-    println!("{}: chain intact (last hash {last})", path.display());
-    Ok(())
+    if path.is_file() {
+        let key_dir = path
+            .parent()
+            .context("the segment's directory holds the key")?;
+        let (records, first_bad) = warden::audit::verify_file(&path, key_dir)?;
+        return Ok(match first_bad {
+            None => {
+                println!("{}: {records} records, every one verifies", path.display());
+                ExitCode::SUCCESS
+            }
+            Some(bad) => {
+                println!("{}: BROKEN at {bad}", path.display());
+                ExitCode::from(1)
+            }
+        });
+    }
+    let report = warden::audit::verify_dir(&path)?;
+    println!(
+        "audit log {}: {} records in {} segment(s)",
+        path.display(),
+        report.records,
+        report.segments.len()
+    );
+    if let Some(bad) = &report.first_bad {
+        println!("  BROKEN: first bad record: {bad}");
+    }
+    for b in &report.recorded_breaks {
+        println!("  recorded break at {b}");
+    }
+    for (name, first_bad) in &report.set_aside {
+        match first_bad {
+            Some(bad) => println!("  set aside: {name}: first bad record: {bad}"),
+            None => println!("  set aside: {name}: its records verify on their own"),
+        }
+    }
+    if let Some(torn) = &report.torn_tail {
+        println!("  {torn} (a writer stopped mid-write; cut at the next start)");
+    }
+    if report.clean() {
+        println!("  every record verifies and the chain is unbroken");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(1))
+    }
 }
 
 fn check_files(settings: &Settings, files: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {

@@ -180,6 +180,7 @@ impl WardenServer {
         let enforcement = self.sessions.enforcement();
         let last = self.last_selftest.lock().ok().and_then(|l| l.clone());
         json!({
+            "warnings": self.sessions.audit().warnings(),
             "settings": self.sessions.settings().document(),
             "configured": self.sessions.settings(),
             "resolved": {
@@ -189,7 +190,7 @@ impl WardenServer {
                 "python_version": enforcement.python_version,
                 "workspaces": self.sessions.instance_dir(),
                 "dedicated_uid_per_session": enforcement.dedicated_uid_per_session,
-                "audit_log": self.sessions.audit().path(),
+                "audit_log": self.sessions.audit().status(),
                 "guard_policy": self.sessions.guard_summary(),
             },
             "last_selftest": last,
@@ -202,7 +203,7 @@ impl WardenServer {
         let mut paths: Vec<std::path::PathBuf> = vec![
             self.sessions.instance_dir().to_path_buf(),
             std::path::PathBuf::from(self.sessions.enforcement().python),
-            self.sessions.audit().path().to_path_buf(),
+            self.sessions.audit().dir().to_path_buf(),
         ];
         paths.extend(settings.data_dir.clone());
         paths.extend(settings.python.clone());
@@ -240,37 +241,54 @@ impl WardenServer {
             Ok(a) => a,
             Err(e) => return Ok(e.into_result()),
         };
-        let reason = args.reason.clone();
-        let result = self.consent(args, &ctx).await;
-        self.sessions.audit().record(crate::audit::AuditEvent {
-            ts: crate::grants::now_secs(),
-            session: result.session.clone(),
-            phase: "grant".into(),
-            decision: if result.granted {
-                "approved"
-            } else {
-                "refused"
-            }
-            .into(),
-            rule: None,
+        let reason = crate::text::one_line(&args.reason, 200).0;
+        let session = args
+            .session
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        let key = SessionKey::new(&self.owner(&ctx), &session);
+        let audit = self.sessions.audit();
+        // Recorded before the person is asked: no grant without its audit trail.
+        let requested = crate::audit::AuditEvent {
+            detail: format!("{:?} {} (agent's reason: {reason})", args.access, args.path),
+            args_sha256: Some(crate::audit::sha256_hex(args.path.as_bytes())),
+            ..crate::audit::AuditEvent::now(&key.to_string(), "grant", "requested")
+        };
+        if let Err(e) = audit.record(requested) {
+            let refused = GrantResult {
+                granted: false,
+                path: args.path.clone(),
+                access: args.access,
+                session,
+                expires_at: None,
+                worker_restarted: false,
+                message: format!(
+                    "refused without asking: {e}; every grant request is recorded before the user is asked"
+                ),
+                warnings: audit.warnings(),
+            };
+            return wrapped("request_grant", &refused, true);
+        }
+        let mut result = self.consent(args, &ctx).await;
+        let decision = if result.granted {
+            "approved"
+        } else {
+            "refused"
+        };
+        let outcome = crate::audit::AuditEvent {
             detail: format!(
-                "{:?} {}: {} (agent's reason: {})",
-                result.access,
-                result.path,
-                result.message,
-                reason.chars().take(200).collect::<String>()
+                "{:?} {}: {} (agent's reason: {reason})",
+                result.access, result.path, result.message
             ),
             args_sha256: Some(crate::audit::sha256_hex(result.path.as_bytes())),
-            ..crate::audit::AuditEvent::now(
-                &result.session,
-                "grant",
-                if result.granted {
-                    "approved"
-                } else {
-                    "refused"
-                },
-            )
-        });
+            ..crate::audit::AuditEvent::now(&key.to_string(), "grant", decision)
+        };
+        if let Err(e) = audit.record(outcome) {
+            result.warnings.push(format!(
+                "the audit record of this decision could not be written: {e}"
+            ));
+        }
+        result.warnings.extend(audit.warnings());
         wrapped("request_grant", &result, !result.granted)
     }
 
@@ -371,7 +389,8 @@ impl WardenServer {
     async fn selftest(&self) -> Result<CallToolResult, McpError> {
         let report = crate::selftest::run(&self.sessions).await;
         self.remember_selftest(report.clone());
-        self.sessions.audit().record(crate::audit::AuditEvent {
+        // A selftest runs only warden's own probes; a failed record is logged.
+        let _ = self.sessions.audit().record(crate::audit::AuditEvent {
             ts: crate::grants::now_secs(),
             session: String::new(),
             phase: "selftest".into(),

@@ -1,5 +1,6 @@
-//! What the audit log records of each `execute_python` call: one line per call, plus a
-//! guard line when the guard blocked it.
+//! What the audit log records of each `execute_python` call's outcome: one record per
+//! call, plus a guard record when the guard blocked it (the `start` record written before
+//! the call runs is in [`SessionManager::execute_streaming`]).
 
 use super::SessionManager;
 use crate::config::GuardMode;
@@ -11,8 +12,13 @@ impl SessionManager {
         &self.audit
     }
 
-    /// One audit line for an `execute_python` call.
-    pub(super) fn audit_execution(&self, session: &str, code: &str, result: &ExecResult) {
+    /// The audit records of an `execute_python` call's outcome.
+    pub(super) fn audit_execution(
+        &self,
+        session: &str,
+        code: &str,
+        result: &ExecResult,
+    ) -> Result<(), crate::audit::AuditError> {
         let enforce = self.settings.codeguard == GuardMode::Enforce;
         let blocked = result
             .guard
@@ -52,11 +58,11 @@ impl SessionManager {
                 phase: "guard".into(),
                 decision: "blocked".into(),
                 ..base.clone()
-            });
+            })?;
         }
         self.audit.record(crate::audit::AuditEvent {
             duration_ms: Some(result.duration_ms),
             ..base
-        });
+        })
     }
 }

@@ -59,8 +59,6 @@ pub enum SessionError {
         #[source]
         source: crate::guard::GuardError,
     },
-    #[error(transparent)]
-    Audit(#[from] crate::audit::AuditError),
     #[error("pre-approved grant from {origin}: {error}")]
     PreApproval { origin: String, error: GrantError },
 }
@@ -153,7 +151,8 @@ impl SessionManager {
                 crate::config::default_data_dir(running_as_root()).ok_or(SessionError::NoDataDir)?
             }
         };
-        let instance_dir = data_dir.join("sessions").join(instance_name());
+        let instance = instance_name();
+        let instance_dir = data_dir.join("sessions").join(&instance);
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o711)
@@ -169,7 +168,7 @@ impl SessionManager {
                 return Err(e.into());
             }
         };
-        let audit = crate::audit::AuditLog::open(&data_dir.join("audit.jsonl"))?;
+        let audit = crate::audit::AuditLog::open(&data_dir.join("audit"), &instance);
         let mut warden_dirs = vec![data_dir.clone()];
         if let Some(config) = crate::config::config_dir() {
             warden_dirs.push(config);
@@ -280,10 +279,36 @@ impl SessionManager {
         args: &ExecuteArgs,
         tap: Option<OutputTap>,
     ) -> ExecResult {
+        let name = args.session.as_deref().unwrap_or("default");
+        let key = SessionKey::new(owner, name);
+        // No call runs unaudited: its record is written before anything runs, and a call
+        // whose record cannot be written is refused.
+        let start = crate::audit::AuditEvent {
+            args_sha256: Some(crate::audit::sha256_hex(args.code.as_bytes())),
+            ..crate::audit::AuditEvent::now(&key.to_string(), "execute", "start")
+        };
+        if let Err(e) = self.audit.record(start) {
+            let mut refused = ExecResult::refused(
+                name,
+                ErrorInfo::new(
+                    "AuditUnavailable",
+                    format!(
+                        "{e}; the call was refused and nothing ran (every call is recorded before it runs). Free space for the data directory or repair the log, then call again"
+                    ),
+                ),
+                self.audit.warnings(),
+            );
+            refused.backend = self.backend.kind();
+            return refused;
+        }
         let mut result = self.execute_unaudited(owner, args, tap).await;
         result.backend = self.backend.kind();
-        let key = SessionKey::new(owner, &result.session);
-        self.audit_execution(&key.to_string(), &args.code, &result);
+        if let Err(e) = self.audit_execution(&key.to_string(), &args.code, &result) {
+            result.warnings.push(format!(
+                "the call ran, but the audit record of its outcome could not be written: {e}"
+            ));
+        }
+        result.warnings.extend(self.audit.warnings());
         result
     }
 
@@ -408,6 +433,7 @@ impl SessionManager {
             }
         }
         self.backend.shutdown().await;
+        self.audit.checkpoint_now();
         if let Err(e) = std::fs::remove_dir_all(&self.instance_dir) {
             tracing::warn!(dir = %self.instance_dir.display(), error = %e, "could not remove workspaces");
         }
