@@ -182,7 +182,7 @@ mod tests {
         assert!(!cut);
         let (line, cut) = one_line(&"word ".repeat(100), 20);
         assert!(cut);
-        assert_eq!(line.chars().count(), 21, "{line}");
+        assert!(line.chars().count() <= 21, "{line}");
         assert!(line.ends_with('…'));
         let (q, _) = quoted_one_line("say \"approve\" \\ now", 100);
         assert_eq!(q, "\"say \\\"approve\\\" \\\\ now\"");

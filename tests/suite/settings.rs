@@ -140,10 +140,10 @@ async fn config_file_grants_are_pre_approved() {
     server.stop().await;
 }
 
-/// Runs `warden serve` with stdin closed and returns (exit status, stderr).
+/// Runs `warden serve` with stdin closed and returns (exit status, stderr, data dir).
 fn serve_without_client(
     env: &[(&str, &str)],
-) -> (std::process::ExitStatus, String, std::path::PathBuf) {
+) -> (std::process::ExitStatus, String, tempfile::TempDir) {
     let data = super::data_dir();
     let mut cmd = std::process::Command::new(super::BIN);
     cmd.arg("serve")
@@ -158,7 +158,7 @@ fn serve_without_client(
     (
         out.status,
         String::from_utf8_lossy(&out.stderr).into_owned(),
-        data.keep(),
+        data,
     )
 }
 
@@ -205,11 +205,10 @@ fn config_errors_name_their_setting() {
 #[test]
 fn a_server_without_a_client_leaves_nothing_behind() {
     let (_, stderr, data) = serve_without_client(&[]);
-    let sessions = data.join("sessions");
+    let sessions = data.path().join("sessions");
     let left: Vec<_> = std::fs::read_dir(&sessions)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&data);
     assert!(left.is_empty(), "left behind: {left:?} ({stderr})");
 }
 
