@@ -12,6 +12,7 @@ pub mod config;
 pub mod execution;
 pub mod grants;
 pub mod guard;
+pub mod instances;
 pub mod owner;
 pub mod provenance;
 pub mod sandbox;

@@ -146,6 +146,7 @@ impl WorkerPolicy {
                 runtime: inputs.runtime,
                 workspace: inputs.source,
                 grants: inputs.grants,
+                tmp_bytes: crate::sandbox::linux::world::tmp_bytes_for(settings.disk_limit_bytes),
             });
             let env = worker_env(
                 &plan.view.workspace,
@@ -336,7 +337,6 @@ mod tests {
         WorkspaceSource::HostDirs {
             workspace: PathBuf::from("/data/s/a/workspace"),
             tmp: PathBuf::from("/data/s/a/tmp"),
-            tmp_bytes: 1 << 20,
         }
     }
 

@@ -130,11 +130,7 @@ impl WorkspaceStore {
             paths: SessionPaths {
                 workspace: workspace.clone(),
             },
-            source: WorkspaceSource::HostDirs {
-                workspace,
-                tmp,
-                tmp_bytes: self.disk_limit_bytes,
-            },
+            source: WorkspaceSource::HostDirs { workspace, tmp },
             id,
             _dir: None,
         })

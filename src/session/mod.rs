@@ -68,6 +68,9 @@ pub struct SessionManager {
     backend: AnyBackend,
     /// `<data dir>/sessions/<instance>`: removed at shutdown.
     instance_dir: PathBuf,
+    /// Held for the instance's life: a later server reaps the directory only once the
+    /// lock is free.
+    _instance_lock: crate::instances::InstanceLock,
     sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
     /// The static guard; `None` when CODEGUARD=off.
     guard: Option<Guard>,
@@ -161,6 +164,22 @@ impl SessionManager {
                 path: instance_dir.clone(),
                 source,
             })?;
+        let instance_lock =
+            crate::instances::InstanceLock::acquire(&instance_dir).map_err(|source| {
+                SessionError::DataDir {
+                    path: instance_dir.clone(),
+                    source,
+                }
+            })?;
+        // Instances that died without cleaning up (killed, crashed) leave their
+        // directory, and perhaps a process: reaped before this one starts working.
+        for reaped in crate::instances::reap_dead(&data_dir.join("sessions"), &instance_dir) {
+            tracing::warn!(
+                dir = %reaped.dir.display(),
+                killed = ?reaped.killed,
+                "reaped a dead server instance"
+            );
+        }
         let backend = match AnyBackend::resolve(settings.clone(), &instance_dir) {
             Ok(b) => b,
             Err(e) => {
@@ -188,6 +207,7 @@ impl SessionManager {
             settings,
             backend,
             instance_dir,
+            _instance_lock: instance_lock,
             sessions: Mutex::new(HashMap::new()),
             guard,
             gate: Mutex::new(None),

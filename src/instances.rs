@@ -1,0 +1,210 @@
+//! Server instances that share a data directory (Claude Desktop and Claude Code, both
+//! running warden as one user): each instance holds an exclusive lock on a file in its
+//! own directory for as long as it lives, and records the processes it starts there. A
+//! server that starts later reaps the directories of instances whose lock is free (they
+//! died without cleaning up: SIGKILL, a crash, a power cut), and first kills any process
+//! those instances recorded that is still running (the exact process: pid and start
+//! time), so nothing of a dead instance lingers.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The lock file in each instance directory.
+const LOCK: &str = "lock";
+/// The processes an instance started, one `pid start-time` line each.
+const PROCESSES: &str = "processes";
+/// An instance directory without a lock file younger than this may be one being
+/// created right now: left alone.
+const GRACE: Duration = Duration::from_secs(600);
+
+/// The exclusive lock an instance holds on its own directory for its whole life (the
+/// kernel releases it when the process dies, however it dies).
+pub struct InstanceLock {
+    _file: File,
+}
+
+impl InstanceLock {
+    /// Creates and locks `<dir>/lock`.
+    ///
+    /// # Errors
+    /// The file cannot be created or is already locked (another live instance).
+    pub fn acquire(dir: &Path) -> std::io::Result<InstanceLock> {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(dir.join(LOCK))?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)?;
+        Ok(InstanceLock { _file: file })
+    }
+}
+
+/// A process's identity that survives pid reuse: its start time in clock ticks since
+/// boot (field 22 of /proc/PID/stat).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Notes that this instance started `pid`, so that a later server can kill it should
+/// this one die without doing so.
+pub fn record_process(instance_dir: &Path, pid: u32) {
+    let Some(start) = start_time(pid) else {
+        return;
+    };
+    let appended = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(instance_dir.join(PROCESSES))
+        .and_then(|mut f| f.write_all(format!("{pid} {start}\n").as_bytes()));
+    if let Err(e) = appended {
+        tracing::warn!(pid, error = %e, "could not record a worker process");
+    }
+}
+
+/// The `pid start-time` pairs of a processes file. Pure.
+pub fn parse_processes(text: &str) -> Vec<(u32, u64)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            let pid = parts.next()?.parse().ok()?;
+            let start = parts.next()?.parse().ok()?;
+            Some((pid, start))
+        })
+        .filter(|(pid, _)| *pid > 1)
+        .collect()
+}
+
+/// What happened to one dead instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reaped {
+    pub dir: PathBuf,
+    /// Processes of it that were still running and were killed.
+    pub killed: Vec<u32>,
+}
+
+/// Reaps every instance directory under `sessions` (but `own`) whose instance is dead.
+pub fn reap_dead(sessions: &Path, own: &Path) -> Vec<Reaped> {
+    let Ok(entries) = std::fs::read_dir(sessions) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        if dir == own || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if let Some(reaped) = reap_if_dead(&dir) {
+            out.push(reaped);
+        }
+    }
+    out
+}
+
+fn reap_if_dead(dir: &Path) -> Option<Reaped> {
+    // Held until the directory is gone, so that two servers never reap one instance.
+    let _lock = match lock_if_free(dir) {
+        Ok(lock) => Some(lock),
+        Err(Liveness::Alive) => return None,
+        Err(Liveness::NoLock) => {
+            // An older warden's directory, or one whose server died creating it.
+            let modified = std::fs::metadata(dir).and_then(|m| m.modified()).ok()?;
+            if modified.elapsed().ok()? < GRACE {
+                return None;
+            }
+            None
+        }
+    };
+    let recorded = std::fs::read_to_string(dir.join(PROCESSES)).unwrap_or_default();
+    let mut killed = Vec::new();
+    for (pid, start) in parse_processes(&recorded) {
+        if start_time(pid) == Some(start) {
+            // SAFETY: signalling a process this data directory's dead instance started,
+            // identified by pid and start time; the group first (a worker leads one).
+            unsafe {
+                libc::killpg(pid as i32, libc::SIGKILL);
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+            killed.push(pid);
+        }
+    }
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not remove a dead instance's directory");
+    }
+    Some(Reaped {
+        dir: dir.to_path_buf(),
+        killed,
+    })
+}
+
+enum Liveness {
+    Alive,
+    NoLock,
+}
+
+/// Takes the instance's lock if nobody holds it (the instance is dead).
+fn lock_if_free(dir: &Path) -> Result<File, Liveness> {
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(dir.join(LOCK))
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Liveness::NoLock),
+        Err(_) => return Err(Liveness::Alive),
+    };
+    match rustix::fs::flock(
+        file.as_fd(),
+        rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    ) {
+        Ok(()) => Ok(file),
+        Err(_) => Err(Liveness::Alive),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_are_read_by_pid_and_start_time() {
+        assert_eq!(
+            parse_processes("12 345\n\ngarbage\n1 9\n77 88 extra\n"),
+            vec![(12, 345), (77, 88)]
+        );
+    }
+
+    #[test]
+    fn a_locked_instance_is_alive_and_a_free_one_is_reaped() {
+        let sessions = tempfile::tempdir().unwrap();
+        let live = sessions.path().join("1-live");
+        let dead = sessions.path().join("2-dead");
+        let own = sessions.path().join("3-own");
+        for d in [&live, &dead, &own] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let _held = InstanceLock::acquire(&live).unwrap();
+        drop(InstanceLock::acquire(&dead).unwrap());
+        std::fs::write(dead.join("processes"), "4000000 1\n").unwrap();
+        // A second lock on a live instance fails.
+        assert!(InstanceLock::acquire(&live).is_err());
+        let reaped = reap_dead(sessions.path(), &own);
+        assert_eq!(
+            reaped,
+            vec![Reaped {
+                dir: dead.clone(),
+                killed: vec![]
+            }]
+        );
+        assert!(live.is_dir() && own.is_dir() && !dead.exists());
+    }
+}
