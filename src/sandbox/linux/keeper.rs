@@ -481,19 +481,17 @@ fn create_workspace(
         Some(c_string(&options)?.as_c_str()),
     )
     .map_err(|e| format!("mounting a tmpfs ({options}) on {}: {e}", dir.display()))?;
-    for sub in ["workspace"] {
-        let path = dir.join(sub);
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(|e| format!("creating {}: {e}", path.display()))?;
-        if let Some(o) = owner {
-            std::os::unix::fs::chown(&path, Some(o.uid), Some(o.gid))
-                .map_err(|e| format!("chown {}: {e}", path.display()))?;
-        }
+    let path = dir.join("workspace");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&path)
+        .map_err(|e| format!("creating {}: {e}", path.display()))?;
+    if let Some(o) = owner {
+        std::os::unix::fs::chown(&path, Some(o.uid), Some(o.gid))
+            .map_err(|e| format!("chown {}: {e}", path.display()))?;
     }
-    let workspace = std::fs::File::open(dir.join("workspace"))
-        .map_err(|e| format!("opening the workspace: {e}"))?;
+    let workspace =
+        std::fs::File::open(&path).map_err(|e| format!("opening the workspace: {e}"))?;
     Ok(workspace.into())
 }
 
