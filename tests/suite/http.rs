@@ -436,6 +436,48 @@ fn two_clients_with_the_same_session_name_see_different_workspaces() {
     server.stop();
 }
 
+/// Ends an MCP session (`DELETE /mcp`); returns the HTTP status.
+fn delete_session(addr: &str, session: &str) -> u16 {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    let request = format!(
+        "DELETE /mcp HTTP/1.1\r\nHost: {addr}\r\nMcp-Session-Id: {session}\r\n\
+         MCP-Protocol-Version: 2025-11-25\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    reply
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn ending_an_mcp_session_closes_its_python_sessions() {
+    let server = HttpServer::start("127.0.0.1:0", &[]);
+    let mut a = server.client();
+    a.initialize(json!({}));
+    let mut b = server.client();
+    b.initialize(json!({}));
+    for c in [&mut a, &mut b] {
+        let r = c.run("work", "open('kept.txt', 'w').write('x')");
+        assert_eq!(r["status"], "ok", "{r}");
+    }
+    assert_eq!(find_files(server.data_dir.path(), "kept.txt").len(), 2);
+    let status = delete_session(&server.addr, a.session.as_deref().unwrap());
+    assert!(status < 300, "DELETE answered {status}");
+    // A's workspace goes; B's stays, and B's interpreter still serves.
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        find_files(server.data_dir.path(), "kept.txt").len() == 1
+    });
+    assert!(gone, "{:?}", find_files(server.data_dir.path(), "kept.txt"));
+    let r = b.run("work", "print(open('kept.txt').read())");
+    assert_eq!(stdout(&r), "x\n", "{r}");
+    server.stop();
+}
+
 #[test]
 fn a_stateless_client_keeps_its_python_variables_across_requests() {
     let server = HttpServer::start("127.0.0.1:0", &[]);
