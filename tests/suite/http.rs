@@ -460,21 +460,34 @@ fn ending_an_mcp_session_closes_its_python_sessions() {
     a.initialize(json!({}));
     let mut b = server.client();
     b.initialize(json!({}));
-    for c in [&mut a, &mut b] {
-        let r = c.run("work", "open('kept.txt', 'w').write('x')");
-        assert_eq!(r["status"], "ok", "{r}");
-    }
-    assert_eq!(find_files(server.data_dir.path(), "kept.txt").len(), 2);
+    // Seen from the host: A's worker processes, then B's.
+    let r = a.run("work", "open('kept.txt', 'w').write('x')");
+    assert_eq!(r["status"], "ok", "{r}");
+    let a_workers = super::workers_of(server.pid());
+    assert!(!a_workers.is_empty(), "no worker for A");
+    let r = b.run("work", "open('kept.txt', 'w').write('y')");
+    assert_eq!(r["status"], "ok", "{r}");
+    let b_workers: Vec<_> = super::workers_of(server.pid())
+        .into_iter()
+        .filter(|p| !a_workers.contains(p))
+        .collect();
+    assert!(!b_workers.is_empty(), "no worker for B");
+
     let status = delete_session(&server.addr, a.session.as_deref().unwrap());
     assert!(status < 300, "DELETE answered {status}");
-    // A's workspace goes; B's stays, and B's interpreter still serves.
+    // A's interpreter is killed; B's lives on and still has its file.
     let gone = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(50));
-        find_files(server.data_dir.path(), "kept.txt").len() == 1
+        a_workers.iter().all(|p| !super::is_alive(*p))
     });
-    assert!(gone, "{:?}", find_files(server.data_dir.path(), "kept.txt"));
+    assert!(gone, "A's workers outlived its MCP session: {a_workers:?}");
+    assert!(
+        b_workers.iter().all(|p| super::is_alive(*p)),
+        "{b_workers:?}"
+    );
     let r = b.run("work", "print(open('kept.txt').read())");
-    assert_eq!(stdout(&r), "x\n", "{r}");
+    assert_eq!(stdout(&r), "y\n", "{r}");
+    assert_eq!(r["worker_restarted"], false, "{r}");
     server.stop();
 }
 
