@@ -234,7 +234,10 @@ pub fn post(
                 break;
             }
             let mut chunk = vec![0u8; size + 2];
-            reader.read_exact(&mut chunk).unwrap();
+            if reader.read_exact(&mut chunk).is_err() {
+                // The server went away mid-stream (shutdown): what arrived is the reply.
+                break;
+            }
             feed(&chunk[..size], &mut body, &mut messages);
         }
     } else {
@@ -489,6 +492,42 @@ fn ending_an_mcp_session_closes_its_python_sessions() {
     assert_eq!(stdout(&r), "y\n", "{r}");
     assert_eq!(r["worker_restarted"], false, "{r}");
     server.stop();
+}
+
+#[test]
+fn sigterm_during_a_run_ends_streams_and_workers() {
+    let server = HttpServer::start("127.0.0.1:0", &[]);
+    let server_pid = server.pid();
+    let mut c = server.client();
+    c.initialize(json!({}));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let caller = std::thread::spawn(move || {
+        let started = Instant::now();
+        let (_, reply) = c.request_with(
+            "tools/call",
+            json!({"name": "execute_python",
+                   "arguments": {"code": "import time\nprint('up', flush=True)\ntime.sleep(60)",
+                                 "timeout_s": 90},
+                   "_meta": {"progressToken": 1}}),
+            |event| {
+                if event["method"] == "notifications/progress" {
+                    let _ = tx.send(());
+                }
+            },
+        );
+        (started.elapsed(), reply)
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("the run started");
+    let workers = super::workers_of(server_pid);
+    assert!(!workers.is_empty());
+    server.stop();
+    assert!(workers.iter().all(|p| !super::is_alive(*p)), "{workers:?}");
+    let (took, reply) = caller.join().unwrap();
+    assert!(
+        took < Duration::from_secs(30),
+        "the stream outlived the server: {reply:?}"
+    );
 }
 
 #[test]
