@@ -102,10 +102,11 @@ pub const REGISTRY: &[Spec] = &[
     spec(
         "SANDBOX_DISK_LIMIT",
         "1g",
-        "what one session may store (its workspace and `/tmp` together; at least `1m`): a \
-         tmpfs of this size per session, enforced as the code writes (ENOSPC inside \
-         Python), never the real disk. It is RAM (and swap), used only as far as the \
-         session really writes; a server holds at most 64 sessions.",
+        "what one session may store in its workspace (at least `1m`): a tmpfs of this \
+         size per session, enforced as the code writes (ENOSPC inside Python), never the \
+         real disk; each worker's private `/tmp` holds a quarter of it more (at least \
+         16 MiB). It is RAM (and swap), used only as far as the code really writes; a \
+         server holds at most 64 sessions.",
     ),
     spec(
         "SANDBOX_TIMEOUT_S",

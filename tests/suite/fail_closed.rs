@@ -10,7 +10,7 @@ use rmcp::ServiceExt;
 use rmcp::transport::TokioChildProcess;
 use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
 
-use super::{Net, Server, data_dir, server_command, stdout};
+use super::{As, Net, Server, both_modes, data_dir_for, server_command_as, stdout};
 
 fn no_unshare_filter() -> BpfProgram {
     let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
@@ -26,9 +26,9 @@ fn no_unshare_filter() -> BpfProgram {
     .unwrap()
 }
 
-async fn start_without_namespaces(mode: &str) -> Server {
-    let data = data_dir();
-    let mut cmd = server_command(Net::Host, &[("HOST_SANDBOX", mode)], &[], data.path());
+async fn start_without_namespaces(who: As, mode: &str) -> Server {
+    let data = data_dir_for(who);
+    let mut cmd = server_command_as(who, Net::Host, &[("HOST_SANDBOX", mode)], &[], data.path());
     let filter = no_unshare_filter();
     // SAFETY: between fork and exec only prctl/seccomp run (apply_filter makes no
     // allocation: the program was built before the fork).
@@ -45,57 +45,61 @@ async fn start_without_namespaces(mode: &str) -> Server {
         client,
         data_dir: data,
         pid,
-        who: super::As::Root,
+        who,
     }
 }
 
 #[tokio::test]
 async fn best_effort_runs_and_reports_the_missing_wall_in_every_result() {
-    let server = start_without_namespaces("best-effort").await;
-    for _ in 0..2 {
-        let r = server.run("b", "print('ran')").await;
-        assert_eq!(stdout(&r), "ran\n", "{r}");
-        let warnings = r["warnings"].to_string();
-        for wall in ["namespaces", "world", "disk_quota"] {
-            assert!(
-                warnings.contains(&format!("sandbox wall '{wall}' is not enforced")),
-                "{wall}: {r}"
-            );
+    for who in both_modes() {
+        let server = start_without_namespaces(who, "best-effort").await;
+        for _ in 0..2 {
+            let r = server.run("b", "print('ran')").await;
+            assert_eq!(stdout(&r), "ran\n", "{r}");
+            let warnings = r["warnings"].to_string();
+            for wall in ["namespaces", "world", "disk_quota"] {
+                assert!(
+                    warnings.contains(&format!("sandbox wall '{wall}' is not enforced")),
+                    "{wall}: {r}"
+                );
+            }
+            // Without a world the code runs in its host directory, confined by Landlock.
+            assert_ne!(r["workspace"], "/workspace", "{r}");
         }
-        // Without a world the code runs in its host directory, confined by Landlock.
-        assert_ne!(r["workspace"], "/workspace", "{r}");
+        // The other walls still hold.
+        let r = server
+            .run(
+                "b",
+                "try:\n    open('/etc/passwd')\nexcept OSError as e:\n    print(e.errno)",
+            )
+            .await;
+        assert_eq!(stdout(&r), "13\n");
+        server.stop().await;
     }
-    // The other walls still hold.
-    let r = server
-        .run(
-            "b",
-            "try:\n    open('/etc/passwd')\nexcept OSError as e:\n    print(e.errno)",
-        )
-        .await;
-    assert_eq!(stdout(&r), "13\n");
-    server.stop().await;
 }
 
 #[tokio::test]
 async fn require_refuses_to_run_anything_and_names_the_wall() {
-    let server = start_without_namespaces("require").await;
-    let raw = server
-        .call(
-            "execute_python",
-            serde_json::json!({"code": "print('must not run')"}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(raw.is_error, Some(true));
-    let r = raw.structured_content.unwrap();
-    assert_eq!(r["stdout"], "", "{r}");
-    assert_eq!(r["error"]["type"], "SandboxRefused", "{r}");
-    assert!(
-        r["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("namespaces"),
-        "{r}"
-    );
-    server.stop().await;
+    for who in both_modes() {
+        let server = start_without_namespaces(who, "require").await;
+        let raw = server
+            .call(
+                "execute_python",
+                serde_json::json!({"code": "print('must not run')"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(raw.is_error, Some(true));
+        let r = raw.structured_content.unwrap();
+        assert_eq!(r["stdout"], "", "{r}");
+        assert_eq!(r["error"]["type"], "SandboxRefused", "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("namespaces"),
+            "{r}"
+        );
+        server.stop().await;
+    }
 }
