@@ -1,14 +1,20 @@
-//! Guard speed on 1,000 lines of ordinary analysis code (the benign corpus,
-//! repeated). Prints p50/p95/max per check. Target (DESIGN §9): <= 1 ms.
-//! Run with `cargo bench --bench guard`.
+//! Guard speed: a typical 20-line cell, 1,000 and 10,000 lines of ordinary
+//! analysis code (the benign corpus, repeated), each as a cache miss (source
+//! never seen: decode, depth scan, parse, walk, insert) and as a cache hit
+//! (the same source again), plus ruff's parser alone on the same text: the
+//! floor a miss cannot go below. Prints p50/p95 per check.
+//! Target (DESIGN §9, #12): <= 1 ms per 1,000 lines.
+//!
+//! Run with `cargo bench --bench guard`; `WARDEN_BENCH_QUICK=1` runs a tenth
+//! of the iterations.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use warden::guard::{CheckContext, Decision, Guard};
+use warden::guard::{CheckContext, Decision, Guard, VerdictCache};
 
-fn corpus_1000_lines() -> String {
+fn corpus_lines(n: usize) -> String {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/benign");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
@@ -29,7 +35,8 @@ fn corpus_1000_lines() -> String {
                 out.push('\n');
                 lines += 1;
             }
-            if lines >= 1000 {
+            // Whole files only, so that every statement stays complete.
+            if lines >= n {
                 break 'outer;
             }
         }
@@ -37,71 +44,95 @@ fn corpus_1000_lines() -> String {
     out
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx]
+/// The first complete statements of the corpus, about `n` lines.
+fn cell(n: usize) -> String {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/benign/35_pandas_groupby.py"),
+    )
+    .unwrap();
+    let mut out = String::new();
+    for line in text
+        .lines()
+        .chain(std::iter::repeat("total = sum(range(10))"))
+    {
+        out.push_str(line);
+        out.push('\n');
+        if out.lines().count() >= n {
+            break;
+        }
+    }
+    out
+}
+
+struct Stats {
+    p50: Duration,
+    p95: Duration,
+}
+
+/// Runs `f` a tenth of `iterations` to warm up, then `iterations` timed
+/// runs; `f` gets a counter that never repeats over both.
+fn measure(iterations: usize, mut f: impl FnMut(usize)) -> Stats {
+    let warm = iterations.div_ceil(10);
+    for i in 0..warm {
+        f(i);
+    }
+    let mut times = Vec::with_capacity(iterations);
+    for i in warm..warm + iterations {
+        let t = Instant::now();
+        f(i);
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let at = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize];
+    Stats {
+        p50: at(0.50),
+        p95: at(0.95),
+    }
+}
+
+fn row(what: &str, s: &Stats) {
+    println!("{what:<44} p50 {:>10.3?}  p95 {:>10.3?}", s.p50, s.p95);
 }
 
 fn main() {
+    let quick = std::env::var_os("WARDEN_BENCH_QUICK").is_some();
+    let scale = |n: usize| if quick { n.div_ceil(10) } else { n };
     let guard = Guard::with_default_policy().unwrap();
     let ctx = CheckContext {
         workspace: PathBuf::from("/var/lib/warden/sessions/bench"),
         allowed_roots: vec![],
     };
-    let src = corpus_1000_lines();
-    let lines = src.lines().count();
-    let verdict = guard.check(src.as_bytes(), &ctx);
-    assert_eq!(verdict.decision, Decision::Allowed, "{verdict:#?}");
-
-    for _ in 0..20 {
-        let _ = guard.check(src.as_bytes(), &ctx);
-    }
-    let iterations = 300;
-    let mut times = Vec::with_capacity(iterations);
-    for _ in 0..iterations {
-        let t = Instant::now();
+    for (label, src, runs) in [
+        ("20-line cell", cell(20), scale(3000)),
+        ("1,000 lines", corpus_lines(1000), scale(400)),
+        ("10,000 lines", corpus_lines(10_000), scale(60)),
+    ] {
+        let lines = src.lines().count();
         let v = guard.check(src.as_bytes(), &ctx);
-        times.push(t.elapsed());
-        std::hint::black_box(v);
-    }
-    times.sort();
-    println!(
-        "guard check, {lines} lines / {} bytes, {iterations} runs: p50 {:?}  p95 {:?}  max {:?}",
-        src.len(),
-        percentile(&times, 0.50),
-        percentile(&times, 0.95),
-        times[times.len() - 1],
-    );
+        assert_eq!(v.decision, Decision::Allowed, "{v:#?}");
+        println!("{label}: {lines} lines, {} bytes", src.len());
 
-    // Baseline: rustpython-parser alone on the same text (the guard's floor).
-    let mut times = Vec::with_capacity(iterations);
-    for _ in 0..iterations {
-        let t = Instant::now();
-        let parsed =
-            <rustpython_parser::ast::Suite as rustpython_parser::Parse>::parse(&src, "<bench>");
-        std::hint::black_box(&parsed);
-        drop(parsed);
-        times.push(t.elapsed());
-    }
-    times.sort();
-    println!(
-        "parser alone (rustpython-parser 0.4), same text: p50 {:?}  p95 {:?}",
-        percentile(&times, 0.50),
-        percentile(&times, 0.95)
-    );
+        // A miss: a source the cache has never seen (a comment makes each
+        // one unique), checked and inserted as the session manager does.
+        let cache = VerdictCache::default();
+        let variants: Vec<String> = (0..runs + runs.div_ceil(10))
+            .map(|i| format!("{src}# run {i}\n"))
+            .collect();
+        let miss = measure(runs, |i| {
+            let s = &variants[i];
+            std::hint::black_box(cache.check(&guard, s.as_bytes(), &ctx));
+        });
+        row("  guard, cache miss", &miss);
 
-    // Same for one typical 30-line submission.
-    let small: String = src.lines().take(30).map(|l| format!("{l}\n")).collect();
-    let mut times = Vec::with_capacity(iterations);
-    for _ in 0..iterations {
-        let t = Instant::now();
-        std::hint::black_box(guard.check(small.as_bytes(), &ctx));
-        times.push(t.elapsed());
+        let hit = measure(runs * 4, |_| {
+            std::hint::black_box(cache.check(&guard, src.as_bytes(), &ctx));
+        });
+        row("  guard, cache hit", &hit);
+
+        let parse = measure(runs, |_| {
+            let parsed = ruff_python_parser::parse_module(&src);
+            std::hint::black_box(&parsed);
+        });
+        row("  ruff parser alone (the floor of a miss)", &parse);
     }
-    times.sort();
-    println!(
-        "guard check, 30 lines: p50 {:?}  p95 {:?}",
-        percentile(&times, 0.50),
-        percentile(&times, 0.95)
-    );
 }

@@ -5,7 +5,7 @@
 //!
 //! 1. size limit, then decoding exactly as CPython would (PEP 263, decode.rs);
 //! 2. a pre-parse nesting scan that refuses hostile depth (depth.rs);
-//! 3. parsing with rustpython-parser and walking the tree (walk.rs) on a
+//! 3. parsing with ruff's parser and walking the tree (walk/) on a
 //!    long-lived thread with a known, large stack (pool.rs), so that no
 //!    input can overflow the caller's stack (tokio workers have only 2 MiB);
 //! 4. positions and snippets for every finding (lines.rs).
@@ -23,6 +23,8 @@
 //! where and what to fix: it is not a violation, the agent should fix the
 //! code and call again.
 
+mod ast;
+mod cache;
 mod decode;
 mod depth;
 mod lines;
@@ -38,9 +40,9 @@ mod walk;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustpython_parser::{Parse, ast};
 use serde::{Deserialize, Serialize};
 
+pub use cache::{CacheStats, VerdictCache};
 pub use render::render_human;
 
 use lines::LineIndex;
@@ -56,6 +58,8 @@ pub const DEFAULT_POLICY: &str = include_str!(concat!(
 #[derive(Debug, Clone)]
 pub struct Guard {
     policy: Arc<Policy>,
+    /// SHA-256 of the policy text: part of every cache key.
+    digest: [u8; 32],
     pool: Arc<pool::Pool>,
 }
 
@@ -171,8 +175,10 @@ impl Guard {
 
     /// A policy given as TOML text.
     pub fn from_policy_toml(text: &str) -> Result<Guard, GuardError> {
+        use sha2::Digest;
         Ok(Guard {
             policy: Arc::new(Policy::from_toml(text)?),
+            digest: sha2::Sha256::digest(text.as_bytes()).into(),
             pool: Arc::new(pool::Pool::new()),
         })
     }
@@ -184,6 +190,11 @@ impl Guard {
             source,
         })?;
         Guard::from_policy_toml(&text)
+    }
+
+    /// SHA-256 of the policy text this guard enforces.
+    pub fn policy_digest(&self) -> [u8; 32] {
+        self.digest
     }
 
     /// Counts of what the policy forbids.
@@ -290,10 +301,10 @@ impl Guard {
 }
 
 fn parse_and_walk(text: &str, policy: &Policy, roots: &paths::Roots) -> Outcome {
-    match ast::Suite::parse(text, "<code>") {
-        Ok(body) => Outcome::Findings(walk::walk(&body, policy, roots)),
+    match walk::parse_suite(text) {
+        Ok(module) => Outcome::Findings(walk::walk(&module.body, policy, roots)),
         Err(e) => Outcome::Syntax {
-            offset: e.offset.to_usize(),
+            offset: e.location.start().to_usize(),
             message: format!("syntax error: {}", e.error),
         },
     }

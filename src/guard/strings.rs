@@ -3,7 +3,7 @@
 //! f-string text) into the value the program will compute, and reading the
 //! attribute paths out of `str.format` fields ("{0.__class__}").
 
-use rustpython_parser::ast::{self, Constant, Expr, Operator};
+use super::ast::{Expr, Operator, py, small_int};
 
 /// Stand-in for an f-string replacement field whose value is unknown.
 pub const HOLE: char = '\u{FFFC}';
@@ -20,7 +20,7 @@ const MAX_REPEAT: usize = 4096;
 pub fn is_composite(e: &Expr) -> bool {
     match e {
         Expr::BinOp(b) => matches!(b.op, Operator::Add | Operator::Mult),
-        Expr::JoinedStr(_) => true,
+        Expr::FString(_) => true,
         Expr::Call(c) => join_call(c).is_some(),
         _ => false,
     }
@@ -50,22 +50,23 @@ fn fold_into(e: &Expr, out: &mut String, depth: u32) -> bool {
 
 fn fold_step(e: &Expr, out: &mut String, depth: u32) -> bool {
     match e {
-        Expr::Constant(c) => match &c.value {
-            Constant::Str(s) => {
-                out.push_str(s);
-                true
-            }
-            Constant::Bytes(b) => {
-                out.push_str(&String::from_utf8_lossy(b));
-                true
-            }
-            _ => false,
-        },
+        Expr::StringLiteral(s) => {
+            out.push_str(s.value.to_str());
+            true
+        }
+        Expr::BytesLiteral(b) => {
+            let bytes: Vec<u8> = b.value.bytes().collect();
+            out.push_str(&String::from_utf8_lossy(&bytes));
+            true
+        }
         Expr::BinOp(b) if matches!(b.op, Operator::Add) => {
             fold_into(&b.left, out, depth + 1) && fold_into(&b.right, out, depth + 1)
         }
         Expr::BinOp(b) if matches!(b.op, Operator::Mult) => {
-            let (text, count) = match (small_int(&b.left), small_int(&b.right)) {
+            let (text, count) = match (
+                small_int(&b.left, MAX_REPEAT),
+                small_int(&b.right, MAX_REPEAT),
+            ) {
                 (None, Some(n)) => (&b.left, n),
                 (Some(n), None) => (&b.right, n),
                 _ => return false,
@@ -79,15 +80,18 @@ fn fold_step(e: &Expr, out: &mut String, depth: u32) -> bool {
             out.push_str(&piece.repeat(count));
             true
         }
-        Expr::JoinedStr(j) => {
-            for v in &j.values {
-                match v {
-                    Expr::Constant(_) => {
-                        if !fold_into(v, out, depth + 1) {
-                            return false;
+        Expr::FString(f) => {
+            for part in f.value.iter() {
+                match part {
+                    py::FStringPart::Literal(l) => out.push_str(&l.value),
+                    py::FStringPart::FString(f) => {
+                        for element in &f.elements {
+                            match element {
+                                py::InterpolatedStringElement::Literal(l) => out.push_str(&l.value),
+                                py::InterpolatedStringElement::Interpolation(_) => out.push(HOLE),
+                            }
                         }
                     }
-                    _ => out.push(HOLE),
                 }
             }
             true
@@ -111,35 +115,22 @@ fn fold_step(e: &Expr, out: &mut String, depth: u32) -> bool {
 }
 
 /// `"sep".join([a, b, ...])` with a literal list or tuple.
-fn join_call(c: &ast::ExprCall) -> Option<(&str, &[Expr])> {
+fn join_call(c: &py::ExprCall) -> Option<(&str, &[Expr])> {
     let Expr::Attribute(attr) = c.func.as_ref() else {
         return None;
     };
-    if attr.attr.as_str() != "join" || c.args.len() != 1 || !c.keywords.is_empty() {
+    let args = &c.arguments;
+    if attr.attr.as_str() != "join" || args.args.len() != 1 || !args.keywords.is_empty() {
         return None;
     }
-    let Expr::Constant(sep) = attr.value.as_ref() else {
+    let Expr::StringLiteral(sep) = attr.value.as_ref() else {
         return None;
     };
-    let Constant::Str(sep) = &sep.value else {
-        return None;
-    };
-    match &c.args[0] {
-        Expr::List(l) => Some((sep.as_str(), l.elts.as_slice())),
-        Expr::Tuple(t) => Some((sep.as_str(), t.elts.as_slice())),
+    match &args.args[0] {
+        Expr::List(l) => Some((sep.value.to_str(), l.elts.as_slice())),
+        Expr::Tuple(t) => Some((sep.value.to_str(), t.elts.as_slice())),
         _ => None,
     }
-}
-
-fn small_int(e: &Expr) -> Option<usize> {
-    let Expr::Constant(c) = e else {
-        return None;
-    };
-    let Constant::Int(i) = &c.value else {
-        return None;
-    };
-    let v: usize = i.try_into().ok()?;
-    (v <= MAX_REPEAT).then_some(v)
 }
 
 /// Every attribute name used in a `str.format` field path of `s`:
@@ -196,10 +187,12 @@ pub fn field_path_attrs<'s>(field: &'s str, out: &mut Vec<&'s str>) {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use rustpython_parser::{Parse, ast};
 
     fn expr(src: &str) -> Expr {
-        ast::Expr::parse(src, "<test>").unwrap()
+        *ruff_python_parser::parse_expression(src)
+            .unwrap()
+            .into_syntax()
+            .body
     }
 
     fn fold(e: &Expr) -> Option<String> {

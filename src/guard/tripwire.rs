@@ -6,7 +6,9 @@ use super::policy::{Policy, Tripwire};
 
 /// The tripwires whose pattern matches `value`.
 pub fn hits<'p>(policy: &'p Policy, value: &str) -> Vec<&'p Tripwire> {
-    if policy.tripwires.is_empty() {
+    // Nearly every literal matches nothing: the one-pass `is_match` answers
+    // that without building the per-pattern result.
+    if policy.tripwires.is_empty() || !policy.tripwire_set.is_match(value.as_bytes()) {
         return Vec::new();
     }
     policy

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use super::SessionManager;
 use crate::execution::ErrorInfo;
 use crate::guard::{CheckContext, Decision, Guard, Verdict};
+use std::sync::Arc;
 
 /// What the guard said, or that it is off.
 pub enum GuardOutcome {
@@ -15,7 +16,8 @@ pub enum GuardOutcome {
 
 impl SessionManager {
     /// Runs the guard on its own threads (the parser is recursive and needs a known,
-    /// large stack), never on the async runtime's.
+    /// large stack), never on the async runtime's; a verdict cached for the same
+    /// source, policy and roots is answered at once.
     pub async fn check_code(
         &self,
         code: &str,
@@ -29,8 +31,17 @@ impl SessionManager {
             workspace: workspace.to_path_buf(),
             allowed_roots,
         };
+        if let Some(v) = self.verdicts.get(&guard, code.as_bytes(), &ctx) {
+            return GuardOutcome::Checked(v);
+        }
         let source = code.as_bytes().to_vec();
-        match tokio::task::spawn_blocking(move || guard.check(&source, &ctx)).await {
+        let cache = Arc::clone(&self.verdicts);
+        let check = move || {
+            let verdict = guard.check(&source, &ctx);
+            cache.insert(&guard, &source, &ctx, &verdict);
+            verdict
+        };
+        match tokio::task::spawn_blocking(check).await {
             Ok(v) => GuardOutcome::Checked(v),
             Err(e) => GuardOutcome::Checked(Verdict {
                 decision: Decision::Blocked,

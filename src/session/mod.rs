@@ -29,7 +29,7 @@ use crate::execution::{
     ErrorInfo, ExecResult, ExecuteArgs, MAX_CODE_BYTES, prepare_inputs, validate_session_name,
 };
 use crate::grants::{Access, ForbiddenPaths, Grant, GrantError};
-use crate::guard::Guard;
+use crate::guard::{Guard, VerdictCache};
 use crate::owner::{Owner, SessionKey};
 use crate::sandbox::policy::SessionPaths;
 
@@ -74,6 +74,9 @@ pub struct SessionManager {
     sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
     /// The static guard; `None` when CODEGUARD=off.
     guard: Option<Guard>,
+    /// Verdicts by (source, policy, workspace and grant roots): a cell sent
+    /// again is not parsed again.
+    verdicts: Arc<VerdictCache>,
     /// Set when code must not run at all, with the reason.
     gate: Mutex<Option<String>>,
     /// Paths no grant may ever reach.
@@ -210,6 +213,7 @@ impl SessionManager {
             _instance_lock: instance_lock,
             sessions: Mutex::new(HashMap::new()),
             guard,
+            verdicts: Arc::new(VerdictCache::default()),
             gate: Mutex::new(None),
             forbidden,
             operator_grants,

@@ -1,0 +1,735 @@
+//! The AST walk: visits every statement, expression and pattern once and
+//! reports what the policy forbids. Findings carry byte offsets; `mod.rs`
+//! turns them into lines and columns.
+//!
+//! The traversal lives here; what is checked at each node lives in the
+//! submodules: names and attributes (`attrs.rs`), calls (`calls.rs`), code
+//! the program hands to an evaluator (`embedded.rs`).
+//!
+//! The walk is recursive but depth-bounded: the pre-parse scan (depth.rs)
+//! already keeps trees shallow, and [`MAX_AST_DEPTH`] is a second fence that
+//! refuses, rather than overflows, if a shape slips past it.
+
+mod attrs;
+mod calls;
+mod embedded;
+
+use std::collections::{HashMap, HashSet};
+
+use super::ast::{Expr, Pattern, Stmt, const_str, py, start};
+use super::names::nfkc;
+use super::paths::Roots;
+use super::policy::{Action, Policy};
+use super::strings;
+
+/// Deepest AST nesting the walker descends into.
+pub const MAX_AST_DEPTH: usize = 10_000;
+
+/// The `str.format` entry points whose receiver is the template.
+const FORMAT_METHODS: &[&str] = &["format", "format_map"];
+
+/// Class attribute whose strings `case C(x, y)` reads as attribute names.
+const MATCH_ARGS: &str = "__match_args__";
+
+/// A finding before positions are resolved.
+#[derive(Debug, Clone)]
+pub struct RawFinding {
+    pub rule: String,
+    pub category: String,
+    pub message: String,
+    pub offset: usize,
+    pub tripwire: bool,
+    pub action: Action,
+}
+
+/// Walks one module and returns its findings in source order.
+pub fn walk(body: &[Stmt], policy: &Policy, roots: &Roots) -> Vec<RawFinding> {
+    let mut w = Walker::new(policy, roots, strings::FOLD_BUDGET, 0);
+    w.body(body);
+    w.finish()
+}
+
+struct Walker<'a> {
+    policy: &'a Policy,
+    roots: &'a Roots,
+    /// Last components of the attribute-getter functions (`attrgetter`).
+    getter_names: HashSet<String>,
+    findings: Vec<RawFinding>,
+    /// Every name this code binds anywhere.
+    bound: HashSet<String>,
+    /// Loads of names that are dangerous module names, resolved at the end.
+    module_name_loads: Vec<(String, usize)>,
+    depth: usize,
+    /// > 0 while inside a string expression that was already folded whole.
+    fold_suppress: u32,
+    /// Bytes string folding may still produce (see strings::FOLD_BUDGET).
+    fold_budget: usize,
+    cap: usize,
+    /// Enclosing class names, innermost last: `__x` inside `class C` is
+    /// the attribute `_C__x` (private name mangling).
+    class_stack: Vec<String>,
+    /// Enclosing functions: name and the parameter after `self`.
+    fn_stack: Vec<(String, Option<String>)>,
+    /// For every name this code binds: true while each binding is a plain
+    /// string literal (a `str.format` template the guard has read).
+    string_names: HashMap<String, bool>,
+    /// `name.format(...)` receivers, resolved against `string_names` at the end.
+    format_names: Vec<(String, usize)>,
+    /// First offset of an unconditional module-level `name = "literal"`.
+    literal_at: HashMap<String, usize>,
+    /// True while the targets of `name = "literal"` are walked.
+    const_store: bool,
+    /// Statement blocks entered (1: the module's own statements).
+    block_depth: u32,
+    /// > 0 inside an annotation, where CPython's typing evaluates strings.
+    in_annotation: u32,
+    /// How many code strings this walker is nested in (0: the submitted code).
+    embed_depth: u32,
+}
+
+impl<'a> Walker<'a> {
+    fn new(policy: &'a Policy, roots: &'a Roots, fold_budget: usize, embed_depth: u32) -> Self {
+        let getter_names = policy
+            .attribute_getters
+            .iter()
+            .map(|q| q.rsplit('.').next().unwrap_or(q).to_string())
+            .collect();
+        Walker {
+            policy,
+            roots,
+            getter_names,
+            findings: Vec::new(),
+            bound: HashSet::new(),
+            module_name_loads: Vec::new(),
+            depth: 0,
+            fold_suppress: 0,
+            fold_budget,
+            cap: policy.limits.max_findings.saturating_mul(10).max(100),
+            class_stack: Vec::new(),
+            fn_stack: Vec::new(),
+            string_names: HashMap::new(),
+            format_names: Vec::new(),
+            literal_at: HashMap::new(),
+            const_store: false,
+            block_depth: 0,
+            in_annotation: 0,
+            embed_depth,
+        }
+    }
+
+    /// Resolves what needed the whole code, then sorts the findings.
+    fn finish(mut self) -> Vec<RawFinding> {
+        // A code string runs against the program's namespace, which this
+        // walker does not see: its names are judged by the outer walk.
+        if self.embed_depth == 0 {
+            let loads = std::mem::take(&mut self.module_name_loads);
+            for (name, offset) in loads {
+                if !self.bound.contains(&name) {
+                    self.report(
+                        "unbound_module_name",
+                        "module",
+                        format!(
+                            "`{name}` is used but never bound in this code; it can only be a module \
+                             smuggled in by a star import or an earlier call"
+                        ),
+                        offset,
+                    );
+                }
+            }
+        }
+        let templates = std::mem::take(&mut self.format_names);
+        for (name, offset) in templates {
+            // Every binding in this code is a literal, and one of them runs
+            // unconditionally before the use: a value left by an earlier
+            // call (or hidden behind `if False:`) cannot reach the template.
+            let literal = self.string_names.get(&name) == Some(&true)
+                && self.literal_at.get(&name).is_some_and(|&at| at < offset);
+            if !literal {
+                self.report(
+                    "format_field",
+                    "reflection",
+                    format!(
+                        "`{name}.format(...)`: `{name}` is not a string literal assigned in this code, \
+                         so its fields (which can read any attribute) cannot be checked; \
+                         use an f-string or a literal template"
+                    ),
+                    offset,
+                );
+            }
+        }
+        let mut findings = self.findings;
+        findings.sort_by(|a, b| a.offset.cmp(&b.offset).then_with(|| a.rule.cmp(&b.rule)));
+        findings.dedup_by(|a, b| a.offset == b.offset && a.rule == b.rule);
+        findings
+    }
+
+    fn report(&mut self, rule: &str, category: &str, message: String, offset: usize) {
+        let action = self.policy.action(rule);
+        self.push(rule, category, message, offset, false, action);
+    }
+
+    fn push(
+        &mut self,
+        rule: &str,
+        category: &str,
+        message: String,
+        offset: usize,
+        tripwire: bool,
+        action: Action,
+    ) {
+        // Tripwires bypass the cap: a flood of ordinary findings must not
+        // hide the one that ends the session.
+        if action == Action::Off || (self.findings.len() >= self.cap && !tripwire) {
+            return;
+        }
+        if self.findings.len() >= self.cap.saturating_mul(2) {
+            return;
+        }
+        self.findings.push(RawFinding {
+            rule: rule.to_string(),
+            category: category.to_string(),
+            message,
+            offset,
+            tripwire,
+            action,
+        });
+    }
+
+    fn enter(&mut self, offset: usize) -> bool {
+        self.depth += 1;
+        if self.depth > MAX_AST_DEPTH {
+            self.report(
+                "nesting_too_deep",
+                "limits",
+                format!("the code nests more than {MAX_AST_DEPTH} levels deep; flatten it"),
+                offset,
+            );
+            return false;
+        }
+        true
+    }
+
+    fn leave(&mut self) {
+        self.depth -= 1;
+    }
+
+    // ---- statements -------------------------------------------------------
+
+    fn body(&mut self, stmts: &[Stmt]) {
+        self.block_depth += 1;
+        for s in stmts {
+            self.stmt(s);
+        }
+        self.block_depth -= 1;
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        let offset = start(s);
+        if self.enter(offset) {
+            self.stmt_inner(s, offset);
+        }
+        self.leave();
+    }
+
+    fn stmt_inner(&mut self, s: &Stmt, offset: usize) {
+        match s {
+            Stmt::FunctionDef(f) => self.function_def(f, offset),
+            Stmt::ClassDef(c) => {
+                self.bind(c.name.as_str());
+                self.decorators(&c.decorator_list);
+                if let Some(args) = &c.arguments {
+                    self.exprs(&args.args);
+                    self.keywords(&args.keywords);
+                }
+                self.type_params(c.type_params.as_deref());
+                self.class_stack.push(nfkc(c.name.as_str()).into_owned());
+                self.body(&c.body);
+                self.class_stack.pop();
+            }
+            Stmt::Return(r) => self.opt_expr(r.value.as_deref()),
+            Stmt::Delete(d) => self.exprs(&d.targets),
+            Stmt::Assign(a) => {
+                if a.targets
+                    .iter()
+                    .any(|t| target_name(t).as_deref() == Some(MATCH_ARGS))
+                {
+                    self.match_args_value(Some(&a.value), offset);
+                }
+                self.const_store = self.is_literal_string(&a.value);
+                self.exprs(&a.targets);
+                self.const_store = false;
+                self.expr(&a.value);
+            }
+            Stmt::TypeAlias(t) => {
+                self.expr(&t.name);
+                self.type_params(t.type_params.as_deref());
+                self.expr(&t.value);
+            }
+            Stmt::AugAssign(a) => {
+                if target_name(&a.target).as_deref() == Some(MATCH_ARGS) {
+                    self.match_args_value(None, offset);
+                }
+                self.expr(&a.target);
+                self.expr(&a.value);
+            }
+            Stmt::AnnAssign(a) => {
+                if target_name(&a.target).as_deref() == Some(MATCH_ARGS) {
+                    self.match_args_value(a.value.as_deref(), offset);
+                }
+                self.const_store = a
+                    .value
+                    .as_deref()
+                    .is_some_and(|v| self.is_literal_string(v));
+                self.expr(&a.target);
+                self.const_store = false;
+                self.annotation(Some(&a.annotation));
+                self.opt_expr(a.value.as_deref());
+            }
+            Stmt::For(f) => {
+                self.expr(&f.target);
+                self.expr(&f.iter);
+                self.body(&f.body);
+                self.body(&f.orelse);
+            }
+            Stmt::While(w) => {
+                self.expr(&w.test);
+                self.body(&w.body);
+                self.body(&w.orelse);
+            }
+            Stmt::If(i) => {
+                self.expr(&i.test);
+                self.body(&i.body);
+                for clause in &i.elif_else_clauses {
+                    self.opt_expr(clause.test.as_ref());
+                    self.body(&clause.body);
+                }
+            }
+            Stmt::With(w) => {
+                for item in &w.items {
+                    self.expr(&item.context_expr);
+                    self.opt_expr(item.optional_vars.as_deref());
+                }
+                self.body(&w.body);
+            }
+            Stmt::Match(m) => {
+                self.expr(&m.subject);
+                for case in &m.cases {
+                    self.pattern(&case.pattern);
+                    self.opt_expr(case.guard.as_deref());
+                    self.body(&case.body);
+                }
+            }
+            Stmt::Raise(r) => {
+                self.opt_expr(r.exc.as_deref());
+                self.opt_expr(r.cause.as_deref());
+            }
+            Stmt::Try(t) => {
+                self.body(&t.body);
+                for py::ExceptHandler::ExceptHandler(h) in &t.handlers {
+                    self.opt_expr(h.type_.as_deref());
+                    if let Some(name) = &h.name {
+                        self.bind(name.as_str());
+                    }
+                    self.body(&h.body);
+                }
+                self.body(&t.orelse);
+                self.body(&t.finalbody);
+            }
+            Stmt::Assert(a) => {
+                self.expr(&a.test);
+                self.opt_expr(a.msg.as_deref());
+            }
+            Stmt::Import(i) => self.import(i),
+            Stmt::ImportFrom(i) => self.import_from(i),
+            Stmt::Global(g) => self.declared_names(&g.names, offset),
+            Stmt::Nonlocal(n) => self.declared_names(&n.names, offset),
+            Stmt::Expr(e) => match e.value.as_ref() {
+                // A bare string statement (docstring) is never data the
+                // program acts on: paths are still checked, tripwires not.
+                Expr::StringLiteral(s) => self.check_string(s.value.to_str(), start(s), true),
+                other => self.expr(other),
+            },
+            Stmt::Pass(_) | Stmt::Break(_) | Stmt::Continue(_) | Stmt::IpyEscapeCommand(_) => {}
+        }
+    }
+
+    fn function_def(&mut self, f: &py::StmtFunctionDef, offset: usize) {
+        self.bind(f.name.as_str());
+        self.definition(f.name.as_str(), offset);
+        self.decorators(&f.decorator_list);
+        self.arguments(&f.parameters);
+        self.annotation(f.returns.as_deref());
+        self.type_params(f.type_params.as_deref());
+        let name = nfkc(f.name.as_str()).into_owned();
+        self.fn_stack.push((name, second_param(&f.parameters)));
+        self.body(&f.body);
+        self.fn_stack.pop();
+    }
+
+    fn decorators(&mut self, decorators: &[py::Decorator]) {
+        for d in decorators {
+            self.expr(&d.expression);
+        }
+    }
+
+    fn type_params(&mut self, params: Option<&py::TypeParams>) {
+        let Some(params) = params else { return };
+        for p in &params.type_params {
+            match p {
+                py::TypeParam::TypeVar(t) => {
+                    self.bind(t.name.as_str());
+                    self.opt_expr(t.bound.as_deref());
+                    self.opt_expr(t.default.as_deref());
+                }
+                py::TypeParam::ParamSpec(t) => {
+                    self.bind(t.name.as_str());
+                    self.opt_expr(t.default.as_deref());
+                }
+                py::TypeParam::TypeVarTuple(t) => {
+                    self.bind(t.name.as_str());
+                    self.opt_expr(t.default.as_deref());
+                }
+            }
+        }
+    }
+
+    fn arguments(&mut self, params: &py::Parameters) {
+        for p in super::ast::parameters(params) {
+            self.bind(p.name.as_str());
+            self.annotation(p.annotation.as_deref());
+        }
+        for d in super::ast::defaults(params) {
+            self.expr(d);
+        }
+    }
+
+    fn keywords(&mut self, keywords: &[py::Keyword]) {
+        for k in keywords {
+            if k.arg
+                .as_ref()
+                .is_some_and(|a| nfkc(a.as_str()) == MATCH_ARGS)
+            {
+                self.match_args_value(Some(&k.value), start(k));
+            }
+            self.expr(&k.value);
+        }
+    }
+
+    fn pattern(&mut self, p: &Pattern) {
+        let offset = start(p);
+        if self.enter(offset) {
+            self.pattern_inner(p, offset);
+        }
+        self.leave();
+    }
+
+    fn pattern_inner(&mut self, p: &Pattern, offset: usize) {
+        match p {
+            Pattern::MatchValue(v) => self.expr(&v.value),
+            Pattern::MatchSingleton(_) => {}
+            Pattern::MatchSequence(s) => {
+                for q in &s.patterns {
+                    self.pattern(q);
+                }
+            }
+            Pattern::MatchMapping(m) => {
+                // `case {"__builtins__": b}` is `d["__builtins__"]`.
+                for key in &m.keys {
+                    self.dunder_key(key, start(key));
+                }
+                self.exprs(&m.keys);
+                for q in &m.patterns {
+                    self.pattern(q);
+                }
+                if let Some(rest) = &m.rest {
+                    self.bind(rest.as_str());
+                }
+            }
+            Pattern::MatchClass(c) => {
+                self.expr(&c.cls);
+                for q in &c.arguments.patterns {
+                    self.pattern(q);
+                }
+                // `case C(attr=x)` reads `attr` from the subject.
+                for k in &c.arguments.keywords {
+                    let name = nfkc(k.attr.as_str()).into_owned();
+                    self.check_attr_name(&name, offset, "class pattern keyword");
+                    self.pattern(&k.pattern);
+                }
+            }
+            Pattern::MatchStar(s) => {
+                if let Some(n) = &s.name {
+                    self.bind(n.as_str());
+                }
+            }
+            Pattern::MatchAs(a) => {
+                if let Some(q) = &a.pattern {
+                    self.pattern(q);
+                }
+                if let Some(n) = &a.name {
+                    self.bind(n.as_str());
+                }
+            }
+            Pattern::MatchOr(o) => {
+                for q in &o.patterns {
+                    self.pattern(q);
+                }
+            }
+        }
+    }
+
+    // ---- expressions ------------------------------------------------------
+
+    fn exprs(&mut self, es: &[Expr]) {
+        for e in es {
+            self.expr(e);
+        }
+    }
+
+    fn opt_expr(&mut self, e: Option<&Expr>) {
+        if let Some(e) = e {
+            self.expr(e);
+        }
+    }
+
+    fn comprehensions(&mut self, gens: &[py::Comprehension]) {
+        for g in gens {
+            self.expr(&g.target);
+            self.expr(&g.iter);
+            self.exprs(&g.ifs);
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) {
+        self.expr_as(e, false);
+    }
+
+    /// `as_callee` is true when `e` is the function of a call, which is the
+    /// one place a reflection builtin may appear.
+    fn expr_as(&mut self, e: &Expr, as_callee: bool) {
+        let offset = start(e);
+        if self.enter(offset) {
+            let suppressed = self.fold_whole(e, offset);
+            self.expr_inner(e, offset, as_callee);
+            if suppressed {
+                self.fold_suppress -= 1;
+            }
+        }
+        self.leave();
+    }
+
+    /// Checks the value of a string-building expression (`"../" * 3 + x`,
+    /// f-strings) as one string. True when the parts need no second look.
+    fn fold_whole(&mut self, e: &Expr, offset: usize) -> bool {
+        if !strings::is_composite(e) || self.fold_suppress > 0 {
+            return false;
+        }
+        let Some(value) = strings::fold(e, &mut self.fold_budget) else {
+            return false;
+        };
+        self.check_string(&value, offset, false);
+        // Nested concatenations of a fully folded BinOp/join would only
+        // repeat this finding; f-string fields hold real code.
+        if matches!(e, Expr::FString(_)) {
+            return false;
+        }
+        self.fold_suppress += 1;
+        true
+    }
+
+    fn expr_inner(&mut self, e: &Expr, offset: usize, as_callee: bool) {
+        match e {
+            Expr::BoolOp(b) => self.exprs(&b.values),
+            Expr::Named(n) => {
+                self.expr(&n.target);
+                self.expr(&n.value);
+            }
+            Expr::BinOp(b) => {
+                self.expr(&b.left);
+                self.expr(&b.right);
+            }
+            Expr::UnaryOp(u) => self.expr(&u.operand),
+            Expr::Lambda(l) => {
+                if let Some(p) = &l.parameters {
+                    self.arguments(p);
+                }
+                self.expr(&l.body);
+            }
+            Expr::If(i) => {
+                self.expr(&i.test);
+                self.expr(&i.body);
+                self.expr(&i.orelse);
+            }
+            Expr::Dict(d) => self.dict(d),
+            Expr::Set(s) => self.exprs(&s.elts),
+            Expr::ListComp(c) => {
+                self.comprehensions(&c.generators);
+                self.expr(&c.elt);
+            }
+            Expr::SetComp(c) => {
+                self.comprehensions(&c.generators);
+                self.expr(&c.elt);
+            }
+            Expr::DictComp(c) => {
+                self.comprehensions(&c.generators);
+                self.opt_expr(c.key.as_deref());
+                self.expr(&c.value);
+            }
+            Expr::Generator(c) => {
+                self.comprehensions(&c.generators);
+                self.expr(&c.elt);
+            }
+            Expr::Await(a) => self.expr(&a.value),
+            Expr::Yield(y) => self.opt_expr(y.value.as_deref()),
+            Expr::YieldFrom(y) => self.expr(&y.value),
+            Expr::Compare(c) => {
+                self.expr(&c.left);
+                self.exprs(&c.comparators);
+            }
+            Expr::Call(c) => self.call(c),
+            Expr::FString(f) => {
+                for part in f.value.iter() {
+                    match part {
+                        py::FStringPart::Literal(l) => self.check_string(&l.value, start(l), false),
+                        py::FStringPart::FString(f) => self.interpolations(&f.elements),
+                    }
+                }
+            }
+            Expr::TString(t) => {
+                for t in t.value.iter() {
+                    self.interpolations(&t.elements);
+                }
+            }
+            Expr::StringLiteral(s) => self.string_literal(s.value.to_str(), offset),
+            Expr::BytesLiteral(b) => {
+                let bytes: Vec<u8> = b.value.bytes().collect();
+                self.check_string(&String::from_utf8_lossy(&bytes), offset, false);
+            }
+            Expr::NumberLiteral(_)
+            | Expr::BooleanLiteral(_)
+            | Expr::NoneLiteral(_)
+            | Expr::EllipsisLiteral(_)
+            | Expr::IpyEscapeCommand(_) => {}
+            Expr::Attribute(a) => self.attribute(a, offset, as_callee),
+            Expr::Subscript(s) => self.subscript(s, offset),
+            Expr::Starred(s) => self.expr(&s.value),
+            Expr::Name(n) => self.check_name(n.id.as_str(), n.ctx, offset, as_callee),
+            Expr::List(l) => self.exprs(&l.elts),
+            Expr::Tuple(t) => self.exprs(&t.elts),
+            Expr::Slice(s) => {
+                self.opt_expr(s.lower.as_deref());
+                self.opt_expr(s.upper.as_deref());
+                self.opt_expr(s.step.as_deref());
+            }
+        }
+    }
+
+    /// The replacement fields of an f-string (and of their format specs).
+    fn interpolations(&mut self, elements: &[py::InterpolatedStringElement]) {
+        for element in elements {
+            match element {
+                py::InterpolatedStringElement::Literal(l) => {
+                    self.check_string(&l.value, start(l), false);
+                }
+                py::InterpolatedStringElement::Interpolation(i) => {
+                    self.expr(&i.expression);
+                    if let Some(spec) = &i.format_spec {
+                        self.interpolations(&spec.elements);
+                    }
+                }
+            }
+        }
+    }
+
+    fn string_literal(&mut self, value: &str, offset: usize) {
+        self.check_string(value, offset, false);
+        if self.in_annotation > 0 {
+            // typing.get_type_hints, pydantic and singledispatch eval
+            // string annotations: `def f(x: "__import__('os')")`.
+            self.embedded_code(value, offset, "string annotation");
+        }
+    }
+
+    fn dict(&mut self, d: &py::ExprDict) {
+        // type("A", (), {"__match_args__": (...)}) builds a class.
+        for item in &d.items {
+            if let Some(k) = &item.key
+                && const_str(k).is_some_and(|s| nfkc(s) == MATCH_ARGS)
+            {
+                self.match_args_value(Some(&item.value), start(k));
+            }
+        }
+        for item in &d.items {
+            self.opt_expr(item.key.as_ref());
+        }
+        for item in &d.items {
+            self.expr(&item.value);
+        }
+    }
+
+    fn attribute(&mut self, a: &py::ExprAttribute, offset: usize, as_callee: bool) {
+        let name = nfkc(a.attr.as_str());
+        self.check_attr_name(&name, offset, "attribute access");
+        if !as_callee && self.getter_names.contains(name.as_ref()) {
+            self.report(
+                "reflection",
+                "reflection",
+                format!("`{name}` is only allowed as a direct call with constant names; an alias cannot be checked"),
+                offset,
+            );
+        }
+        if !as_callee && FORMAT_METHODS.contains(&name.as_ref()) {
+            // `map(tmpl.format, rows)`: the template must be readable.
+            self.format_template(&a.value, None, offset);
+        }
+        self.expr(&a.value);
+    }
+
+    fn subscript(&mut self, s: &py::ExprSubscript, offset: usize) {
+        self.dunder_key(&s.slice, offset);
+        self.expr(&s.value);
+        // `List["x"]`, `list["x"]`: a string argument of a generic
+        // becomes a forward reference that typing later evaluates.
+        let generic = super::ast::callee_name(&s.value).is_some_and(|n| {
+            n.starts_with(|c: char| c.is_uppercase())
+                || matches!(n, "list" | "dict" | "tuple" | "set" | "frozenset" | "type")
+        });
+        if generic {
+            self.annotation(Some(&s.slice));
+        } else {
+            self.expr(&s.slice);
+        }
+    }
+
+    /// Walks an annotation; CPython's typing evaluates strings found in it.
+    fn annotation(&mut self, e: Option<&Expr>) {
+        if let Some(e) = e {
+            self.in_annotation += 1;
+            self.expr(e);
+            self.in_annotation -= 1;
+        }
+    }
+}
+
+/// The parameter after `self`: the attribute name in `def __setattr__(self, name, value)`.
+fn second_param(args: &py::Parameters) -> Option<String> {
+    args.posonlyargs
+        .iter()
+        .chain(&args.args)
+        .nth(1)
+        .map(|a| nfkc(a.parameter.name.as_str()).into_owned())
+}
+
+/// The name an assignment target binds or sets: `x` or `obj.x`.
+fn target_name(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Name(n) => Some(nfkc(n.id.as_str()).into_owned()),
+        Expr::Attribute(a) => Some(nfkc(a.attr.as_str()).into_owned()),
+        _ => None,
+    }
+}
+
+/// Parses a module with ruff's parser; the error says where and what.
+pub fn parse_suite(text: &str) -> Result<py::ModModule, ruff_python_parser::ParseError> {
+    ruff_python_parser::parse_module(text).map(ruff_python_parser::Parsed::into_syntax)
+}
