@@ -120,6 +120,36 @@ pub const REGISTRY: &[Spec] = &[
          `truncated: true` (at least `1k`).",
     ),
     computed(
+        "SANDBOX_MAX_WORKERS",
+        "¾ of physical memory divided by the smaller of `SANDBOX_MEM_LIMIT` and `256m`, \
+         from 2 to 1024 (72 on a 24 GiB machine)",
+        "live workers at once (warm ones included). A session is a name, a workspace and a \
+         record; only its worker counts. At the cap the least recently used idle worker is \
+         stopped (its session keeps its files and reports `worker_restarted: true` next \
+         time); a call is refused as `WorkersBusy` (retryable) only when every worker is in \
+         a call (1 to 4096).",
+    ),
+    spec(
+        "SANDBOX_WARM_WORKERS",
+        "2",
+        "workers kept started ahead, frozen inside their walls with an empty workspace; a \
+         new session's first call gets one instead of waiting for a start, and the pool \
+         refills in the background (0 to 64; never more than `SANDBOX_MAX_WORKERS`).",
+    ),
+    spec(
+        "SANDBOX_SESSION_IDLE_S",
+        "3600",
+        "a session unused this many seconds expires: its worker is stopped, its workspace \
+         removed (see `SANDBOX_KEEP_WORKSPACES`) and its name is free again. `0`: never.",
+    ),
+    spec(
+        "SANDBOX_KEEP_WORKSPACES",
+        "false",
+        "`true`: the workspaces of expired sessions, and of every session at shutdown, are \
+         moved to `<SANDBOX_DATA_DIR>/kept/<instance>/` instead of deleted (`reset_session` \
+         still deletes).",
+    ),
+    computed(
         "SANDBOX_DATA_DIR",
         "per-user data dir (`~/.local/share/warden`); `/var/lib/warden` as root",
         "where session workspaces (under `sessions/<instance>/`) and the audit log live. \
@@ -307,6 +337,15 @@ pub struct Settings {
     pub disk_limit_bytes: u64,
     pub timeout_s: u64,
     pub output_limit_bytes: usize,
+    /// `SANDBOX_MAX_WORKERS`: live workers at once, warm ones included.
+    pub max_workers: usize,
+    /// `SANDBOX_WARM_WORKERS`: workers started ahead (at most `max_workers`).
+    pub warm_workers: usize,
+    /// `SANDBOX_SESSION_IDLE_S`: idle seconds before a session expires; 0 = never.
+    pub session_idle_s: u64,
+    /// `SANDBOX_KEEP_WORKSPACES`: move expired sessions' workspaces aside instead of
+    /// deleting them.
+    pub keep_workspaces: bool,
     /// `None`: the platform default (see [`default_data_dir`]).
     pub data_dir: Option<PathBuf>,
     /// `None`: python3 on PATH, resolved to a real ELF binary.
@@ -340,6 +379,9 @@ pub struct Layers {
     pub env: BTreeMap<String, String>,
     /// The config file's `[settings]`.
     pub file: BTreeMap<String, String>,
+    /// This machine's physical memory, for computed defaults; `None`: read
+    /// `/proc/meminfo` (tests pass a value).
+    pub memory_bytes: Option<u64>,
 }
 
 impl Layers {
@@ -494,6 +536,31 @@ impl Settings {
         let output_limit_bytes = r.value("SANDBOX_OUTPUT_LIMIT", SIZE_1K, |t| {
             size_at_least(1 << 10)(t).and_then(|n| usize::try_from(n).ok())
         })?;
+        let max_workers = r
+            .optional(
+                "SANDBOX_MAX_WORKERS",
+                "a whole number from 1 to 4096",
+                |t| t.parse::<usize>().ok().filter(|n| (1..=4096).contains(n)),
+            )?
+            .unwrap_or_else(|| {
+                default_max_workers(
+                    layers.memory_bytes.or_else(physical_memory),
+                    mem_limit_bytes,
+                )
+            });
+        let warm_workers = r.value("SANDBOX_WARM_WORKERS", "a whole number from 0 to 64", |t| {
+            t.parse::<usize>().ok().filter(|n| *n <= 64)
+        })?;
+        let session_idle_s = r.value(
+            "SANDBOX_SESSION_IDLE_S",
+            "whole seconds (0: never expire)",
+            |t| t.parse::<u64>().ok(),
+        )?;
+        let keep_workspaces = r.value("SANDBOX_KEEP_WORKSPACES", "true or false", |t| match t {
+            "true" | "1" | "yes" => Some(true),
+            "false" | "0" | "no" => Some(false),
+            _ => None,
+        })?;
         let data_dir = r.optional("SANDBOX_DATA_DIR", "a directory path", path)?;
         let python = r.optional("SANDBOX_PYTHON", "a path to a Python 3 interpreter", path)?;
         let codeguard = r.choice(
@@ -544,6 +611,10 @@ impl Settings {
             disk_limit_bytes,
             timeout_s,
             output_limit_bytes,
+            max_workers,
+            warm_workers: warm_workers.min(max_workers),
+            session_idle_s,
+            keep_workspaces,
             data_dir,
             python,
             policy_file,
@@ -598,6 +669,29 @@ impl Settings {
             })
             .collect()
     }
+}
+
+/// What one worker is assumed to hold on average when sizing `SANDBOX_MAX_WORKERS`: a
+/// data-analysis worker with numpy, pandas and matplotlib loaded is about 100 MiB
+/// resident, far below its address-space limit.
+const TYPICAL_WORKER_BYTES: u64 = 256 << 20;
+
+/// `SANDBOX_MAX_WORKERS`'s default: ¾ of `memory` (4 GiB when unknown) over the smaller of
+/// the per-worker limit and [`TYPICAL_WORKER_BYTES`], from 2 to 1024. Pure.
+pub fn default_max_workers(memory: Option<u64>, mem_limit_bytes: u64) -> usize {
+    let memory = memory.unwrap_or(4 << 30);
+    let per_worker = mem_limit_bytes.clamp(1, TYPICAL_WORKER_BYTES);
+    usize::try_from(memory / 4 * 3 / per_worker)
+        .unwrap_or(usize::MAX)
+        .clamp(2, 1024)
+}
+
+/// MemTotal from `/proc/meminfo`, in bytes.
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 const SIZE_64M: &str = "a size such as 512m, 2g or 65536 (bytes), at least 64m";
@@ -819,6 +913,7 @@ pub fn load(
         flags,
         env,
         file: BTreeMap::new(),
+        memory_bytes: None,
     };
     // Where the config file is: only flags and the environment may say.
     let located = Settings::from_layers(&layers)?;
@@ -987,6 +1082,54 @@ mod tests {
     }
 
     #[test]
+    fn worker_cap_is_sized_from_memory_and_the_limit() {
+        let gib = 1u64 << 30;
+        assert_eq!(default_max_workers(Some(24 * gib), 2 * gib), 72);
+        assert_eq!(default_max_workers(Some(24 * gib), 128 << 20), 144);
+        assert_eq!(default_max_workers(Some(4 * gib), 2 * gib), 12);
+        assert_eq!(
+            default_max_workers(Some(256 << 20), 2 * gib),
+            2,
+            "at least 2"
+        );
+        assert_eq!(
+            default_max_workers(Some(1 << 50), 64 << 20),
+            1024,
+            "at most 1024"
+        );
+        assert_eq!(default_max_workers(None, 2 * gib), 12, "4 GiB when unknown");
+        let layers = Layers {
+            memory_bytes: Some(24 * gib),
+            ..Layers::default()
+        };
+        let s = Settings::from_layers(&layers).unwrap();
+        assert_eq!(s.max_workers, 72);
+        assert_eq!(s.warm_workers, 2);
+        assert_eq!(s.session_idle_s, 3600);
+        assert!(!s.keep_workspaces);
+        let s = settings(&[
+            ("SANDBOX_MAX_WORKERS", "4"),
+            ("SANDBOX_WARM_WORKERS", "9"),
+            ("SANDBOX_SESSION_IDLE_S", "0"),
+            ("SANDBOX_KEEP_WORKSPACES", "true"),
+        ])
+        .unwrap();
+        assert_eq!((s.max_workers, s.warm_workers), (4, 4), "warm ≤ max");
+        assert_eq!(s.session_idle_s, 0);
+        assert!(s.keep_workspaces);
+        for (name, bad) in [
+            ("SANDBOX_MAX_WORKERS", "0"),
+            ("SANDBOX_MAX_WORKERS", "many"),
+            ("SANDBOX_WARM_WORKERS", "65"),
+            ("SANDBOX_SESSION_IDLE_S", "-1"),
+            ("SANDBOX_KEEP_WORKSPACES", "maybe"),
+        ] {
+            let err = settings(&[(name, bad)]).unwrap_err().to_string();
+            assert!(err.contains(name), "{err}");
+        }
+    }
+
+    #[test]
     fn timeout_is_capped_at_120_seconds() {
         let s = settings(&[("SANDBOX_TIMEOUT_S", "999")]).unwrap();
         assert_eq!(s.timeout_s, 120);
@@ -1030,6 +1173,7 @@ mod tests {
             flags: one("3"),
             env: one("4"),
             file: one("5"),
+            memory_bytes: None,
         };
         assert_eq!(Settings::from_layers(&layers).unwrap().timeout_s, 3);
         let layers = Layers {

@@ -114,6 +114,10 @@ pub struct ErrorInfo {
     pub message: String,
     /// Traceback of the user's own frames ("" when not applicable).
     pub traceback: String,
+    /// The same call may succeed if retried in a moment (every worker was busy); nothing
+    /// about the code or the arguments is wrong.
+    #[serde(default)]
+    pub retryable: bool,
 }
 
 impl ErrorInfo {
@@ -122,7 +126,14 @@ impl ErrorInfo {
             kind: kind.to_string(),
             message: message.into(),
             traceback: String::new(),
+            retryable: false,
         }
+    }
+
+    /// Marks the error as worth retrying unchanged.
+    pub fn retryable(mut self) -> ErrorInfo {
+        self.retryable = true;
+        self
     }
 }
 

@@ -1,8 +1,12 @@
 //! The unprivileged uids workers run as when the server is root: one range per server
 //! instance, one uid per session, chosen so that no running process already uses them.
 
-/// Width of one instance's uid range (one uid per session, selftests included).
-pub const UID_RANGE: u32 = 1_000;
+/// Width of one instance's uid range (one uid per open session, warm homes and selftests
+/// included): session names are not capped, so the range is wide.
+pub const UID_RANGE: u32 = 65_536;
+/// How many ranges fit between 1,000,000,000 and the top of the 32-bit uid space, whose
+/// last value (-1) means "no uid" to the kernel.
+const RANGES: u32 = 45_000;
 
 /// A random uid range far above login and subuid ranges that no running process uses,
 /// so that two servers on one machine never share a uid.
@@ -11,7 +15,7 @@ pub fn pick_uid_range() -> u32 {
     let mut base = 0;
     for _ in 0..64 {
         let r: [u8; 4] = crate::random_bytes();
-        base = 1_000_000_000 + (u32::from_le_bytes(r) % 3_000_000) * UID_RANGE;
+        base = 1_000_000_000 + (u32::from_le_bytes(r) % RANGES) * UID_RANGE;
         if !in_use.iter().any(|u| (base..base + UID_RANGE).contains(u)) {
             break;
         }
@@ -41,4 +45,18 @@ fn uids_in_use() -> Vec<u32> {
                 .and_then(|u| u.parse().ok())
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_stay_inside_the_32_bit_uid_space() {
+        let top = 1_000_000_000u64 + u64::from(RANGES) * u64::from(UID_RANGE);
+        assert!(top < u64::from(u32::MAX) - 1, "{top}");
+        let base = pick_uid_range();
+        assert!(base >= 1_000_000_000);
+        assert!(base.checked_add(UID_RANGE).is_some());
+    }
 }

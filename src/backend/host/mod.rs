@@ -7,6 +7,7 @@
 //! ([`spawn`]).
 
 pub mod spawn;
+pub mod usage;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -142,19 +143,24 @@ impl HostBackend {
     }
 
     /// The next uid of this instance's range that no open session holds (the range
-    /// wraps, so uids of finished sessions and selftests are reused).
-    fn allocate_uid(&self) -> Option<RunAs> {
-        let base = self.uid_base?;
+    /// wraps, so uids of finished sessions and selftests are reused). Two open sessions
+    /// never share a uid: when every uid is held, the session is refused.
+    fn allocate_uid(&self) -> std::io::Result<Option<RunAs>> {
+        let Some(base) = self.uid_base else {
+            return Ok(None);
+        };
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let mut uid = base;
-        for _ in 0..UID_RANGE {
-            uid = base + self.next_uid.fetch_add(1, Ordering::Relaxed) % UID_RANGE;
-            if !held.contains(&uid) {
-                break;
+        if held.len() >= UID_RANGE as usize {
+            return Err(std::io::Error::other(format!(
+                "all {UID_RANGE} sandbox uids of this server are held by open sessions; close sessions (reset_session) or lower SANDBOX_SESSION_IDLE_S"
+            )));
+        }
+        loop {
+            let uid = base + self.next_uid.fetch_add(1, Ordering::Relaxed) % UID_RANGE;
+            if held.insert(uid) {
+                return Ok(Some(RunAs { uid, gid: uid }));
             }
         }
-        held.insert(uid);
-        Some(RunAs { uid, gid: uid })
     }
 
     fn release(&self, run_as: Option<RunAs>) {
@@ -177,7 +183,7 @@ impl Backend for HostBackend {
     /// Creates the session's workspace (the keeper's tmpfs, or host directories), owned
     /// by its own uid when it has one. `dir` is not used: workspaces live in the store.
     fn open_session(&self, _dir: &Path) -> std::io::Result<(HostSlot, SessionPaths)> {
-        let run_as = self.allocate_uid();
+        let run_as = self.allocate_uid()?;
         match self.store.create(run_as) {
             Ok(workspace) => {
                 let paths = workspace.paths.clone();
