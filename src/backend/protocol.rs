@@ -1,8 +1,9 @@
 //! The worker protocol, independent of how the worker was started: JSON request lines on
 //! a request stream, JSON response lines on a response stream, and the code's own fds 1
-//! and 2 on two more streams, each call's output ending with a marker that carries the
-//! request's nonce. Any backend that can hand over those four streams (host pipes, a
-//! container's demultiplexed attach stream) reuses [`Channel`] unchanged.
+//! and 2 on two more streams, each call's output between a start and an end marker that
+//! carry the request's nonce (see [`super::capture`]). Any backend that can hand over
+//! those four streams (host pipes, a container's demultiplexed attach stream) reuses
+//! [`Channel`] unchanged.
 //!
 //! Wall clock and output caps are enforced here; killing is the backend's, through
 //! [`WorkerProcess`].
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
+use super::capture::{Markers, StreamCollector};
 use crate::sandbox::report::{HelperMessage, SandboxReport};
 
 /// Longest protocol line the server accepts from a worker, before the per-call part
@@ -35,6 +37,11 @@ pub trait WorkerProcess: Send {
     fn kill(&mut self);
     /// Waits briefly for the worker to end and says how it ended.
     fn wait_exit(&mut self) -> impl Future<Output = String> + Send;
+    /// Stops every thread of the worker until [`WorkerProcess::thaw`]: between calls a
+    /// worker uses no CPU and writes nothing.
+    fn freeze(&mut self);
+    /// Lets a frozen worker run again.
+    fn thaw(&mut self);
 }
 
 /// One file the worker writes into the workspace before running the code.
@@ -71,6 +78,36 @@ pub struct WorkerResponse {
     #[serde(default)]
     pub result_truncated: bool,
     pub error: Option<WorkerError>,
+    /// What threads started by earlier calls wrote through `sys.stdout`/`sys.stderr`
+    /// since the previous response: set apart by the worker, never this call's output.
+    #[serde(default)]
+    pub late: WorkerLate,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct WorkerLate {
+    pub bytes: u64,
+    /// The first of those bytes, as text (the worker caps it).
+    pub excerpt: String,
+}
+
+/// Output that did not belong to the call it arrived during, and so is not in its
+/// stdout or stderr.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LateOutput {
+    /// Bytes that reached fd 1 or 2 between calls (after the previous call's end marker,
+    /// before this one's start marker), dropped by the server.
+    pub between_calls: u64,
+    /// Bytes threads of earlier calls wrote during this call, set apart by the worker.
+    pub from_earlier_calls: u64,
+    /// The first of the latter, as text.
+    pub excerpt: String,
+}
+
+impl LateOutput {
+    pub fn is_empty(&self) -> bool {
+        self.between_calls == 0 && self.from_earlier_calls == 0
+    }
 }
 
 /// What one stream (stdout or stderr) produced during a call.
@@ -99,6 +136,8 @@ pub struct RunOutput {
     pub stderr: Captured,
     /// The worker can serve another call (false after a timeout, death or breakage).
     pub reusable: bool,
+    /// Output written outside its call, kept out of `stdout` and `stderr`.
+    pub late: LateOutput,
 }
 
 impl RunOutput {
@@ -135,8 +174,8 @@ pub struct Channel {
     responses: BufReader<Reader>,
     stdout: Reader,
     stderr: Reader,
-    stdout_carry: Vec<u8>,
-    stderr_carry: Vec<u8>,
+    /// Bytes written after the previous call's end marker: reported with this call.
+    late_carry: u64,
     next_id: u64,
     /// A call was started and never completed (its future was dropped: the client
     /// cancelled). The worker's protocol state is unknown, so it must not be reused.
@@ -152,8 +191,7 @@ impl Channel {
             responses: BufReader::new(responses),
             stdout,
             stderr,
-            stdout_carry: Vec::new(),
-            stderr_carry: Vec::new(),
+            late_carry: 0,
             next_id: 1,
             busy: false,
             stdout_tap: None,
@@ -249,10 +287,9 @@ impl Channel {
         self.next_id += 1;
         let nonce_bytes: [u8; 16] = crate::random_bytes();
         let nonce: String = nonce_bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let marker = format!("\0WARDEN-END:{nonce}\0").into_bytes();
-        let mut out = StreamCollector::new(output_cap, std::mem::take(&mut self.stdout_carry));
+        let mut out = StreamCollector::new(output_cap, Markers::for_nonce(&nonce));
         out.tap = self.stdout_tap.take();
-        let mut err = StreamCollector::new(output_cap, std::mem::take(&mut self.stderr_carry));
+        let mut err = StreamCollector::new(output_cap, Markers::for_nonce(&nonce));
 
         let request = ExecRequest {
             kind: "exec",
@@ -300,14 +337,8 @@ impl Channel {
                     let _ = soft_tx.send(Some(tokio::time::Instant::now() + DRAIN_TIMEOUT));
                     response
                 },
-                collect(
-                    stdout,
-                    &mut out,
-                    &marker,
-                    deadline_tokio,
-                    Some(soft_rx.clone())
-                ),
-                collect(stderr, &mut err, &marker, deadline_tokio, Some(soft_rx)),
+                collect(stdout, &mut out, deadline_tokio, Some(soft_rx.clone())),
+                collect(stderr, &mut err, deadline_tokio, Some(soft_rx)),
             );
             response
         })
@@ -332,29 +363,50 @@ impl Channel {
                 return self.finish_broken(process, why, out, err).await;
             }
         };
-        let complete = out.complete && err.complete;
-        self.stdout_carry = std::mem::take(&mut out.leftover);
-        self.stderr_carry = std::mem::take(&mut err.leftover);
+        let complete = out.complete() && err.complete();
         if !complete {
             // The code closed or redirected fd 1/2: this worker's output can no longer
             // be delimited, so it is replaced.
             process.kill();
         }
+        self.output(Outcome::Finished(response), out, err, complete)
+    }
+
+    /// The call's result, with the late output of its streams counted.
+    fn output(
+        &mut self,
+        outcome: Outcome,
+        out: StreamCollector,
+        err: StreamCollector,
+        reusable: bool,
+    ) -> RunOutput {
+        let (stdout, out_before, out_after) = out.finish();
+        let (stderr, err_before, err_after) = err.finish();
+        let between_calls = self.late_carry + out_before + err_before;
+        self.late_carry = out_after + err_after;
+        let (from_earlier_calls, excerpt) = match &outcome {
+            Outcome::Finished(r) => (r.late.bytes, r.late.excerpt.clone()),
+            _ => (0, String::new()),
+        };
         RunOutput {
-            outcome: Outcome::Finished(response),
-            stdout: out.finish(),
-            stderr: err.finish(),
-            reusable: complete,
+            outcome,
+            stdout,
+            stderr,
+            reusable,
+            late: LateOutput {
+                between_calls,
+                from_earlier_calls,
+                excerpt,
+            },
         }
     }
 
     async fn drain_after_kill(&mut self, out: &mut StreamCollector, err: &mut StreamCollector) {
         let until = tokio::time::Instant::now() + DRAIN_TIMEOUT;
-        let never = b"\0never-a-marker\0".to_vec();
         let Channel { stdout, stderr, .. } = self;
         tokio::join!(
-            collect(stdout, out, &never, until, None),
-            collect(stderr, err, &never, until, None)
+            collect(stdout, out, until, None),
+            collect(stderr, err, until, None)
         );
     }
 
@@ -367,12 +419,7 @@ impl Channel {
         process.kill();
         self.drain_after_kill(&mut out, &mut err).await;
         let _ = process.wait_exit().await;
-        RunOutput {
-            outcome: Outcome::TimedOut,
-            stdout: out.finish(),
-            stderr: err.finish(),
-            reusable: false,
-        }
+        self.output(Outcome::TimedOut, out, err, false)
     }
 
     async fn finish_dead<P: WorkerProcess>(
@@ -386,12 +433,7 @@ impl Channel {
         // closed: let it, so that the status says how the worker really ended.
         let how = process.wait_exit().await;
         process.kill();
-        RunOutput {
-            outcome: Outcome::Died(how),
-            stdout: out.finish(),
-            stderr: err.finish(),
-            reusable: false,
-        }
+        self.output(Outcome::Died(how), out, err, false)
     }
 
     async fn finish_broken<P: WorkerProcess>(
@@ -403,12 +445,7 @@ impl Channel {
     ) -> RunOutput {
         process.kill();
         self.drain_after_kill(&mut out, &mut err).await;
-        RunOutput {
-            outcome: Outcome::Broken(why),
-            stdout: out.finish(),
-            stderr: err.finish(),
-            reusable: false,
-        }
+        self.output(Outcome::Broken(why), out, err, false)
     }
 }
 
@@ -429,12 +466,11 @@ async fn read_line<R: AsyncRead + Unpin>(
     }
     Ok(Some(line))
 }
-/// Reads `reader` into `sink` until the marker, EOF or the deadline; `soft` may bring the
-/// deadline forward while reading (once the call's result has arrived).
+/// Reads `reader` into `sink` until the end marker, EOF or the deadline; `soft` may bring
+/// the deadline forward while reading (once the call's result has arrived).
 async fn collect<R: AsyncRead + Unpin>(
     reader: &mut R,
     sink: &mut StreamCollector,
-    marker: &[u8],
     deadline: tokio::time::Instant,
     mut soft: Option<tokio::sync::watch::Receiver<Option<tokio::time::Instant>>>,
 ) {
@@ -442,28 +478,24 @@ async fn collect<R: AsyncRead + Unpin>(
         Read(Result<std::io::Result<usize>, tokio::time::error::Elapsed>),
         SoftChanged(bool),
     }
-    if sink.scan_carry(marker) {
+    if sink.complete() {
         return;
     }
-    let mut chunk = vec![0u8; 64 << 10];
     loop {
         let limit = soft
             .as_ref()
             .and_then(|s| *s.borrow())
             .map_or(deadline, |d| d.min(deadline));
         let step = tokio::select! {
-            r = tokio::time::timeout_at(limit, reader.read(&mut chunk)) => Step::Read(r),
+            r = tokio::time::timeout_at(limit, reader.read(sink.space())) => Step::Read(r),
             alive = wait_for_change(&mut soft) => Step::SoftChanged(alive),
         };
         match step {
             Step::SoftChanged(true) => {}
             Step::SoftChanged(false) => soft = None,
-            Step::Read(Ok(Ok(0)) | Ok(Err(_)) | Err(_)) => {
-                sink.flush_scan();
-                return;
-            }
+            Step::Read(Ok(Ok(0)) | Ok(Err(_)) | Err(_)) => return,
             Step::Read(Ok(Ok(n))) => {
-                if sink.feed(&chunk[..n], marker) {
+                if sink.filled(n) {
                     return;
                 }
             }
@@ -477,162 +509,5 @@ async fn wait_for_change(
     match soft {
         Some(rx) => rx.changed().await.is_ok(),
         None => std::future::pending().await,
-    }
-}
-
-/// Keeps the first `cap` bytes of a stream and finds the end-of-output marker even when
-/// it is split across reads.
-struct StreamCollector {
-    kept: Vec<u8>,
-    cap: usize,
-    truncated: bool,
-    complete: bool,
-    scan: Vec<u8>,
-    /// Bytes after the marker (printed by a background thread): the next call's output.
-    leftover: Vec<u8>,
-    /// Also receives every kept byte as it is kept.
-    tap: Option<OutputTap>,
-}
-
-impl StreamCollector {
-    fn new(cap: usize, carry: Vec<u8>) -> StreamCollector {
-        StreamCollector {
-            kept: Vec::new(),
-            cap,
-            truncated: false,
-            complete: false,
-            scan: carry,
-            leftover: Vec::new(),
-            tap: None,
-        }
-    }
-
-    fn emit(&mut self, bytes: &[u8]) {
-        let room = self.cap.saturating_sub(self.kept.len());
-        if bytes.len() > room {
-            self.truncated = true;
-        }
-        let kept = &bytes[..bytes.len().min(room)];
-        if let Some(tap) = &self.tap
-            && !kept.is_empty()
-            && tap.send(kept.to_vec()).is_err()
-        {
-            self.tap = None;
-        }
-        self.kept.extend_from_slice(kept);
-    }
-
-    /// Looks for the marker in what is already buffered (output carried over).
-    fn scan_carry(&mut self, marker: &[u8]) -> bool {
-        self.feed(&[], marker)
-    }
-
-    /// Returns true once the marker has been seen.
-    fn feed(&mut self, chunk: &[u8], marker: &[u8]) -> bool {
-        self.scan.extend_from_slice(chunk);
-        if let Some(pos) = find(&self.scan, marker) {
-            let scan = std::mem::take(&mut self.scan);
-            self.emit(&scan[..pos]);
-            self.leftover = scan[pos + marker.len()..].to_vec();
-            self.complete = true;
-            return true;
-        }
-        // Hold back only a tail that could be the start of a split marker, so output
-        // streams on as it arrives (progress) instead of lagging a marker's length.
-        let window = self
-            .scan
-            .len()
-            .saturating_sub(marker.len().saturating_sub(1));
-        let hold = (window..self.scan.len())
-            .find(|&p| marker.starts_with(&self.scan[p..]))
-            .unwrap_or(self.scan.len());
-        if hold > 0 {
-            let head: Vec<u8> = self.scan.drain(..hold).collect();
-            self.emit(&head);
-        }
-        false
-    }
-
-    fn flush_scan(&mut self) {
-        let scan = std::mem::take(&mut self.scan);
-        self.emit(&scan);
-    }
-
-    fn finish(mut self) -> Captured {
-        if !self.complete {
-            self.flush_scan();
-        }
-        Captured {
-            bytes: self.kept,
-            truncated: self.truncated,
-            complete: self.complete,
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || haystack.len() < needle.len() {
-        return None;
-    }
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn marker_split_across_reads_is_found() {
-        let marker = b"\0WARDEN-END:abc\0";
-        let mut c = StreamCollector::new(1024, Vec::new());
-        assert!(!c.feed(b"hello \0WARD", marker));
-        assert!(c.feed(b"EN-END:abc\0tail", marker));
-        assert_eq!(c.leftover, b"tail");
-        let captured = c.finish();
-        assert_eq!(captured.bytes, b"hello ");
-        assert!(captured.complete);
-        assert!(!captured.truncated);
-    }
-
-    #[test]
-    fn output_streams_on_at_once_unless_it_may_start_a_marker() {
-        let marker = b"\0WARDEN-END:abc\0";
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut c = StreamCollector::new(1 << 20, Vec::new());
-        c.tap = Some(tx);
-        assert!(!c.feed(b"line 0\n", marker));
-        assert_eq!(rx.try_recv().unwrap(), b"line 0\n");
-        assert!(!c.feed(b"x\0WARD", marker));
-        assert_eq!(rx.try_recv().unwrap(), b"x");
-        assert!(c.feed(b"EN-END:abc\0", marker));
-        assert!(rx.try_recv().is_err());
-        assert_eq!(c.finish().bytes, b"line 0\nx");
-    }
-
-    #[test]
-    fn output_past_the_cap_is_dropped_and_flagged() {
-        let marker = b"\0M\0";
-        let mut c = StreamCollector::new(4, Vec::new());
-        assert!(c.feed(b"abcdefgh\0M\0", marker));
-        let captured = c.finish();
-        assert_eq!(captured.bytes, b"abcd");
-        assert!(captured.truncated);
-    }
-
-    #[test]
-    fn carried_output_is_scanned_first() {
-        let marker = b"\0M\0";
-        let mut c = StreamCollector::new(64, b"early\0M\0".to_vec());
-        assert!(c.scan_carry(marker));
-        assert_eq!(c.finish().bytes, b"early");
-    }
-
-    #[test]
-    fn missing_marker_keeps_everything_read() {
-        let mut c = StreamCollector::new(64, Vec::new());
-        assert!(!c.feed(b"partial", b"\0MARKER\0"));
-        let captured = c.finish();
-        assert_eq!(captured.bytes, b"partial");
-        assert!(!captured.complete);
     }
 }

@@ -24,6 +24,18 @@ impl WorkerProcess for WorkerProcessKind {
             WorkerProcessKind::Host(p) => p.wait_exit().await,
         }
     }
+
+    fn freeze(&mut self) {
+        match self {
+            WorkerProcessKind::Host(p) => p.freeze(),
+        }
+    }
+
+    fn thaw(&mut self) {
+        match self {
+            WorkerProcessKind::Host(p) => p.thaw(),
+        }
+    }
 }
 
 /// Kills the worker if a call is abandoned midway (its future dropped), so cancelled
@@ -69,10 +81,36 @@ impl ExitWitness {
     }
 }
 
+/// What a worker uses: CPU time over its life, resident and proportional memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Usage {
+    pub cpu_ms: u64,
+    pub rss_bytes: u64,
+    /// `None` where the kernel does not let the server read it.
+    pub pss_bytes: Option<u64>,
+}
+
+/// Looks at a worker from outside (its memory and CPU) without holding it, so it can be
+/// read while the worker is in a call.
+#[derive(Debug, Clone)]
+pub enum UsageProbe {
+    HostPid(i32),
+}
+
+impl UsageProbe {
+    /// `None` once the worker is gone.
+    pub fn read(&self) -> Option<Usage> {
+        match self {
+            UsageProbe::HostPid(pid) => crate::backend::host::usage::of_tree(*pid),
+        }
+    }
+}
+
 pub struct Worker {
     channel: Channel,
     process: WorkerProcessKind,
     report: SandboxReport,
+    frozen: bool,
 }
 
 impl Worker {
@@ -81,6 +119,24 @@ impl Worker {
             channel,
             process,
             report,
+            frozen: false,
+        }
+    }
+
+    /// Stops the worker until its next call (warm workers wait frozen).
+    pub fn freeze(&mut self) {
+        self.process.freeze();
+        self.frozen = true;
+    }
+
+    /// Whether the worker is frozen between calls.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen
+    }
+
+    pub fn usage_probe(&self) -> UsageProbe {
+        match &self.process {
+            WorkerProcessKind::Host(p) => UsageProbe::HostPid(p.pid()),
         }
     }
 
@@ -106,7 +162,8 @@ impl Worker {
     }
 
     /// Runs one request with a wall-clock limit; on timeout the worker is killed and the
-    /// output printed until then is returned.
+    /// output printed until then is returned. The worker is thawed for the call and frozen
+    /// again once its output is complete, so nothing it started runs between calls.
     pub async fn execute(
         &mut self,
         code: &str,
@@ -121,11 +178,16 @@ impl Worker {
             target,
             armed: true,
         };
+        self.process.thaw();
+        self.frozen = false;
         let output = self
             .channel
             .execute(&mut self.process, code, inputs, timeout, output_cap)
             .await;
         abandon_guard.armed = false;
+        if output.reusable {
+            self.freeze();
+        }
         output
     }
 

@@ -1,23 +1,39 @@
 # warden's Python worker: runs inside the sandbox, one per session, for the session's
 # whole life. It reads JSON requests from fd 3 and writes JSON responses to fd 4; fds 1
 # and 2 belong to the user's code (the server captures them), so nothing the code prints,
-# from Python or from C, can corrupt the protocol. After each run it writes an
-# end-of-output marker carrying the request's nonce to fds 1 and 2, so the server knows
-# where this call's output ends.
-import ast
-import base64
+# from Python or from C, can corrupt the protocol. Around each run it writes a start and
+# an end marker carrying the request's nonce to fds 1 and 2, so the server knows where
+# this call's output begins and ends.
+#
+# Between calls the server freezes the whole worker. Threads a call leaves running are
+# still its threads: what they write through sys.stdout/sys.stderr during a later call is
+# set apart and reported as late output, never mixed into that call's output.
+#
+# Start-up cost matters (a worker starts for every new session the warm pool cannot
+# serve), so only what every call needs is imported here; the rest is imported on first
+# use.
+import _ast
+import _thread
 import builtins
+import io
 import json
 import linecache
 import os
 import sys
-import traceback
 import types
 
 _REQUESTS = os.fdopen(3, "rb", buffering=1 << 16)
 _RESPONSE_FD = 4
 _WORKSPACE = os.getcwd()
 _MAX_REQUEST = 64 << 20
+_MAIN_THREAD = _thread.get_ident()
+_LATE_EXCERPT = 512
+
+# The call running now (its counter), or None between calls; the threads that were
+# alive when it began (started by earlier calls).
+_current = None
+_earlier_threads = frozenset()
+_late = {"bytes": 0, "excerpt": b""}
 
 
 def _send(message):
@@ -28,7 +44,67 @@ def _send(message):
         view = view[written:]
 
 
+def _is_late():
+    if _current is None:
+        return True
+    ident = _thread.get_ident()
+    return ident != _MAIN_THREAD and ident in _earlier_threads
+
+
+class _CallOutput(io.RawIOBase):
+    """fd 1 or 2 under sys.stdout/sys.stderr: writes belong to the running call, except
+    those of threads an earlier call started (or any made between calls), which are
+    counted and set apart."""
+
+    def __init__(self, fd):
+        super().__init__()
+        self._fd = fd
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self._fd
+
+    def isatty(self):
+        return False
+
+    def write(self, data):
+        view = memoryview(data).cast("B")
+        size = len(view)
+        if _is_late():
+            _late["bytes"] += size
+            room = _LATE_EXCERPT - len(_late["excerpt"])
+            if room > 0:
+                _late["excerpt"] += bytes(view[:room])
+            return size
+        while view:
+            view = view[os.write(self._fd, view):]
+        return size
+
+
+def _install_streams():
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        stream = io.TextIOWrapper(
+            _CallOutput(fd), encoding=old.encoding, errors=old.errors, write_through=True
+        )
+        setattr(sys, name, stream)
+        setattr(sys, "__%s__" % name, stream)
+
+
+def _take_late():
+    late = {"bytes": _late["bytes"], "excerpt": _late["excerpt"].decode("utf-8", "replace")}
+    _late["bytes"] = 0
+    _late["excerpt"] = b""
+    return late
+
+
 def _write_inputs(inputs):
+    if not inputs:
+        return
+    import base64
+
     for item in inputs:
         name = item["name"]
         parts = name.split("/")
@@ -62,6 +138,8 @@ def _safe_str(value):
 
 
 def _describe(exc, cap):
+    import traceback
+
     tb = exc.__traceback__
     # Drop the worker's own frames: the traceback starts at the user's first frame.
     while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell"):
@@ -77,6 +155,16 @@ def _describe(exc, cap):
     }
 
 
+def _syntax_error(exc, cap):
+    import traceback
+
+    return {
+        "type": type(exc).__name__,
+        "message": _safe_str(exc),
+        "traceback": "".join(traceback.format_exception_only(type(exc), exc))[:cap],
+    }
+
+
 def _run(request, namespace, counter):
     cap = int(request.get("result_cap", 65536))
     response = {
@@ -88,7 +176,7 @@ def _run(request, namespace, counter):
         "error": None,
     }
     try:
-        _write_inputs(request.get("inputs") or [])
+        _write_inputs(request.get("inputs"))
     except Exception as exc:
         response["status"] = "error"
         response["error"] = {"type": "InputError", "message": _safe_str(exc), "traceback": ""}
@@ -98,19 +186,15 @@ def _run(request, namespace, counter):
     filename = "<cell %d>" % counter
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     try:
-        tree = ast.parse(code, filename, "exec")
+        tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
         last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
+        if tree.body and isinstance(tree.body[-1], _ast.Expr):
+            last = _ast.Expression(tree.body.pop().value)
         body = compile(tree, filename, "exec")
         tail = compile(last, filename, "eval") if last is not None else None
     except BaseException as exc:  # SyntaxError, ValueError (NUL bytes), RecursionError
         response["status"] = "error"
-        response["error"] = {
-            "type": type(exc).__name__,
-            "message": _safe_str(exc),
-            "traceback": "".join(traceback.format_exception_only(type(exc), exc))[:cap],
-        }
+        response["error"] = _syntax_error(exc, cap)
         return response
 
     try:
@@ -129,13 +213,8 @@ def _run(request, namespace, counter):
     return response
 
 
-def _end_output(nonce):
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        try:
-            stream.flush()
-        except BaseException:
-            pass
-    marker = b"\x00WARDEN-END:" + nonce.encode("ascii") + b"\x00"
+def _marker(kind, nonce):
+    marker = b"\x00WARDEN-" + kind + b":" + nonce.encode("ascii") + b"\x00"
     for fd in (1, 2):
         view = memoryview(marker)
         try:
@@ -145,6 +224,28 @@ def _end_output(nonce):
             pass
 
 
+def _flush_streams():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+
+
+def _call(request, namespace, counter):
+    global _current, _earlier_threads
+    _earlier_threads = frozenset(sys._current_frames()) - {_MAIN_THREAD}
+    _marker(b"START", request["nonce"])
+    _current = counter
+    try:
+        response = _run(request, namespace, counter)
+    finally:
+        _flush_streams()
+        _current = None
+    _marker(b"END", request["nonce"])
+    return response
+
+
 def _main():
     # The user's code gets a real __main__ module of its own, so that pickle, dataclasses
     # and typing find its classes; the worker's own names stay out of its reach by name.
@@ -152,6 +253,7 @@ def _main():
     main_module.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = main_module
     namespace = main_module.__dict__
+    _install_streams()
     counter = 0
     _send({"type": "ready", "python": sys.version.split()[0]})
     while True:
@@ -165,13 +267,13 @@ def _main():
         if request.get("type") != "exec":
             os._exit(3)
         counter += 1
-        response = _run(request, namespace, counter)
-        _end_output(request["nonce"])
+        response = _call(request, namespace, counter)
+        response["late"] = _take_late()
         try:
             _send(response)
         except (TypeError, ValueError):
             _send({"type": "result", "id": request["id"], "status": "error", "result": None,
-                   "result_truncated": False,
+                   "result_truncated": False, "late": _take_late(),
                    "error": {"type": "WorkerError", "message": "result not serialisable",
                              "traceback": ""}})
 

@@ -251,11 +251,9 @@ async fn run_probes(
     if !reusable {
         worker = spawn(&eph).await?;
     }
-    let (verdict, reusable) = cpu_after_return_probe(&mut worker).await;
-    probes.push(verdict);
-    if !reusable {
-        worker = spawn(&eph).await?;
-    }
+    // Leaves threads running in this worker: it is not reused.
+    probes.extend(work_after_return(&mut worker).await);
+    worker = spawn(&eph).await?;
 
     // exec: if it works, the worker is replaced by the shell, which exits.
     let exec = worker
@@ -428,80 +426,136 @@ async fn memfd_probe(
     (probe, run.reusable)
 }
 
-/// CPU time the worker burns after a call returned (a thread it left spinning). Not
-/// required until the worker is frozen between calls (#8 item 5).
-async fn cpu_after_return_probe(worker: &mut Worker) -> (ProbeResult, bool) {
-    let run = worker
+/// Code that tries to keep working after its call returned: a spinning thread, a thread
+/// that keeps printing, and (where a process can be made at all) a spinning child in a
+/// session of its own, which no freeze of the worker's process group would reach. The
+/// child stops by itself after a few seconds.
+const AFTER_RETURN: &str = r#"import os, threading, time
+def _spin():
+    while True:
+        pass
+def _chatter():
+    while True:
+        print("LATE-FROM-AN-EARLIER-CALL", flush=True)
+        time.sleep(0.005)
+threading.Thread(target=_spin, daemon=True).start()
+threading.Thread(target=_chatter, daemon=True).start()
+try:
+    _r, _w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        os.write(_w, b"x")
+        _end = time.monotonic() + 3
+        while time.monotonic() < _end:
+            pass
+        os._exit(0)
+    os.read(_r, 1)
+except OSError:
+    pass
+print("STARTED")
+"#;
+/// How long the host watches an idle worker's CPU time.
+const IDLE_WATCH: Duration = Duration::from_millis(500);
+/// CPU time an idle worker may show in [`IDLE_WATCH`] (accounting granularity).
+const IDLE_CPU_ALLOWANCE_MS: u64 = 50;
+
+/// `res.cpu_after_return` and `proc.late_output`: work ends with its call. Judged from
+/// the host: the worker's CPU time while no call runs (its process and everything below
+/// it, read from `/proc`), and what the next call's stdout holds.
+async fn work_after_return(worker: &mut Worker) -> Vec<ProbeResult> {
+    let started = worker
+        .execute(AFTER_RETURN, &[], Duration::from_secs(10), 4096)
+        .await;
+    if !stdout_text(&started).contains("STARTED") || !started.reusable {
+        let why = format!("the probe code did not start: {:?}", started.outcome);
+        return vec![
+            after_return_probe(
+                "res.cpu_after_return",
+                ProbeStatus::Inconclusive,
+                why.clone(),
+            ),
+            after_return_probe("proc.late_output", ProbeStatus::Inconclusive, why),
+        ];
+    }
+    let usage = worker.usage_probe();
+    // The stop was sent before the call returned; give a busy scheduler a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = usage.read();
+    tokio::time::sleep(IDLE_WATCH).await;
+    let after = usage.read();
+    let cpu = match (before, after) {
+        (Some(b), Some(a)) => {
+            let used = a.cpu_ms.saturating_sub(b.cpu_ms);
+            let (status, verdict) = if used <= IDLE_CPU_ALLOWANCE_MS {
+                (ProbeStatus::Blocked, "the worker is frozen between calls")
+            } else {
+                (
+                    ProbeStatus::Allowed,
+                    "work kept running after its call returned",
+                )
+            };
+            after_return_probe(
+                "res.cpu_after_return",
+                status,
+                format!(
+                    "threads (and any process) left spinning used {used} ms of CPU in the {} ms after their call returned: {verdict}",
+                    IDLE_WATCH.as_millis()
+                ),
+            )
+        }
+        _ => after_return_probe(
+            "res.cpu_after_return",
+            ProbeStatus::Inconclusive,
+            "the worker's CPU time could not be read".into(),
+        ),
+    };
+    let next = worker
         .execute(
-            "import threading\ndef _spin():\n    while True:\n        pass\nthreading.Thread(target=_spin, daemon=True).start()\n",
+            "import time\ntime.sleep(0.3)\nprint('NEXT-CALL')",
             &[],
             Duration::from_secs(10),
-            4096,
+            1 << 16,
         )
         .await;
-    let crate::backend::ExitWitness::HostPid(pid) = worker.exit_witness();
-    let before = cpu_ticks_of_group(pid);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = cpu_ticks_of_group(pid);
-    let used_ms = after.saturating_sub(before) * 1000 / ticks_per_second();
-    let (status, details) = match (before, after) {
-        (0, 0) => (
-            ProbeStatus::Inconclusive,
-            "the worker's CPU time could not be read".to_string(),
-        ),
-        _ if used_ms >= 100 => (
+    let text = stdout_text(&next);
+    let (status, details) = if text.contains("LATE-FROM-AN-EARLIER-CALL") {
+        (
             ProbeStatus::Allowed,
-            format!(
-                "a thread kept running after its call returned: {used_ms} ms of CPU in 500 ms; workers are not frozen between calls yet"
-            ),
-        ),
-        _ => (
+            "a thread of an earlier call printed into the next call's stdout".to_string(),
+        )
+    } else if text == "NEXT-CALL\n" && next.late.from_earlier_calls > 0 {
+        (
             ProbeStatus::Blocked,
-            format!("{used_ms} ms of CPU in the 500 ms after the call returned"),
-        ),
+            format!(
+                "the next call's stdout held only its own output; {} bytes an earlier call's thread printed meanwhile were set apart",
+                next.late.from_earlier_calls
+            ),
+        )
+    } else {
+        (
+            ProbeStatus::Inconclusive,
+            format!(
+                "the next call printed {text:?} and {} late bytes were seen",
+                next.late.from_earlier_calls
+            ),
+        )
     };
-    let probe = ProbeResult {
-        id: "res.cpu_after_return".into(),
-        category: "resources".into(),
+    vec![cpu, after_return_probe("proc.late_output", status, details)]
+}
+
+fn after_return_probe(id: &str, status: ProbeStatus, details: String) -> ProbeResult {
+    let category = if id.starts_with("res.") {
+        "resources"
+    } else {
+        "processes"
+    };
+    ProbeResult {
+        id: id.into(),
+        category: category.into(),
         status,
         details,
-        required: false,
-    };
-    // The spinning thread stays: this worker is not reused.
-    let _ = run;
-    (probe, false)
-}
-
-fn ticks_per_second() -> u64 {
-    // SAFETY: sysconf has no pointer arguments.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    u64::try_from(ticks).ok().filter(|t| *t > 0).unwrap_or(100)
-}
-
-/// User + system CPU ticks of a worker: the helper's pid and its descendants (the
-/// interpreter is the helper's child in the worker's own PID namespace).
-fn cpu_ticks_of_group(pid: i32) -> u64 {
-    let ticks = |pid: &str| -> Option<(u64, Vec<String>)> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let rest = stat.get(stat.rfind(')')? + 2..)?;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let used = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .map(str::to_string)
-            .collect();
-        Some((used, children))
-    };
-    let mut total = 0;
-    let mut stack = vec![pid.to_string()];
-    while let Some(p) = stack.pop() {
-        if let Some((used, children)) = ticks(&p) {
-            total += used;
-            stack.extend(children);
-        }
+        required: true,
     }
-    total
 }
 
 fn exec_verdict(outcome: &Outcome, text: &str) -> ProbeResult {

@@ -49,6 +49,19 @@ impl WorkerProcess for HostProcess {
             _ => "no exit status".to_string(),
         }
     }
+
+    /// SIGSTOP to the worker's process group: the helper waiting outside the worker's
+    /// PID namespace and the interpreter inside it (PID 1 there, which SIGSTOP still
+    /// reaches from this namespace). That is the whole worker: seccomp lets it make
+    /// threads but never a process, a session or a group of its own, and SIGSTOP can be
+    /// neither caught nor ignored.
+    fn freeze(&mut self) {
+        signal_group(self.pid, libc::SIGSTOP);
+    }
+
+    fn thaw(&mut self) {
+        signal_group(self.pid, libc::SIGCONT);
+    }
 }
 
 impl Drop for HostProcess {
@@ -60,10 +73,20 @@ impl Drop for HostProcess {
 /// SIGKILL to the process group led by `pid`, and to `pid` itself.
 pub fn kill_group(pid: i32) {
     if pid > 1 {
-        // SAFETY: plain syscalls; ESRCH (already gone) is fine.
+        signal_group(pid, libc::SIGKILL);
+        // SAFETY: plain syscall; ESRCH (already gone) is fine.
         unsafe {
-            libc::killpg(pid, libc::SIGKILL);
             libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// `signal` to the process group led by `pid` (never to group 0 or 1).
+fn signal_group(pid: i32, signal: i32) {
+    if pid > 1 {
+        // SAFETY: plain syscall; ESRCH (already gone) is fine.
+        unsafe {
+            libc::killpg(pid, signal);
         }
     }
 }
