@@ -280,6 +280,8 @@ async fn serve(
         }
         server.remember_selftest(report);
     }
+    // Warm workers and idle expiry, once the gate is decided.
+    sessions.start_background();
     let outcome = match transport {
         Transport::Stdio => serve_stdio(server).await,
         Transport::Http(addr) => serve_http(server, &settings, addr).await,

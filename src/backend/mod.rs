@@ -4,13 +4,21 @@
 //! name a backend; they hold a [`SessionSlot`] and a [`Worker`].
 //!
 //! - [`protocol`]: the worker protocol, spoken over any four streams.
+//! - [`capture`]: one call's output from one stream, between its markers.
 //! - [`host`]: the host backend (the walls themselves live in [`crate::sandbox`]).
 //! - [`worker`]: a started worker, whatever backend started it.
+//! - [`budget`]: how many workers may be alive at once (`SANDBOX_MAX_WORKERS`).
+//! - [`pool`]: warm workers started ahead in homes of their own (`SANDBOX_WARM_WORKERS`).
 //!
-//! A warm pool plugs into [`Backend::start_worker`]: "a worker for this session spec" is
-//! one call, which a pool can satisfy from workers started ahead.
+//! A session lives in a [`Home`] (its workspace and backend slot). A started worker's
+//! walls, mounts and uid are fixed to its home, so a warm pool cannot re-point one at an
+//! existing session: it makes the home ahead too ([`AnyBackend::open_home`], callable
+//! before any session is named) and hands both to a new session.
 
+pub mod budget;
+pub mod capture;
 pub mod host;
+pub mod pool;
 pub mod protocol;
 pub mod worker;
 
@@ -27,8 +35,8 @@ use crate::grants::Grant;
 use crate::sandbox::policy::SessionPaths;
 use crate::selftest::report::Capability;
 
-pub use protocol::{Captured, InputFile, Outcome, OutputTap, RunOutput};
-pub use worker::{ExitWitness, Worker, WorkerProcessKind};
+pub use protocol::{Captured, InputFile, LateOutput, Outcome, OutputTap, RunOutput};
+pub use worker::{ExitWitness, Usage, UsageProbe, Worker, WorkerProcessKind};
 
 /// `EXECUTION_BACKEND`: which kind of backend runs the code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -108,6 +116,15 @@ impl StartError {
 #[derive(Debug)]
 pub enum SessionSlot {
     Host(host::HostSlot),
+}
+
+/// Where a session lives: its workspace as the server reads it, and what the backend
+/// keeps for it (on the host: its uid and its workspace tmpfs). Made before the session
+/// is named when a warm worker waits in it.
+#[derive(Debug)]
+pub struct Home {
+    pub paths: SessionPaths,
+    pub slot: SessionSlot,
 }
 
 /// Everything a worker is started for: the session's slot and its live grants.
@@ -191,6 +208,13 @@ impl AnyBackend {
                 .open_session(dir)
                 .map(|(slot, paths)| (SessionSlot::Host(slot), paths)),
         }
+    }
+
+    /// A new home with an empty workspace; `dir` is a directory of the instance the
+    /// backend may use. Blocking (it makes the workspace): call it off the async runtime.
+    pub fn open_home(&self, dir: &Path) -> std::io::Result<Home> {
+        let (slot, paths) = self.open_session(dir)?;
+        Ok(Home { paths, slot })
     }
 
     pub async fn start_worker(&self, spec: &WorkerSpec<'_>) -> Result<Worker, StartError> {

@@ -175,8 +175,9 @@ impl WardenServer {
         }
     }
 
-    /// Configured settings beside what resolved, and the latest selftest.
-    pub fn settings_document(&self) -> serde_json::Value {
+    /// Configured settings beside what resolved, the live workers, `owner`'s sessions
+    /// with what their workers use, and the latest selftest.
+    pub fn settings_document(&self, owner: &Owner) -> serde_json::Value {
         let enforcement = self.sessions.enforcement();
         let last = self.last_selftest.lock().ok().and_then(|l| l.clone());
         json!({
@@ -193,6 +194,8 @@ impl WardenServer {
                 "audit_log": self.sessions.audit().status(),
                 "guard_policy": self.sessions.guard_summary(),
             },
+            "workers": self.sessions.workers_report(),
+            "sessions": self.sessions.sessions_report(owner),
             "last_selftest": last,
         })
     }
@@ -742,7 +745,7 @@ impl ServerHandler for WardenServer {
                 None,
             ));
         }
-        let mut document = self.settings_document();
+        let mut document = self.settings_document(&self.owner(&context));
         if http::transport_of(&context) != http::Transport::Stdio {
             redact_host_paths(&mut document, &self.host_paths());
         }

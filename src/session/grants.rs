@@ -86,9 +86,9 @@ impl SessionManager {
     /// Why `grant` may not join the grants `session` already has (the operator's
     /// included): one of them could rewrite the other.
     pub fn grant_conflict(&self, session: &SessionKey, grant: &Grant) -> Option<GrantError> {
-        let existing = match self.session(session) {
-            Ok(s) => self.effective_grants(&s),
-            Err(_) => self.operator_grants.clone(),
+        let existing = match self.lookup(session) {
+            Ok(Some(s)) => self.effective_grants(&s),
+            _ => self.operator_grants.clone(),
         };
         crate::grants::conflict(&existing, grant)
     }
@@ -125,6 +125,16 @@ impl SessionManager {
         out
     }
 
+    /// The operator's grants whose objects are still the approved ones: what a new
+    /// session's first worker binds, and so what a warm worker must have been started with.
+    pub(super) fn approved_operator_grants(&self) -> Vec<Grant> {
+        self.operator_grants
+            .iter()
+            .filter(|g| crate::grants::check_still_approved(g).is_ok())
+            .cloned()
+            .collect()
+    }
+
     /// Live grants for a session: the operator's and the session's own.
     pub fn effective_grants(&self, session: &Session) -> Vec<Grant> {
         let now = crate::grants::now_secs();
@@ -142,10 +152,11 @@ impl SessionManager {
         path: &Path,
         access: Access,
     ) -> Option<Grant> {
-        let session = self.session(session).ok()?;
-        self.effective_grants(&session)
-            .into_iter()
-            .find(|g| g.covers(path, access))
+        let grants = match self.lookup(session).ok()? {
+            Some(session) => self.effective_grants(&session),
+            None => self.operator_grants.clone(),
+        };
+        grants.into_iter().find(|g| g.covers(path, access))
     }
 
     /// Records an approved grant and restarts the session's worker, since a sealed
@@ -155,8 +166,17 @@ impl SessionManager {
         if let Some(conflict) = self.grant_conflict(session, &grant) {
             return Err(ErrorInfo::new("GrantConflict", conflict.to_string()));
         }
-        let session = self.session(session)?;
+        // A session that does not exist yet is opened without a warm worker: its first
+        // worker needs the grant.
+        let session = self.open_session(session, false).await?;
         let mut state = session.state.lock().await;
+        if state.closed {
+            return Err(ErrorInfo::new(
+                "SessionClosed",
+                "the session was closed while the grant was being recorded; ask again",
+            )
+            .retryable());
+        }
         {
             let mut grants = session
                 .grants
@@ -166,8 +186,7 @@ impl SessionManager {
             grants.retain(|g| g.path != grant.path);
             grants.push(grant.clone());
         }
-        let restarted = if let Some(mut worker) = state.worker.take() {
-            worker.kill();
+        let restarted = if session.drop_worker(&mut state).is_some() {
             state.lost_worker = Some(format!(
                 "the sandbox was widened by a grant for {}",
                 grant.path.display()

@@ -1,11 +1,16 @@
 //! Sessions: shared server state keyed by (owner, session name) — see [`crate::owner`] —
-//! not by connection, each with its own workspace directory and at most one persistent
-//! worker, started by whichever
-//! backend this server resolved to. Calls in one session are serialised; calls in
-//! different sessions run in parallel. All workspaces of this server instance are
-//! removed at shutdown.
+//! not by connection. A session is cheap: a name, a home (workspace and backend slot)
+//! and a record. Its persistent worker is the expensive part, and live workers are what
+//! is capped (`SANDBOX_MAX_WORKERS`), not names. Calls in one session are serialised;
+//! calls in different sessions run in parallel. All workspaces of this server instance
+//! are removed at shutdown.
 //!
-//! - this file: the session table, opening, resetting and closing sessions, shutdown;
+//! - this file: the session table, the entry points, resetting and shutdown;
+//! - [`lifecycle`]: opening a session (a warm home from the pool, or a new one made off
+//!   the table's lock and off the runtime), closing it, idle expiry;
+//! - [`keep`]: copying a closing session's workspace aside (`SANDBOX_KEEP_WORKSPACES`);
+//! - [`workers`]: a session's worker, the live-worker cap and least-recently-used
+//!   eviction, what each worker uses;
 //! - [`run`]: one session's execution (guard, worker, workspace diff, result);
 //! - [`grants`]: grants per session and the operator's;
 //! - [`guard`]: the call into the static guard;
@@ -14,15 +19,23 @@
 mod audit;
 mod grants;
 mod guard;
+mod keep;
+mod lifecycle;
 mod run;
+mod workers;
 
 use std::collections::HashMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
+use crate::backend::budget::Budget;
+use crate::backend::pool::{HomeDirs, WarmPool};
 use crate::backend::{
-    AnyBackend, Enforcement, OutputTap, SessionSlot, StartError, Worker, WorkerSpec,
+    AnyBackend, Enforcement, Home, OutputTap, SessionSlot, StartError, UsageProbe, Worker,
+    WorkerSpec,
 };
 use crate::config::{GuardMode, Settings};
 use crate::execution::{
@@ -34,9 +47,7 @@ use crate::owner::{Owner, SessionKey};
 use crate::sandbox::policy::SessionPaths;
 
 pub use guard::GuardOutcome;
-
-/// Most sessions alive at once (each holds a Python process).
-pub const MAX_SESSIONS: usize = 64;
+pub use workers::{SessionReport, WorkersReport};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -65,13 +76,24 @@ pub enum SessionError {
 
 pub struct SessionManager {
     settings: Arc<Settings>,
-    backend: AnyBackend,
+    backend: Arc<AnyBackend>,
     /// `<data dir>/sessions/<instance>`: removed at shutdown.
     instance_dir: PathBuf,
     /// Held for the instance's life: a later server reaps the directory only once the
     /// lock is free.
     _instance_lock: crate::instances::InstanceLock,
+    /// Where `SANDBOX_KEEP_WORKSPACES` copies workspaces: `<data dir>/kept/<instance>`.
+    kept_dir: PathBuf,
+    /// Names the directories of new homes (for backends that use one).
+    homes: Arc<HomeDirs>,
     sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
+    /// Live workers, sessions' and warm ones alike (`SANDBOX_MAX_WORKERS`).
+    budget: Arc<Budget>,
+    pool: Arc<WarmPool>,
+    /// Time zero of every session's `last_used`.
+    epoch: Instant,
+    /// Set at shutdown: background work stops, nothing new opens.
+    shut: AtomicBool,
     /// The static guard; `None` when CODEGUARD=off.
     guard: Option<Guard>,
     /// Verdicts by (source, policy, workspace and grant roots): a cell sent
@@ -98,23 +120,29 @@ pub struct PreApproval {
 pub struct Session {
     /// The name the client gave (what results and tools show).
     name: String,
-    /// Owner and name: the table key, the directory name, the audit log's name.
+    /// Owner and name: the table key and the audit log's name.
     key: SessionKey,
-    paths: SessionPaths,
-    /// What the backend keeps for this session (its uid on the host, for one).
-    slot: SessionSlot,
+    /// Its workspace and backend slot (its uid and workspace on the host, for one).
+    home: Home,
     /// Grants a person approved for this session.
     grants: Mutex<Vec<Grant>>,
     state: tokio::sync::Mutex<SessionState>,
+    /// Milliseconds since the manager's epoch when a call last began or ended.
+    last_used: AtomicU64,
+    /// Its live worker, to look at from outside while a call holds the state.
+    probe: Mutex<Option<UsageProbe>>,
 }
 
 #[derive(Default)]
 struct SessionState {
-    worker: Option<Worker>,
+    worker: Option<workers::LiveWorker>,
     /// Why the previous worker was lost, reported by the next call.
     lost_worker: Option<String>,
     /// A tripwire fired: every later call is refused with this reason.
     killed: Option<String>,
+    /// The session was closed (reset, expired, shutdown): a call that waited for it
+    /// must look its name up again.
+    closed: bool,
 }
 
 fn running_as_root() -> bool {
@@ -204,14 +232,32 @@ impl SessionManager {
         tracing::info!(
             backend = %backend.kind(),
             workspaces = %instance_dir.display(),
+            max_workers = settings.max_workers,
+            warm_workers = settings.warm_workers,
             "session manager ready"
+        );
+        let backend = Arc::new(backend);
+        let homes = Arc::new(HomeDirs::new(instance_dir.clone()));
+        let budget = Budget::new(settings.max_workers);
+        let pool = WarmPool::new(
+            backend.clone(),
+            budget.clone(),
+            homes.clone(),
+            settings.warm_workers,
+            operator_grants.clone(),
         );
         Ok(SessionManager {
             settings,
             backend,
+            kept_dir: data_dir.join("kept").join(&instance),
             instance_dir,
             _instance_lock: instance_lock,
+            homes,
             sessions: Mutex::new(HashMap::new()),
+            budget,
+            pool,
+            epoch: Instant::now(),
+            shut: AtomicBool::new(false),
             guard,
             verdicts: Arc::new(VerdictCache::default()),
             gate: Mutex::new(None),
@@ -234,47 +280,13 @@ impl SessionManager {
         self.backend.enforcement()
     }
 
-    pub(crate) fn session(&self, key: &SessionKey) -> Result<Arc<Session>, ErrorInfo> {
-        let name = key.name.as_str();
-        let mut sessions = self
-            .sessions
-            .lock()
-            .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?;
-        if let Some(s) = sessions.get(key) {
-            return Ok(s.clone());
-        }
-        if sessions.len() >= MAX_SESSIONS {
-            return Err(ErrorInfo::new(
-                "TooManySessions",
-                format!("{MAX_SESSIONS} sessions are open; reuse one of them"),
-            ));
-        }
-        let dir = self.instance_dir.join(key.dir_name());
-        let (slot, paths) = self.backend.open_session(&dir).map_err(|e| {
-            ErrorInfo::new(
-                "InternalError",
-                format!("cannot create the workspace for session {name:?}: {e}"),
-            )
-        })?;
-        let session = Arc::new(Session {
-            name: name.to_string(),
-            key: key.clone(),
-            paths,
-            slot,
-            grants: Mutex::new(Vec::new()),
-            state: tokio::sync::Mutex::new(SessionState::default()),
-        });
-        sessions.insert(key.clone(), session.clone());
-        Ok(session)
-    }
-
     /// The name and workspace directory of every open session of `owner`, by name.
     pub fn workspaces(&self, owner: &Owner) -> Vec<(String, PathBuf)> {
         let mut out: Vec<(String, PathBuf)> = match self.sessions.lock() {
             Ok(map) => map
                 .values()
                 .filter(|s| &s.key.owner == owner)
-                .map(|s| (s.name.clone(), s.paths.workspace.clone()))
+                .map(|s| (s.name.clone(), s.home.paths.workspace.clone()))
                 .collect(),
             Err(_) => Vec::new(),
         };
@@ -287,7 +299,7 @@ impl SessionManager {
         let sessions = self.sessions.lock().ok()?;
         sessions
             .get(&SessionKey::new(owner, name))
-            .map(|s| s.paths.workspace.clone())
+            .map(|s| s.home.paths.workspace.clone())
     }
 
     /// Runs one `execute_python` call for `owner` and records it in the audit log.
@@ -364,18 +376,35 @@ impl SessionManager {
             Ok(i) => i,
             Err(e) => return ExecResult::refused(name, e, Vec::new()),
         };
-        let session = match self.session(&SessionKey::new(owner, name)) {
-            Ok(s) => s,
-            Err(e) => return ExecResult::refused(name, e, Vec::new()),
-        };
+        let key = SessionKey::new(owner, name);
         let timeout = self.settings.effective_timeout(args.timeout_s);
-        session
-            .execute(self, &args.code, &inputs, timeout, tap)
-            .await
+        // A session closed (expired, reset) while this call waited for it: its name now
+        // belongs to a new session, which the next lookup opens.
+        for _ in 0..3 {
+            let session = match self.open_session(&key, true).await {
+                Ok(s) => s,
+                Err(e) => return ExecResult::refused(name, e, Vec::new()),
+            };
+            let call = run::Call {
+                code: &args.code,
+                inputs: &inputs,
+                timeout,
+                tap: tap.clone(),
+            };
+            if let Some(result) = session.execute(self, call).await {
+                return result;
+            }
+        }
+        let e = ErrorInfo::new(
+            "InternalError",
+            format!("session {name:?} was closed three times while this call waited; retry"),
+        )
+        .retryable();
+        ExecResult::refused(name, e, Vec::new())
     }
 
     /// Restarts a session's interpreter (`keep_files`), or closes the session: its
-    /// worker, workspace and grants are gone and its slot is free. Returns whether a
+    /// worker, workspace and grants are gone and its name is free. Returns whether a
     /// running worker was killed.
     pub async fn reset(
         &self,
@@ -385,40 +414,31 @@ impl SessionManager {
     ) -> Result<bool, ErrorInfo> {
         validate_session_name(name)?;
         let key = SessionKey::new(owner, name);
-        let session = self
-            .sessions
-            .lock()
-            .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| ErrorInfo::new("NoSuchSession", format!("no session {name:?}")))?;
+        let no_such = || ErrorInfo::new("NoSuchSession", format!("no session {name:?}"));
+        let session = self.lookup(&key)?.ok_or_else(no_such)?;
         let mut state = session.state.lock().await;
+        if state.closed {
+            return Err(no_such());
+        }
         if keep_files && let Some(reason) = &state.killed {
             return Err(ErrorInfo::new(
                 "SessionKilled",
                 format!("{reason}; a killed session can only be closed (keep_files: false)"),
             ));
         }
-        let killed_worker = match state.worker.take() {
-            Some(mut worker) => {
-                worker.kill();
-                true
-            }
-            None => false,
-        };
+        let killed_worker = session.drop_worker(&mut state).is_some();
         state.lost_worker = None;
         if keep_files {
             return Ok(killed_worker);
         }
-        if let Ok(mut map) = self.sessions.lock() {
-            map.remove(&key);
-        }
-        self.backend.close_session(&session.slot).map_err(|e| {
-            ErrorInfo::new(
-                "InternalError",
-                format!("the session was closed but its workspace could not be removed: {e}"),
-            )
-        })?;
+        self.close(&session, &mut state, lifecycle::Closing::Reset)
+            .await
+            .map_err(|e| {
+                ErrorInfo::new(
+                    "InternalError",
+                    format!("the session was closed but its workspace could not be removed: {e}"),
+                )
+            })?;
         Ok(killed_worker)
     }
 
@@ -440,19 +460,25 @@ impl SessionManager {
         }
     }
 
-    /// Kills every worker, releases the backend and removes every workspace of this
-    /// instance.
+    /// Kills every worker, warm ones too, releases the backend and removes every
+    /// workspace of this instance (copying them aside first with
+    /// `SANDBOX_KEEP_WORKSPACES`).
     pub async fn shutdown(&self) {
+        self.shut.store(true, Ordering::Release);
+        self.pool.shutdown().await;
         let sessions: Vec<Arc<Session>> = match self.sessions.lock() {
-            Ok(mut map) => map.drain().map(|(_, s)| s).collect(),
+            Ok(map) => map.values().cloned().collect(),
             Err(_) => Vec::new(),
         };
         for session in sessions {
             let mut state = session.state.lock().await;
-            if let Some(mut worker) = state.worker.take() {
-                worker.kill();
+            if state.closed {
+                continue;
             }
-            if let Err(e) = self.backend.close_session(&session.slot) {
+            if let Err(e) = self
+                .close(&session, &mut state, lifecycle::Closing::Shutdown)
+                .await
+            {
                 tracing::warn!(session = %session.key, error = %e, "could not remove a workspace");
             }
         }

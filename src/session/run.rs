@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::guard::{GuardOutcome, guard_error, summarize};
 use super::{Session, SessionManager, SessionState, grants};
-use crate::backend::{InputFile, Outcome, OutputTap, RunOutput, Worker, WorkerSpec};
+use crate::backend::{InputFile, LateOutput, Outcome, OutputTap, RunOutput, WorkerSpec};
 use crate::config::GuardMode;
 use crate::execution::{ErrorInfo, ExecResult, ExecStatus};
 use crate::guard::{Decision, Verdict};
@@ -16,26 +16,58 @@ fn elapsed_ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
+/// One `execute_python` call, as a session runs it.
+pub(super) struct Call<'a> {
+    pub code: &'a str,
+    pub inputs: &'a [InputFile],
+    pub timeout: Duration,
+    /// Also receives stdout as it is printed.
+    pub tap: Option<OutputTap>,
+}
+
 impl Session {
+    /// Runs one call; `None` when the session was closed while the call waited for it
+    /// (the caller opens the name again).
     pub(super) async fn execute(
         &self,
         manager: &SessionManager,
-        code: &str,
-        inputs: &[InputFile],
-        timeout: Duration,
-        tap: Option<OutputTap>,
-    ) -> ExecResult {
+        call: Call<'_>,
+    ) -> Option<ExecResult> {
         let started = Instant::now();
         let mut state = self.state.lock().await;
+        if state.closed {
+            return None;
+        }
+        self.touch(manager);
+        let result = self
+            .execute_locked(manager, &mut state, call, started)
+            .await;
+        self.touch(manager);
+        Some(result)
+    }
+
+    async fn execute_locked(
+        &self,
+        manager: &SessionManager,
+        state: &mut SessionState,
+        call: Call<'_>,
+        started: Instant,
+    ) -> ExecResult {
+        let Call {
+            code,
+            inputs,
+            timeout,
+            tap,
+        } = call;
         if let Some(reason) = &state.killed {
             let e = ErrorInfo::new("SessionKilled", reason.clone());
             return ExecResult::refused(&self.name, e, Vec::new());
         }
         let mut warnings = Vec::new();
-        self.drop_expired_grants(&mut state);
+        self.drop_expired_grants(state);
         let grants = manager.approved_grants(self, &mut warnings);
         let verdict = match self
-            .judge(manager, &mut state, code, &grants, &mut warnings)
+            .judge(manager, state, code, &grants, &mut warnings)
             .await
         {
             Ok(verdict) => verdict,
@@ -44,15 +76,19 @@ impl Session {
                 return refused;
             }
         };
-        let worker_restarted = self.note_lost_worker(&mut state, &mut warnings);
+        let worker_restarted = self.note_lost_worker(state, &mut warnings);
         let spec = WorkerSpec {
-            slot: &self.slot,
+            slot: &self.home.slot,
             grants: &grants,
         };
-        let worker = match ensure_worker(manager, &mut state, &spec).await {
+        let worker = match manager.ensure_worker(self, state, &spec).await {
             Ok(worker) => worker,
             Err(e) => {
-                tracing::error!(session = %self.key, error = %e.message, "worker did not start");
+                if e.retryable {
+                    tracing::info!(session = %self.key, error = %e.message, "no worker for this call");
+                } else {
+                    tracing::error!(session = %self.key, error = %e.message, "worker did not start");
+                }
                 let mut result = ExecResult::refused(&self.name, e, warnings);
                 result.worker_restarted = worker_restarted;
                 return result;
@@ -60,14 +96,15 @@ impl Session {
         };
         warnings.extend(worker.report().warnings());
         let seen_workspace = worker.report().workspace.clone();
-        let before = Snapshot::take(&self.paths.workspace);
+        let before = Snapshot::take(&self.home.paths.workspace);
         let cap = manager.settings.output_limit_bytes;
         worker.tap_stdout(tap);
         let run = worker.execute(code, inputs, timeout, cap).await;
-        let after = Snapshot::take(&self.paths.workspace);
+        let after = Snapshot::take(&self.home.paths.workspace);
         if !run.reusable {
-            state.worker = None;
+            self.drop_worker(state);
         }
+        warnings.extend(late_warning(&run.late));
         let mut result = ExecResult {
             status: ExecStatus::Ok,
             stdout: String::from_utf8_lossy(&run.stdout.bytes).into_owned(),
@@ -100,8 +137,7 @@ impl Session {
         for g in &expired {
             tracing::info!(session = %self.key, path = %g.path.display(), "grant expired");
         }
-        if let Some(mut worker) = state.worker.take() {
-            worker.kill();
+        if self.drop_worker(state).is_some() {
             let paths: Vec<String> = expired
                 .iter()
                 .map(|g| g.path.display().to_string())
@@ -123,7 +159,7 @@ impl Session {
         let roots = grants.iter().map(|g| g.path.clone()).collect();
         // The code sees its workspace at /workspace in its world.
         let workspace = match manager.settings.host_sandbox {
-            crate::config::SandboxMode::Off => self.paths.workspace.clone(),
+            crate::config::SandboxMode::Off => self.home.paths.workspace.clone(),
             _ => std::path::PathBuf::from(crate::sandbox::linux::world::WORKSPACE),
         };
         let verdict = match manager.check_code(code, &workspace, roots).await {
@@ -176,16 +212,14 @@ impl Session {
         );
         tracing::warn!(session = %self.key, %reason, "tripwire");
         state.killed = Some(reason);
-        if let Some(mut worker) = state.worker.take() {
-            worker.kill();
-        }
+        self.drop_worker(state);
     }
 
     /// Reports a worker lost since the last call; returns whether one was.
     fn note_lost_worker(&self, state: &mut SessionState, warnings: &mut Vec<String>) -> bool {
-        if state.worker.as_ref().is_some_and(Worker::is_busy) {
+        if state.worker.as_ref().is_some_and(|l| l.worker.is_busy()) {
             // The previous call was cancelled midway and its worker already killed.
-            state.worker = None;
+            self.drop_worker(state);
             state.lost_worker = Some("the previous call was cancelled while it ran".to_string());
         }
         let Some(why) = state.lost_worker.take() else {
@@ -198,24 +232,35 @@ impl Session {
     }
 }
 
-/// The session's worker, started by the backend if there is none.
-async fn ensure_worker<'s>(
-    manager: &SessionManager,
-    state: &'s mut SessionState,
-    spec: &WorkerSpec<'_>,
-) -> Result<&'s mut Worker, ErrorInfo> {
-    if state.worker.is_none() {
-        let worker = manager
-            .backend
-            .start_worker(spec)
-            .await
-            .map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
-        state.worker = Some(worker);
+/// What the result says about output written outside its call (never shown as this
+/// call's own).
+fn late_warning(late: &LateOutput) -> Option<String> {
+    if late.is_empty() {
+        return None;
     }
-    state
-        .worker
-        .as_mut()
-        .ok_or_else(|| ErrorInfo::new("InternalError", "worker missing after start"))
+    let mut parts = Vec::new();
+    if late.from_earlier_calls > 0 {
+        let excerpt: String = late.excerpt.chars().take(200).collect();
+        let more = if (excerpt.len() as u64) < late.from_earlier_calls {
+            "…"
+        } else {
+            ""
+        };
+        parts.push(format!(
+            "threads started by earlier calls of this session wrote {} bytes to stdout/stderr during this call ({excerpt:?}{more})",
+            late.from_earlier_calls
+        ));
+    }
+    if late.between_calls > 0 {
+        parts.push(format!(
+            "{} bytes reached stdout/stderr between calls",
+            late.between_calls
+        ));
+    }
+    Some(format!(
+        "{}; that output is not this call's and was set apart (work should end with its call: join the threads you start)",
+        parts.join("; ")
+    ))
 }
 
 /// Fills in status and error from the worker's outcome; returns why the worker is lost,
@@ -231,6 +276,7 @@ fn apply_outcome(result: &mut ExecResult, run: RunOutput, timeout: Duration) -> 
                     kind: e.kind,
                     message: e.message,
                     traceback: e.traceback,
+                    retryable: false,
                 });
             } else if response.status != "ok" {
                 result.status = ExecStatus::Error;

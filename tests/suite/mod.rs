@@ -14,6 +14,7 @@ pub mod mcp;
 pub mod quota;
 pub mod reaping;
 pub mod redteam;
+pub mod scale;
 pub mod selftest;
 pub mod settings;
 pub mod walls;

@@ -1,0 +1,319 @@
+//! Warm workers (`SANDBOX_WARM_WORKERS`): workers started ahead, each fully inside its
+//! walls in a [`Home`] of its own with an empty workspace, frozen until a new session's
+//! first call takes one. The pool refills in the background, one start at a time (the
+//! machine's cores are shared with the calls being served), and only while the
+//! live-worker [`Budget`] has room: a warm worker never pushes out a session's worker;
+//! the session layer sheds warm workers first when it needs room.
+//!
+//! Backend-generic: a warm worker is made with exactly the calls a session's worker is
+//! made with ([`AnyBackend::open_home`], [`AnyBackend::start_worker`]), for the policy
+//! every new session starts with (the operator's grants). A session that needs another
+//! policy gets a fresh worker. A warm worker is handed out once and never comes back
+//! after running code, so no session ever sees another's files or variables.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::budget::{Budget, Permit};
+use super::{AnyBackend, Home, StartError, Worker, WorkerSpec};
+use crate::grants::Grant;
+
+/// Longest pause between failed starts (a sandbox that refuses to start is not retried
+/// in a tight loop).
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How long shutdown waits for one start in progress.
+const STOP_WAIT: Duration = Duration::from_secs(20);
+/// How often a pool that is waiting for room looks again, besides being told.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// Names a directory for each new home (`<instance>/home-<n>`, unique for the server's
+/// life), which a backend may use; the host keeps workspaces in its store instead.
+#[derive(Debug)]
+pub struct HomeDirs {
+    root: PathBuf,
+    next: AtomicU64,
+}
+
+impl HomeDirs {
+    pub fn new(root: PathBuf) -> HomeDirs {
+        HomeDirs {
+            root,
+            next: AtomicU64::new(1),
+        }
+    }
+
+    pub fn next_dir(&self) -> PathBuf {
+        self.root.join(format!(
+            "home-{}",
+            self.next.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+}
+
+/// A home with a started, frozen worker in it, and the worker's place in the budget.
+pub struct Warm {
+    pub home: Home,
+    pub worker: Worker,
+    pub permit: Permit,
+}
+
+/// What the pool holds now, for `warden://settings`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStats {
+    pub target: usize,
+    pub ready: usize,
+    pub starting: usize,
+}
+
+#[derive(Default)]
+struct State {
+    ready: VecDeque<Warm>,
+    starting: usize,
+    closed: bool,
+}
+
+pub struct WarmPool {
+    backend: Arc<AnyBackend>,
+    budget: Arc<Budget>,
+    homes: Arc<HomeDirs>,
+    target: usize,
+    /// The grants every new session's worker starts with.
+    grants: Vec<Grant>,
+    state: Mutex<State>,
+    /// Wakes the refill task: a worker was taken, room was freed, the pool closed.
+    wake: Notify,
+    /// Wakes callers waiting for a start in progress to end.
+    settled: Notify,
+}
+
+impl WarmPool {
+    pub fn new(
+        backend: Arc<AnyBackend>,
+        budget: Arc<Budget>,
+        homes: Arc<HomeDirs>,
+        target: usize,
+        grants: Vec<Grant>,
+    ) -> Arc<WarmPool> {
+        Arc::new(WarmPool {
+            backend,
+            budget,
+            homes,
+            target,
+            grants,
+            state: Mutex::new(State::default()),
+            wake: Notify::new(),
+            settled: Notify::new(),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts filling the pool in the background (needs a tokio runtime).
+    pub fn start(self: &Arc<Self>) {
+        if self.target > 0 {
+            tokio::spawn(refill(self.clone()));
+        }
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        let state = self.state();
+        PoolStats {
+            target: self.target,
+            ready: state.ready.len(),
+            starting: state.starting,
+        }
+    }
+
+    /// A warm worker for a new session whose worker needs exactly `grants`; `None` when
+    /// none is ready or the session needs another policy.
+    pub fn take(&self, grants: &[Grant]) -> Option<Warm> {
+        if grants != self.grants.as_slice() {
+            return None;
+        }
+        let warm = self.state().ready.pop_front();
+        if warm.is_some() {
+            self.wake.notify_one();
+        }
+        warm
+    }
+
+    /// Returns a warm worker that was taken but never used (a race lost to another
+    /// call creating the same session).
+    pub fn put_back(&self, warm: Warm) {
+        let mut state = self.state();
+        if state.closed {
+            drop(state);
+            self.discard(warm);
+        } else {
+            state.ready.push_front(warm);
+        }
+    }
+
+    /// Stops one warm worker to make room in the budget and hands over its place.
+    pub fn shed_one(&self) -> Option<Permit> {
+        let warm = self.state().ready.pop_back()?;
+        let Warm {
+            home,
+            mut worker,
+            permit,
+        } = warm;
+        worker.kill();
+        self.close_home_later(home);
+        Some(permit)
+    }
+
+    /// Waits (up to `limit`) for a start in progress to end, so that a caller at the cap
+    /// can take or shed the worker it yields. False when none is in progress.
+    pub async fn wait_for_start(&self, limit: Duration) -> bool {
+        let settled = self.settled.notified();
+        if self.state().starting == 0 {
+            return false;
+        }
+        tokio::time::timeout(limit, settled).await.is_ok()
+    }
+
+    /// Stops every warm worker and releases its home; nothing is started afterwards.
+    pub async fn shutdown(&self) {
+        self.state().closed = true;
+        self.wake.notify_one();
+        // A start in progress ends first (it is discarded), so that nothing is started
+        // in a home that shutdown is about to remove.
+        while self.wait_for_start(STOP_WAIT).await {}
+        let drained: Vec<Warm> = self.state().ready.drain(..).collect();
+        for warm in drained {
+            let Warm {
+                home,
+                mut worker,
+                permit,
+            } = warm;
+            worker.kill();
+            drop(permit);
+            let backend = self.backend.clone();
+            let closed =
+                tokio::task::spawn_blocking(move || backend.close_session(&home.slot)).await;
+            if let Ok(Err(e)) = closed {
+                tracing::warn!(error = %e, "could not remove a warm worker's workspace");
+            }
+        }
+    }
+
+    fn discard(&self, warm: Warm) {
+        let Warm {
+            home, mut worker, ..
+        } = warm;
+        worker.kill();
+        self.close_home_later(home);
+    }
+
+    fn close_home_later(&self, home: Home) {
+        let backend = self.backend.clone();
+        let closing = move || {
+            if let Err(e) = backend.close_session(&home.slot) {
+                tracing::warn!(error = %e, "could not remove a warm worker's workspace");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(closing);
+            }
+            Err(_) => closing(),
+        }
+    }
+
+    /// Whether the pool should start another worker now.
+    fn wants_more(&self) -> bool {
+        let state = self.state();
+        !state.closed && state.ready.len() + state.starting < self.target
+    }
+
+    /// Makes a home and starts a frozen worker in it.
+    async fn start_one(&self, permit: Permit) -> Result<Warm, String> {
+        let dir = self.homes.next_dir();
+        let backend = self.backend.clone();
+        let home = tokio::task::spawn_blocking(move || backend.open_home(&dir))
+            .await
+            .map_err(|e| format!("the home task failed: {e}"))?
+            .map_err(|e| format!("cannot create a warm worker's home: {e}"))?;
+        let spec = WorkerSpec {
+            slot: &home.slot,
+            grants: &self.grants,
+        };
+        match self.backend.start_worker(&spec).await {
+            Ok(mut worker) => {
+                worker.freeze();
+                Ok(Warm {
+                    home,
+                    worker,
+                    permit,
+                })
+            }
+            Err(e) => {
+                self.close_home_later(home);
+                Err(describe(&e))
+            }
+        }
+    }
+}
+
+fn describe(e: &StartError) -> String {
+    format!("{}: {e}", e.kind())
+}
+
+/// The refill loop: keeps `target` warm workers while the budget has room, one start at a
+/// time, backing off after failures. Ends when the pool is shut down.
+async fn refill(pool: Arc<WarmPool>) {
+    let mut backoff = Duration::ZERO;
+    loop {
+        let woken = pool.wake.notified();
+        if pool.state().closed {
+            return;
+        }
+        if !pool.wants_more() {
+            woken.await;
+            continue;
+        }
+        let Some(permit) = pool.budget.try_acquire() else {
+            // At the cap: wait for a worker to go (or to be told), never evict.
+            let _ = tokio::time::timeout(RECHECK, woken).await;
+            continue;
+        };
+        drop(woken);
+        pool.state().starting += 1;
+        let started = pool.start_one(permit).await;
+        let discard = {
+            let mut state = pool.state();
+            state.starting -= 1;
+            match started {
+                Ok(warm) if state.closed => Some(warm),
+                Ok(warm) => {
+                    state.ready.push_back(warm);
+                    backoff = Duration::ZERO;
+                    None
+                }
+                Err(why) if state.closed => {
+                    tracing::debug!(error = %why, "a warm worker's start ended by shutdown");
+                    None
+                }
+                Err(why) => {
+                    backoff = (backoff * 2).clamp(Duration::from_secs(1), MAX_BACKOFF);
+                    tracing::warn!(error = %why, retry_in = ?backoff, "a warm worker did not start");
+                    None
+                }
+            }
+        };
+        if let Some(warm) = discard {
+            pool.discard(warm);
+        }
+        pool.settled.notify_waiters();
+        if !backoff.is_zero() {
+            tokio::time::sleep(backoff).await;
+        }
+    }
+}

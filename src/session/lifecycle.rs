@@ -1,0 +1,232 @@
+//! A session's life. It opens at its name's first use, in a warm home from the pool when
+//! one fits (the worker is already started and waits frozen) or else in a new home made
+//! off the table's lock and off the async runtime. It closes by `reset_session`, by idle
+//! expiry (`SANDBOX_SESSION_IDLE_S`) or at shutdown; its name is free again at once, and
+//! its workspace is removed, after a copy is kept aside with `SANDBOX_KEEP_WORKSPACES`.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::workers::LiveWorker;
+use super::{Session, SessionManager, SessionState};
+use crate::backend::Home;
+use crate::backend::pool::Warm;
+use crate::execution::ErrorInfo;
+use crate::owner::SessionKey;
+
+/// Why a session closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Closing {
+    /// `reset_session` without `keep_files`: everything goes.
+    Reset,
+    /// Unused for `SANDBOX_SESSION_IDLE_S`.
+    Expired,
+    Shutdown,
+}
+
+/// What a new session starts with.
+pub(super) enum Opened {
+    /// A warm home with a frozen worker, from the pool.
+    Warm(Box<Warm>),
+    /// A new, empty home; the worker starts at the first call.
+    Fresh(Home),
+}
+
+impl SessionManager {
+    /// Starts what a serving server does in the background: filling the warm pool and
+    /// expiring idle sessions. Not called for one-off runs (`warden run`, `selftest`).
+    pub fn start_background(self: &Arc<Self>) {
+        self.pool.start();
+        if self.settings.session_idle_s > 0 {
+            let idle = Duration::from_secs(self.settings.session_idle_s);
+            tokio::spawn(expire_idle_sessions(Arc::downgrade(self), idle));
+        }
+    }
+
+    /// The open session named `key`, if any.
+    pub(super) fn lookup(&self, key: &SessionKey) -> Result<Option<Arc<Session>>, ErrorInfo> {
+        let sessions = self
+            .sessions
+            .lock()
+            .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?;
+        Ok(sessions.get(key).cloned())
+    }
+
+    /// The session named `key`, opened if it does not exist: in a warm home when
+    /// `warm_ok` and one is ready, else in a new home.
+    pub(super) async fn open_session(
+        &self,
+        key: &SessionKey,
+        warm_ok: bool,
+    ) -> Result<Arc<Session>, ErrorInfo> {
+        if let Some(session) = self.lookup(key)? {
+            return Ok(session);
+        }
+        if self.shut.load(Ordering::Acquire) {
+            return Err(ErrorInfo::new(
+                "ShuttingDown",
+                "the server is shutting down; no session can be opened",
+            ));
+        }
+        if warm_ok && let Some(warm) = self.pool.take(&self.approved_operator_grants()) {
+            return self.insert(key, Opened::Warm(Box::new(warm)));
+        }
+        let home = self.make_home(key).await?;
+        self.insert(key, Opened::Fresh(home))
+    }
+
+    /// A new, empty home, made on a blocking thread: creating directories (and handing
+    /// them to the session's uid) must hold up neither the session table nor the
+    /// runtime's threads.
+    async fn make_home(&self, key: &SessionKey) -> Result<Home, ErrorInfo> {
+        let dir = self.homes.next_dir();
+        let backend = self.backend.clone();
+        tokio::task::spawn_blocking(move || backend.open_home(&dir))
+            .await
+            .map_err(|e| ErrorInfo::new("InternalError", format!("the home task failed: {e}")))?
+            .map_err(|e| {
+                ErrorInfo::new(
+                    "InternalError",
+                    format!(
+                        "cannot create the workspace for session {:?}: {e}",
+                        key.name
+                    ),
+                )
+            })
+    }
+
+    /// Enters a new session in the table, unless a concurrent first call entered the
+    /// same name first: then that one is used and what was prepared is given back.
+    fn insert(&self, key: &SessionKey, opened: Opened) -> Result<Arc<Session>, ErrorInfo> {
+        let mut sessions = self
+            .sessions
+            .lock()
+            .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?;
+        if let Some(existing) = sessions.get(key).cloned() {
+            drop(sessions);
+            match opened {
+                Opened::Warm(warm) => self.pool.put_back(*warm),
+                Opened::Fresh(home) => self.close_home_later(home),
+            }
+            return Ok(existing);
+        }
+        let (home, live) = match opened {
+            Opened::Warm(warm) => (warm.home, Some(LiveWorker::new(warm.worker, warm.permit))),
+            Opened::Fresh(home) => (home, None),
+        };
+        let session = Arc::new(Session::new(key, home, self.now_ms()));
+        if let Some(live) = live
+            && let Ok(mut state) = session.state.try_lock()
+        {
+            session.set_worker(&mut state, live);
+        }
+        sessions.insert(key.clone(), session.clone());
+        Ok(session)
+    }
+
+    fn close_home_later(&self, home: Home) {
+        let backend = self.backend.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = backend.close_session(&home.slot) {
+                tracing::warn!(error = %e, "could not remove an unused workspace");
+            }
+        });
+    }
+
+    /// Closes a session whose state the caller holds: out of the table (its name is
+    /// free), worker stopped, home released and its workspace deleted, after a copy is
+    /// kept aside when `SANDBOX_KEEP_WORKSPACES` is set (never on `Reset`).
+    pub(super) async fn close(
+        &self,
+        session: &Arc<Session>,
+        state: &mut SessionState,
+        why: Closing,
+    ) -> Result<(), String> {
+        state.closed = true;
+        if let Ok(mut sessions) = self.sessions.lock()
+            && sessions
+                .get(&session.key)
+                .is_some_and(|s| Arc::ptr_eq(s, session))
+        {
+            sessions.remove(&session.key);
+        }
+        session.drop_worker(state);
+        let keep = (why != Closing::Reset && self.settings.keep_workspaces).then(|| {
+            let suffix: String = crate::random_bytes::<4>()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            self.kept_dir
+                .join(format!("{}-{suffix}", session.key.dir_name()))
+        });
+        let backend = self.backend.clone();
+        let closing = session.clone();
+        let kept = keep.clone();
+        tokio::task::spawn_blocking(move || {
+            let copied = match &kept {
+                Some(to) => super::keep::copy_workspace(&closing.home.paths.workspace, to),
+                None => Ok(()),
+            };
+            let removed = backend.close_session(&closing.home.slot);
+            copied.and(removed)
+        })
+        .await
+        .map_err(|e| format!("the closing task failed: {e}"))??;
+        match (why, keep) {
+            (Closing::Expired, Some(kept)) => tracing::info!(
+                session = %session.key, kept = %kept.display(),
+                "session expired; a copy of its workspace was kept"
+            ),
+            (Closing::Expired, None) => tracing::info!(session = %session.key, "session expired"),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Closes every session unused for `idle` that is not in a call.
+    async fn expire_idle(&self, idle: Duration) {
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        let now = self.now_ms();
+        let stale: Vec<Arc<Session>> = match self.sessions.lock() {
+            Ok(map) => map
+                .values()
+                .filter(|s| now.saturating_sub(s.last_used()) >= idle_ms)
+                .cloned()
+                .collect(),
+            Err(_) => return,
+        };
+        for session in stale {
+            // A session in a call is not idle; its call's end counts as a use.
+            let Ok(mut state) = session.state.try_lock() else {
+                continue;
+            };
+            if state.closed || self.now_ms().saturating_sub(session.last_used()) < idle_ms {
+                continue;
+            }
+            if let Err(e) = self.close(&session, &mut state, Closing::Expired).await {
+                tracing::warn!(session = %session.key, error = %e, "could not remove an expired session's workspace");
+            }
+        }
+    }
+
+    /// Milliseconds since this manager started.
+    pub(super) fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Looks for idle sessions a few times per idle period, until the manager is gone.
+async fn expire_idle_sessions(manager: Weak<SessionManager>, idle: Duration) {
+    let tick = (idle / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(manager) = manager.upgrade() else {
+            return;
+        };
+        if manager.shut.load(Ordering::Acquire) {
+            return;
+        }
+        manager.expire_idle(idle).await;
+    }
+}
