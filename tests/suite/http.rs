@@ -698,7 +698,8 @@ fn progress_streams_stdout_lines_over_http_before_the_result() {
 
 #[test]
 fn cancellation_over_http_kills_the_run() {
-    let server = HttpServer::start("127.0.0.1:0", &[]);
+    // No warm workers: every worker process the host sees is then the session's.
+    let server = HttpServer::start("127.0.0.1:0", &[("SANDBOX_WARM_WORKERS", "0")]);
     let mut c = server.client();
     c.initialize(json!({}));
     let addr = c.addr.clone();

@@ -201,7 +201,8 @@ async fn every_red_team_case_is_stopped_by_the_os_layer_alone() {
     let mut breaches = Vec::new();
     for who in both_modes() {
         let canaries = Canaries::plant(who);
-        let server = start_as(who, Net::Isolated, &token, &[]).await;
+        // No warm workers: every worker process the host sees is then a case's.
+        let server = start_as(who, Net::Isolated, &token, &[("SANDBOX_WARM_WORKERS", "0")]).await;
         for (i, case) in cases().iter().enumerate() {
             let session = format!("rt{i}");
             let before = pwned_in_tmp();
