@@ -1,132 +1,292 @@
-//! End-to-end latency through a real MCP client (rmcp over stdio) against the release
-//! binary: first call of a new session (spawning the sandboxed worker), warm
-//! `print(1+1)`, and beside them a plain unsandboxed `python3 -c` subprocess.
-//! Run with `cargo bench --bench latency`; prints p50/p95 in milliseconds.
+//! End-to-end latency of `execute_python` through a real MCP client (rmcp over stdio)
+//! against the release binary, each figure beside the same run's unsandboxed
+//! `python3 -c` baseline server and native in-process CPython (see `support`), as
+//! ratios:
+//!
+//! - a warm call (`print(1+1)` in a session that has a worker);
+//! - the first call of a new session, with the warm pool ready and with no pool;
+//! - 64 sessions calling at once from one client, beside one session calling alone
+//!   (per-call p50/p99 and calls per second);
+//! - a warm call in a workspace of 10,000 files;
+//! - 1 MiB and 10 MiB printed (latency, and the server's own CPU time per MiB);
+//! - 10,000 session names used one after another with idle expiry on (latency, and the
+//!   server's memory along the way).
+//!
+//! `cargo bench --bench latency`; `WARDEN_BENCH_QUICK=1` takes fewer samples (CI prints
+//! the ratios and never fails on them).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
+#[path = "support/mod.rs"]
+mod support;
+
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
-use rmcp::transport::TokioChildProcess;
-use serde_json::json;
+use support::{Client, Stats, n, native_p50_ms, row, stats};
 
-const WARM_CALLS: usize = 500;
-/// With the 32 concurrent ones and the warm one, within the server's 64-session cap.
-const COLD_SESSIONS: usize = 30;
-const PLAIN_RUNS: usize = 40;
-const CONCURRENT: usize = 32;
+const PRINT: &str = "print(1+1)";
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn percentile(samples: &mut [Duration], p: f64) -> f64 {
-    samples.sort();
-    let idx = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[idx].as_secs_f64() * 1000.0
-}
-
-fn report(name: &str, samples: &mut [Duration]) {
-    println!(
-        "{name:<44} n={:<4} p50={:>7.2} ms  p95={:>7.2} ms",
-        samples.len(),
-        percentile(samples, 0.50),
-        percentile(samples, 0.95)
-    );
-}
-
-fn args(code: &str, session: &str) -> CallToolRequestParams {
-    let serde_json::Value::Object(map) = json!({"code": code, "session": session}) else {
-        unreachable!()
-    };
-    CallToolRequestParams::new("execute_python").with_arguments(map)
-}
-
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
-    let data = tempfile::Builder::new()
-        .prefix("warden-bench-")
-        .tempdir()
+fn main() {
+    if support::serve_baseline_if_asked() {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
         .unwrap();
-    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_warden"));
-    cmd.arg("serve")
-        .env("SANDBOX_DATA_DIR", data.path())
-        .env("SANDBOX_PYTHON", "/usr/bin/python3");
-    let transport = TokioChildProcess::new(cmd).unwrap();
-    let server_pid = transport.id().unwrap();
-    let client = ().serve(transport).await.unwrap();
-    let idle_rss_kib = rss_kib(server_pid);
+    rt.block_on(run());
+}
 
-    // 32 sessions at once on this machine's cores: every call must come back right.
-    let started = Instant::now();
-    let calls = (0..CONCURRENT).map(|i| {
-        let client = &client;
-        async move {
-            let t = Instant::now();
-            let r = client
-                .call_tool(args("print(sum(range(1000)))", &format!("conc{i}")))
-                .await
-                .unwrap();
-            (
-                t.elapsed(),
-                r.structured_content.unwrap()["stdout"] == "499500\n",
-            )
-        }
-    });
-    let results = futures::future::join_all(calls).await;
-    let wall = started.elapsed();
-    let lost = results.iter().filter(|(_, ok)| !ok).count();
-    let mut concurrent: Vec<Duration> = results.into_iter().map(|(d, _)| d).collect();
-
-    let mut cold = Vec::new();
-    for i in 0..COLD_SESSIONS {
-        let t = Instant::now();
-        let r = client
-            .call_tool(args("print(1+1)", &format!("cold{i}")))
-            .await
-            .unwrap();
-        cold.push(t.elapsed());
-        assert_eq!(r.structured_content.unwrap()["stdout"], "2\n");
-    }
-
-    client.call_tool(args("print(1+1)", "warm")).await.unwrap();
-    let mut warm = Vec::new();
-    for _ in 0..WARM_CALLS {
-        let t = Instant::now();
-        let r = client.call_tool(args("print(1+1)", "warm")).await.unwrap();
-        warm.push(t.elapsed());
-        assert_eq!(r.structured_content.unwrap()["stdout"], "2\n");
-    }
-
-    let mut plain = Vec::new();
-    for _ in 0..PLAIN_RUNS {
-        let t = Instant::now();
-        let out = std::process::Command::new("/usr/bin/python3")
-            .args(["-c", "print(1+1)"])
-            .output()
-            .unwrap();
-        plain.push(t.elapsed());
-        assert_eq!(out.stdout, b"2\n");
-    }
-
-    println!("warden latency (client to result, host backend, release build)");
-    report("first call of a new session (spawn worker)", &mut cold);
-    report("warm execute_python(\"print(1+1)\")", &mut warm);
-    report("plain python3 -c subprocess (no sandbox)", &mut plain);
-    report("32 new sessions at once, each call", &mut concurrent);
+async fn run() {
     println!(
-        "32 concurrent sessions: all done in {:.0} ms, {lost} lost; server idle RSS {:.1} MB",
-        wall.as_secs_f64() * 1000.0,
-        idle_rss_kib as f64 / 1024.0
+        "warden end-to-end latency: release build, host backend, rmcp client over stdio, {} mode",
+        if support::quick() { "quick" } else { "full" }
     );
-    client.cancel().await.unwrap();
+    println!(
+        "ratios: warden p50 / baseline p50 (python3 -c server) and / native p50 (in-process exec)"
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let baseline = Client::baseline(scratch.path()).await;
+    let mut base = Vec::new();
+    for _ in 0..n(60, 15) {
+        base.push(baseline.timed("b", PRINT, Some("2\n")).await);
+    }
+    let base = stats(&base);
+    let native = native_p50_ms(PRINT, 5000);
+    row(
+        "baseline: python3 -c server, print(1+1)",
+        base,
+        None,
+        Some(native),
+    );
+
+    warm_and_new(base, native).await;
+    concurrency(&baseline, native).await;
+    many_files(base, native).await;
+    output(&baseline).await;
+    churn(base, native).await;
+    baseline.stop().await;
+}
+
+async fn warm_and_new(base: Stats, native: f64) {
+    let server = Client::warden(&[]).await;
+    let idle_rss = support::rss_kib(server.pid);
+    server.call("warm", PRINT).await;
+    let mut warm = Vec::new();
+    for _ in 0..n(500, 100) {
+        warm.push(server.timed("warm", PRINT, Some("2\n")).await);
+    }
+    row("warm call", stats(&warm), Some(base), Some(native));
+
+    let mut pooled = Vec::new();
+    for i in 0..n(40, 10) {
+        server.wait_for_pool(2).await;
+        pooled.push(server.timed(&format!("new{i}"), PRINT, Some("2\n")).await);
+    }
+    row(
+        "new session, warm pool ready",
+        stats(&pooled),
+        Some(base),
+        Some(native),
+    );
+    println!("  server RSS idle: {:.1} MB", idle_rss as f64 / 1024.0);
+    server.stop().await;
+
+    let server = Client::warden(&[("SANDBOX_WARM_WORKERS", "0")]).await;
+    let mut cold = Vec::new();
+    for i in 0..n(40, 10) {
+        cold.push(server.timed(&format!("cold{i}"), PRINT, Some("2\n")).await);
+    }
+    row(
+        "new session, no warm pool (worker start)",
+        stats(&cold),
+        Some(base),
+        Some(native),
+    );
+    server.stop().await;
+}
+
+/// 64 sessions at once from one client, beside one session alone.
+async fn concurrency(baseline: &Client, native: f64) {
+    const SESSIONS: usize = 64;
+    let server = Client::warden(&[("SANDBOX_MAX_WORKERS", "64")]).await;
+    for i in 0..SESSIONS {
+        server.call(&format!("c{i}"), PRINT).await;
+    }
+    let calls = n(300, 60);
+    let started = Instant::now();
+    let mut alone = Vec::new();
+    for _ in 0..calls {
+        alone.push(server.timed("c0", PRINT, Some("2\n")).await);
+    }
+    let alone_rate = calls as f64 / started.elapsed().as_secs_f64();
+
+    let rounds = n(10, 3);
+    let (at_once, rate, errors) = burst(&server, SESSIONS, rounds).await;
+    row(
+        "one session alone, each call",
+        stats(&alone),
+        None,
+        Some(native),
+    );
+    row(
+        "64 sessions at once, each call",
+        stats(&at_once),
+        None,
+        Some(native),
+    );
+    let (base_at_once, base_rate, _) = burst(baseline, SESSIONS, n(3, 1)).await;
+    row(
+        "baseline: 64 python3 -c at once, each call",
+        stats(&base_at_once),
+        None,
+        None,
+    );
+    println!(
+        "  throughput: alone {alone_rate:.0} calls/s; 64 at once {rate:.0} calls/s ({errors} errors or mixed outputs); baseline 64 at once {base_rate:.0} calls/s ({:.2}× baseline)",
+        rate / base_rate
+    );
+    server.stop().await;
+}
+
+/// `rounds` rounds of `sessions` calls at once; each session prints its own name.
+async fn burst(client: &Client, sessions: usize, rounds: usize) -> (Vec<Duration>, f64, usize) {
+    let started = Instant::now();
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for _ in 0..rounds {
+        let calls = (0..sessions).map(|i| async move {
+            let name = format!("c{i}");
+            let t = Instant::now();
+            let r = client.call(&name, &format!("print('{name}')")).await;
+            (t.elapsed(), r["stdout"] == format!("{name}\n"))
+        });
+        for (took, ok) in futures::future::join_all(calls).await {
+            all.push(took);
+            errors += usize::from(!ok);
+        }
+    }
+    let rate = all.len() as f64 / started.elapsed().as_secs_f64();
+    (all, rate, errors)
+}
+
+/// A warm call in a workspace of 10,000 files (the baseline runs in such a directory).
+async fn many_files(base: Stats, native: f64) {
+    let server = Client::warden(&[]).await;
+    let r = server
+        .call(
+            "files",
+            "import os\nfor i in range(10000):\n    open('f%05d' % i, 'w').close()\nprint(len(os.listdir('.')))",
+        )
+        .await;
+    assert_eq!(r["stdout"], "10000\n", "{r}");
+    let mut warm = Vec::new();
+    for _ in 0..n(200, 40) {
+        warm.push(server.timed("files", PRINT, Some("2\n")).await);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..10_000 {
+        std::fs::write(dir.path().join(format!("f{i:05}")), b"").unwrap();
+    }
+    let baseline = Client::baseline(dir.path()).await;
+    let mut b = Vec::new();
+    for _ in 0..n(40, 10) {
+        b.push(baseline.timed("b", PRINT, Some("2\n")).await);
+    }
+    row(
+        "warm call, 10,000-file workspace",
+        stats(&warm),
+        Some(stats(&b)),
+        Some(native),
+    );
+    let _ = base;
+    baseline.stop().await;
+    server.stop().await;
+}
+
+/// 1 MiB and 10 MiB printed: latency, and the server's CPU time per MiB beyond a
+/// `print(1+1)` call's.
+async fn output(baseline: &Client) {
+    let server = Client::warden(&[]).await;
+    server.call("out", PRINT).await;
+    let per_call = |samples: &[u64]| {
+        let mut s = samples.to_vec();
+        s.sort();
+        s[s.len() / 2] as f64 / 1e6
+    };
+    let mut quiet = Vec::new();
+    for _ in 0..n(100, 30) {
+        let before = support::cpu_ns(server.pid);
+        server.call("out", PRINT).await;
+        quiet.push(support::cpu_ns(server.pid) - before);
+    }
+    let quiet_ms = per_call(&quiet);
+    for mib in [1usize, 10] {
+        let code = format!("import sys\nsys.stdout.write('x' * ({mib} << 20))");
+        let mut took = Vec::new();
+        let mut cpu = Vec::new();
+        for _ in 0..n(30, 6) {
+            let before = support::cpu_ns(server.pid);
+            let t = Instant::now();
+            let r = server.call("out", &code).await;
+            took.push(t.elapsed());
+            cpu.push(support::cpu_ns(server.pid) - before);
+            assert_eq!(r["truncated"], true, "{r}");
+        }
+        let mut b = Vec::new();
+        for _ in 0..n(20, 5) {
+            b.push(baseline.timed("b", &code, None).await);
+        }
+        let native = native_p50_ms(&code, n(50, 10));
+        row(
+            &format!("{mib} MiB printed (capped at 64 KiB)"),
+            stats(&took),
+            Some(stats(&b)),
+            Some(native),
+        );
+        let cpu_ms = per_call(&cpu);
+        println!(
+            "  server CPU per call {cpu_ms:.2} ms ({quiet_ms:.2} ms for print(1+1)): {:.3} ms per MiB of output",
+            (cpu_ms - quiet_ms).max(0.0) / mib as f64
+        );
+    }
+    server.stop().await;
+}
+
+/// Session names used once each, one after another, with a short idle expiry: per-call
+/// latency, and the server's memory as the names pile up.
+async fn churn(base: Stats, native: f64) {
+    let names = n(10_000, 300);
+    let server = Client::warden(&[("SANDBOX_SESSION_IDLE_S", "2")]).await;
+    server.call("first", PRINT).await;
+    let rss0 = support::rss_kib(server.pid);
+    let mut took = Vec::new();
+    let mut marks = Vec::new();
+    let started = Instant::now();
+    for i in 0..names {
+        took.push(server.timed(&format!("n{i}"), PRINT, Some("2\n")).await);
+        if (i + 1) % (names / 5) == 0 {
+            let w = server.settings().await["workers"].clone();
+            marks.push(format!(
+                "{}: RSS {:.1} MB, {} sessions open, {} workers",
+                i + 1,
+                support::rss_kib(server.pid) as f64 / 1024.0,
+                w["sessions_open"],
+                w["live"]
+            ));
+        }
+    }
+    row(
+        &format!("{names} new names in a row, each call"),
+        stats(&took),
+        Some(base),
+        Some(native),
+    );
+    println!(
+        "  {names} names in {:.1} s; server RSS at start {:.1} MB; {}",
+        started.elapsed().as_secs_f64(),
+        rss0 as f64 / 1024.0,
+        marks.join("; ")
+    );
+    server.stop().await;
 }

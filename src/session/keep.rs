@@ -100,7 +100,10 @@ mod tests {
         );
         let link = std::fs::symlink_metadata(to.join("etc")).unwrap();
         assert!(link.file_type().is_symlink(), "copied as a link");
-        assert_eq!(std::fs::read_link(to.join("etc")).unwrap(), Path::new("/etc"));
+        assert_eq!(
+            std::fs::read_link(to.join("etc")).unwrap(),
+            Path::new("/etc")
+        );
         assert!(!to.join("pipe").exists(), "a FIFO is skipped, not read");
     }
 

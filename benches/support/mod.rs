@@ -1,0 +1,313 @@
+//! What the end-to-end benches share: percentiles, an MCP client for the release binary,
+//! the unsandboxed baseline server, the native in-process CPython timer, and reading a
+//! process's memory and CPU time from `/proc`.
+//!
+//! Every figure is reported beside two references measured in the same run:
+//!
+//! - **baseline**: an MCP server that answers `execute_python` by running
+//!   `python3 -c <code>` in a fresh, unsandboxed subprocess (what a naive MCP Python tool
+//!   does), driven by the same rmcp client over stdio. It is this bench binary itself,
+//!   re-executed with `WARDEN_BENCH_ROLE=baseline-server`.
+//! - **native**: the same code compiled and executed in one long-running CPython, with
+//!   stdout sent to a buffer: no IPC, no sandbox, no process start.
+#![allow(dead_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, ServerCapabilities, ServerConfig, Tool};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+pub const PYTHON: &str = "/usr/bin/python3";
+/// The output cap both servers apply (warden's default `SANDBOX_OUTPUT_LIMIT`).
+pub const OUTPUT_CAP: usize = 64 << 10;
+
+/// `WARDEN_BENCH_QUICK=1` (CI): fewer samples, same measurements.
+pub fn quick() -> bool {
+    std::env::var_os("WARDEN_BENCH_QUICK").is_some_and(|v| v != "0")
+}
+
+/// `full` samples, or `quick` in quick mode.
+pub fn n(full: usize, quick_n: usize) -> usize {
+    if quick() { quick_n } else { full }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Stats {
+    pub n: usize,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+}
+
+pub fn stats(samples: &[Duration]) -> Stats {
+    let mut s = samples.to_vec();
+    s.sort();
+    let at = |p: f64| {
+        let idx = ((s.len() as f64 - 1.0) * p).round() as usize;
+        s[idx].as_secs_f64() * 1000.0
+    };
+    Stats {
+        n: s.len(),
+        p50_ms: at(0.50),
+        p95_ms: at(0.95),
+        p99_ms: at(0.99),
+    }
+}
+
+/// One line of the report: warden's figure and its ratios to the references.
+pub fn row(name: &str, warden: Stats, baseline: Option<Stats>, native_ms: Option<f64>) {
+    let ratio = |r: f64| {
+        if r >= 100.0 {
+            format!("{r:.0}×")
+        } else {
+            format!("{r:.2}×")
+        }
+    };
+    let vs_base = baseline
+        .map(|b| {
+            format!(
+                "{} baseline ({:.2} ms)",
+                ratio(warden.p50_ms / b.p50_ms),
+                b.p50_ms
+            )
+        })
+        .unwrap_or_else(|| "-".into());
+    let vs_native = native_ms
+        .map(|n| format!("{} native ({:.4} ms)", ratio(warden.p50_ms / n), n))
+        .unwrap_or_else(|| "-".into());
+    println!(
+        "{name:<46} n={:<5} p50={:>8.2} ms p95={:>8.2} ms p99={:>8.2} ms | {vs_base} | {vs_native}",
+        warden.n, warden.p50_ms, warden.p95_ms, warden.p99_ms
+    );
+}
+
+/// A data directory the unprivileged sandbox uids can traverse.
+pub fn data_dir() -> tempfile::TempDir {
+    let data = tempfile::Builder::new()
+        .prefix("warden-bench-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    data
+}
+
+/// An MCP client connected to a server process.
+pub struct Client {
+    pub service: RunningService<RoleClient, ()>,
+    pub pid: u32,
+    _data: Option<tempfile::TempDir>,
+}
+
+impl Client {
+    /// The release warden binary, `serve` over stdio, with `env` settings.
+    pub async fn warden(env: &[(&str, &str)]) -> Client {
+        let data = data_dir();
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_warden"));
+        cmd.arg("serve")
+            .env("SANDBOX_DATA_DIR", data.path())
+            .env("SANDBOX_PYTHON", PYTHON)
+            .env("WARDEN_LOG", "error");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Client::connect(cmd, Some(data)).await
+    }
+
+    /// The unsandboxed `python3 -c` baseline server, working in `cwd`.
+    pub async fn baseline(cwd: &Path) -> Client {
+        let mut cmd = tokio::process::Command::new(std::env::current_exe().unwrap());
+        cmd.env("WARDEN_BENCH_ROLE", "baseline-server")
+            .current_dir(cwd);
+        Client::connect(cmd, None).await
+    }
+
+    async fn connect(cmd: tokio::process::Command, data: Option<tempfile::TempDir>) -> Client {
+        let transport = TokioChildProcess::new(cmd).unwrap();
+        let pid = transport.id().unwrap();
+        let service = ().serve(transport).await.unwrap();
+        Client {
+            service,
+            pid,
+            _data: data,
+        }
+    }
+
+    pub async fn call(&self, session: &str, code: &str) -> Value {
+        let serde_json::Value::Object(map) = json!({"code": code, "session": session}) else {
+            unreachable!()
+        };
+        let r = self
+            .service
+            .call_tool(CallToolRequestParams::new("execute_python").with_arguments(map))
+            .await
+            .unwrap();
+        r.structured_content.unwrap_or(Value::Null)
+    }
+
+    /// Times one call, checking that it printed `expect` (when given).
+    pub async fn timed(&self, session: &str, code: &str, expect: Option<&str>) -> Duration {
+        let t = Instant::now();
+        let r = self.call(session, code).await;
+        let took = t.elapsed();
+        if let Some(expect) = expect {
+            assert_eq!(r["stdout"], expect, "{r}");
+        }
+        took
+    }
+
+    /// The `warden://settings` document.
+    pub async fn settings(&self) -> Value {
+        let read = self
+            .service
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(
+                "warden://settings",
+            ))
+            .await
+            .unwrap();
+        match &read.contents[0] {
+            rmcp::model::ResourceContents::TextResourceContents { text, .. } => {
+                serde_json::from_str(text).unwrap()
+            }
+            _ => Value::Null,
+        }
+    }
+
+    /// Waits until the warm pool holds `ready` workers.
+    pub async fn wait_for_pool(&self, ready: u64) {
+        for _ in 0..600 {
+            if self.settings().await["workers"]["warm"]["ready"].as_u64() == Some(ready) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the warm pool never held {ready} workers");
+    }
+
+    pub async fn stop(self) {
+        let _ = self.service.cancel().await;
+    }
+}
+
+/// Resident memory of a process, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU time a process has used so far (every thread), in nanoseconds.
+pub fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Times `code` compiled and executed `n` times in one CPython process, stdout to a
+/// buffer (the native reference); returns p50 in milliseconds.
+pub fn native_p50_ms(code: &str, n: usize) -> f64 {
+    let script = r#"
+import contextlib, io, json, sys, time
+code, n = sys.argv[1], int(sys.argv[2])
+ns, samples = {}, []
+for _ in range(n):
+    buf = io.StringIO()
+    t = time.perf_counter()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code, "<cell>", "exec"), ns)
+    samples.append(time.perf_counter() - t)
+samples.sort()
+print(json.dumps(samples[len(samples) // 2] * 1000))
+"#;
+    let out = std::process::Command::new(PYTHON)
+        .args(["-c", script, code, &n.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Runs as the baseline server when `WARDEN_BENCH_ROLE=baseline-server`; returns false
+/// otherwise.
+pub fn serve_baseline_if_asked() -> bool {
+    if std::env::var("WARDEN_BENCH_ROLE").as_deref() != Ok("baseline-server") {
+        return false;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let running = Baseline.serve(rmcp::transport::stdio()).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    true
+}
+
+/// `execute_python` as `python3 -c <code>` in a fresh, unsandboxed subprocess.
+#[derive(Clone)]
+struct Baseline;
+
+impl rmcp::ServerHandler for Baseline {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        let schema = serde_json::from_value(json!({"type": "object"})).unwrap();
+        Ok(rmcp::model::ListToolsResult::with_all_items(vec![
+            Tool::new(
+                "execute_python",
+                "python3 -c, unsandboxed",
+                std::sync::Arc::new(schema),
+            ),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        let code = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("code"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let out = tokio::process::Command::new(PYTHON)
+            .args(["-c", &code])
+            .output()
+            .await
+            .map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))?;
+        let cut = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(OUTPUT_CAP)]).into_owned();
+        let value = json!({
+            "status": if out.status.success() { "ok" } else { "error" },
+            "stdout": cut(&out.stdout),
+            "stderr": cut(&out.stderr),
+        });
+        Ok(CallToolResult::structured(value).into())
+    }
+}
