@@ -458,7 +458,8 @@ fn delete_session(addr: &str, session: &str) -> u16 {
 
 #[test]
 fn ending_an_mcp_session_closes_its_python_sessions() {
-    let server = HttpServer::start("127.0.0.1:0", &[]);
+    // No warm workers: every worker process the host sees is then a session's.
+    let server = HttpServer::start("127.0.0.1:0", &[("SANDBOX_WARM_WORKERS", "0")]);
     let mut a = server.client();
     a.initialize(json!({}));
     let mut b = server.client();
