@@ -1177,3 +1177,676 @@ fn near_misses_of_the_bypass_fixes_stay_allowed() {
         assert_allowed(src);
     }
 }
+
+// ---- capabilities, by family (#13) ------------------------------------------------
+//
+// One row per family member: a computed or indirect use that must be blocked
+// with its rule, and the literal, harmless use next to it that must stay allowed.
+
+const FAMILY_CASES: &[(&str, &str, &str, &str)] = &[
+    // 1. A runtime string becomes an attribute lookup, an import or code.
+    (
+        "format field path",
+        "import string\nf = '0.' + name\nstring.Formatter().get_field(f, (x,), {})",
+        "reflection",
+        "import string\nprint(string.Formatter().format('{0.name}', p), '{0.real}'.format(3))",
+    ),
+    (
+        "format field path to internals",
+        "import string\nstring.Formatter().get_field('0.__globals__', (f,), {})",
+        "reflection",
+        "import string\nv, k = string.Formatter().get_field('0.real', (3,), {})",
+    ),
+    (
+        "template engine",
+        "import jinja2\njinja2.Template(\"{{ f.__globals__['os'] }}\").render(f=len)",
+        "template_field",
+        "import jinja2\nprint(jinja2.Template('Hello {{ user.name }} {{ rows[0] }}').render(user=u, rows=[1]))",
+    ),
+    (
+        "template engine with a computed template",
+        "import jinja2\njinja2.Template(text).render()",
+        "template_field",
+        "from jinja2.sandbox import SandboxedEnvironment\nenv = SandboxedEnvironment()\nprint(env.from_string('{{ x }}').render(x=1))",
+    ),
+    (
+        "template subscript walks attributes",
+        "import jinja2\njinja2.Template(\"{{ x[k] }}\").render(x=1, k=name)",
+        "template_field",
+        "import jinja2\njinja2.Template(\"{{ x['a'] }}\").render(x={'a': 1})",
+    ),
+    (
+        "unsandboxed template environment",
+        "from jinja2 import Environment\nEnvironment().from_string('{{ x }}')",
+        "template_field",
+        "from jinja2.sandbox import SandboxedEnvironment\nSandboxedEnvironment().from_string('{{ x }}')",
+    ),
+    (
+        "symbolic-math parser",
+        "import sympy\nsympy.sympify('x' + op + 'y')",
+        "code_string",
+        "import sympy\nx = sympy.Symbol('x')\nprint(sympy.sympify('x**2'), sympy.S.Half * x)",
+    ),
+    (
+        "symbolic-math parser through any sympy function",
+        "import sympy\ns = 'x' + suffix\nsympy.simplify(s)",
+        "code_string",
+        "import sympy\nx = sympy.Symbol('x')\nprint(sympy.simplify(x**2 + 2*x + 1))",
+    ),
+    (
+        "sympy parser by another name",
+        "from sympy import sympify as s",
+        "code_string",
+        "from sympy import sympify\nprint(sympify('1 + 2'))",
+    ),
+    (
+        "numpy testing helper that execs",
+        "import numpy as np\nnp.testing.measure(code, 1)",
+        "code_string",
+        "import numpy as np\nnp.testing.assert_allclose([1.0], [1.0])",
+    ),
+    (
+        "pandas query with a computed string",
+        "import pandas as pd\ndf = pd.DataFrame()\ndf.query('a > ' + x)",
+        "code_string",
+        "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\nlimit = 1\nprint(df.query('a > @limit'))",
+    ),
+    (
+        "annotations written at run time",
+        "def h(x: int): pass\nh.__annotations__['x'] = s",
+        "internals_attribute",
+        "def h(x: int) -> int:\n    return x\n",
+    ),
+    (
+        "dispatch on an annotation the guard cannot read",
+        "import functools\n@functools.singledispatch\ndef f(x): pass\n@f.register\ndef _(x: T): pass\n",
+        "reflection",
+        "import functools\n@functools.singledispatch\ndef f(x): pass\n@f.register\ndef _(x: int): pass\n@f.register(str)\ndef _(x): pass\n",
+    ),
+    (
+        "dataclass fields from a namespace built at run time",
+        "import dataclasses\nC = dataclasses.dataclass(type('C', (), ns))",
+        "reflection",
+        "import dataclasses\n@dataclasses.dataclass\nclass C:\n    x: int\n    y: str = 'a'\n",
+    ),
+    (
+        "dataclass fields from an annotations dict",
+        "C = type('C', (), {'__annotations__': {name: int}})",
+        "dunder_name",
+        "C = type('C', (), {'total': 0})",
+    ),
+    (
+        "generated class with computed field names",
+        "import collections\nP = collections.namedtuple('P', fields)",
+        "reflection",
+        "import collections\nP = collections.namedtuple('P', ['x', 'y'])\nQ = collections.namedtuple('Q', 'a b')",
+    ),
+    (
+        "generated class with an internal field name",
+        "import dataclasses\nD = dataclasses.make_dataclass('D', ['gi_frame'])",
+        "reflection",
+        "import dataclasses\nD = dataclasses.make_dataclass('D', ['x', ('y', int)])",
+    ),
+    (
+        "match args rewritten through type.__setattr__",
+        "type.__setattr__(P, '__match_args__', (n,))",
+        "reflection",
+        "class P:\n    __match_args__ = ('x',)\n    def __init__(self, x):\n        self.x = x\nmatch P(1):\n    case P(v):\n        print(v)\n",
+    ),
+    (
+        "a metaclass that matches anything",
+        "class M(type):\n    def __instancecheck__(cls, o):\n        return True\n",
+        "reflection",
+        "import abc\nclass Base(abc.ABC):\n    @abc.abstractmethod\n    def area(self): ...\n",
+    ),
+    (
+        "instancecheck defined anywhere",
+        "class A:\n    def __instancecheck__(self, o):\n        return True\n",
+        "dunder_name",
+        "class A:\n    def __eq__(self, o):\n        return True\n",
+    ),
+    (
+        "class field named like a frame attribute",
+        "import dataclasses\n@dataclasses.dataclass\nclass D:\n    gi_frame: int\n",
+        "internals_attribute",
+        "import dataclasses\n@dataclasses.dataclass\nclass D:\n    frame: int\n",
+    ),
+    (
+        "a class namespace with a computed key",
+        "C = type('C', (), {k: v})",
+        "reflection",
+        "C = type('C', (object,), {'x': 1})",
+    ),
+    (
+        "attrgetter with a computed name",
+        "import operator\noperator.attrgetter('a' + b)",
+        "reflection",
+        "import operator\nprint(sorted(rows, key=operator.attrgetter('score')))",
+    ),
+    // 2. Blocked builtins and modules reached under another name.
+    (
+        "builtins module kept by an allowed module",
+        "import enum\nenum.bltns.exec('1')",
+        "module_reexport",
+        "import enum\nprint(enum.Enum('E', 'A B').A)",
+    ),
+    (
+        "gc kept by an allowed module",
+        "import pandas.core.generic as g\ng.gc.get_objects()",
+        "module_reexport",
+        "import pandas as pd\nprint(pd.DataFrame({'a': [1]}).sum())",
+    ),
+    (
+        "zipimport kept by an allowed module",
+        "import jinja2.loaders\njinja2.loaders.zipimport",
+        "module_reexport",
+        "import jinja2\nprint(jinja2.__version__)",
+    ),
+    (
+        "pwd and grp kept by tarfile",
+        "import tarfile\ntarfile.pwd.getpwall()",
+        "module_reexport",
+        "import tarfile\nprint(tarfile.is_tarfile('data.tar'))",
+    ),
+    (
+        "a re-export imported by name",
+        "from jinja2.filters import getattr_static",
+        "module_reexport",
+        "from jinja2.filters import do_upper",
+    ),
+    (
+        "a blocked builtin under another name",
+        "import six\nsix.exec_('1')",
+        "blocked_module",
+        "print(sum([1, 2]))",
+    ),
+    (
+        "a package's test suite",
+        "import numba.tests.support",
+        "blocked_module",
+        "import numba",
+    ),
+    // 3. Process spawning through allowed code.
+    (
+        "a stdlib module that wraps the shell",
+        "import pipes\npipes.Template()",
+        "blocked_module",
+        "import shlex\nprint(shlex.quote('a b'))",
+    ),
+    (
+        "a private asyncio transport",
+        "from asyncio import unix_events\nunix_events._UnixSubprocessTransport(loop, p, 'sh', True, None, None, None, 0)",
+        "process_spawn",
+        "import asyncio\nasync def main():\n    await asyncio.sleep(0)\nasyncio.run(main())",
+    ),
+    (
+        "a configured movie encoder",
+        "import matplotlib as mpl\nmpl.rcParams['animation.' + 'ffmpeg_path'] = '/bin/sh'",
+        "config_key",
+        "import matplotlib as mpl\nmpl.rcParams['lines.linewidth'] = 2\nmpl.rcParams.update({'font.size': 9})",
+    ),
+    (
+        "a configuration key the guard cannot read",
+        "import matplotlib as mpl\nmpl.rcParams[key] = value",
+        "config_key",
+        "import matplotlib as mpl\nprint(mpl.rcParams['font.size'])",
+    ),
+    (
+        "a configuration key as a keyword",
+        "import matplotlib as mpl\nmpl.rc('animation', ffmpeg_path='/bin/sh')",
+        "config_key",
+        "import matplotlib as mpl\nmpl.rc('lines', linewidth=2)",
+    ),
+    (
+        "a matplotlibrc the next import reads",
+        "open('matplotlibrc', 'w').write(s)",
+        "code_file_write",
+        "open('results.txt', 'w').write('ok')",
+    ),
+    // 4. Deserialisation and loading.
+    (
+        "YAML full loader",
+        "import yaml\nyaml.load(doc, Loader=yaml.FullLoader)",
+        "unsafe_loader",
+        "import yaml\nprint(yaml.safe_load('a: 1'), yaml.load('a: 1', Loader=yaml.SafeLoader))",
+    ),
+    (
+        "YAML full_load",
+        "import yaml\nyaml.full_load(doc)",
+        "unsafe_loader",
+        "import yaml\nprint(yaml.safe_load_all('a: 1'))",
+    ),
+    (
+        "YAML loader passed by position",
+        "import yaml\nyaml.load(doc, L)",
+        "unsafe_loader",
+        "import yaml\nyaml.load(doc, yaml.CSafeLoader)",
+    ),
+    (
+        "YAML python tag",
+        "doc = '!!python/object/apply:os.system [id]'",
+        "unsafe_loader",
+        "doc = 'a: !!str 1'",
+    ),
+    (
+        "pickle flag by position",
+        "import numpy as np\nnp.load('x.npy', None, True)",
+        "unsafe_loader",
+        "import numpy as np\nnp.load('x.npy', None, False)\nnp.load('x.npy', 'r')",
+    ),
+    (
+        "pickle flag through **{...}",
+        "import numpy as np\nnp.load('x.npy', **{'allow_pickle': True})",
+        "unsafe_loader",
+        "import numpy as np\nnp.load('x.npy', **{'mmap_mode': 'r'})",
+    ),
+    (
+        "pickle flag hidden in **kwargs",
+        "import numpy as np\nnp.load('x.npy', **opts)",
+        "unsafe_loader",
+        "import numpy as np\nnp.load('x.npy', mmap_mode='r')",
+    ),
+    (
+        "pickle through numpy.ma",
+        "import numpy as np\nnp.ma.loads(data)",
+        "unsafe_loader",
+        "import numpy as np\nprint(np.ma.masked_array([1, 2], mask=[0, 1]))",
+    ),
+    (
+        "HDF5 object columns are pickles",
+        "import pandas as pd\npd.read_hdf('x.h5')",
+        "unsafe_loader",
+        "import pandas as pd\npd.read_csv('x.csv')",
+    ),
+    // 5. Native code.
+    (
+        "an LLVM JIT",
+        "import llvmlite.binding as llvm",
+        "blocked_module",
+        "import numba\n@numba.njit\ndef f(x):\n    return x + 1\n",
+    ),
+    (
+        "numba raw pointers",
+        "import numba\nnumba.carray(ptr, 10)",
+        "native_code",
+        "import numba\nimport numpy as np\nprint(numba.njit(lambda a: a.sum())(np.ones(3)))",
+    ),
+    (
+        "numba intrinsics (LLVM IR)",
+        "from numba.extending import intrinsic",
+        "blocked_module",
+        "from numba import njit",
+    ),
+    (
+        "cffi's backend",
+        "import _cffi_backend",
+        "blocked_module",
+        "import math",
+    ),
+    (
+        "a ctypes function type re-exported",
+        "import llvmlite.binding.executionengine as ee\nee.CFUNCTYPE",
+        "module_reexport",
+        "import numpy as np\nprint(np.float64(1).dtype)",
+    ),
+];
+
+#[test]
+fn every_family_blocks_the_computed_use_and_allows_the_literal_one() {
+    for (what, blocked, rule, allowed) in FAMILY_CASES {
+        let v = check(blocked);
+        assert_eq!(
+            v.decision,
+            Decision::Blocked,
+            "{what}: not blocked: {blocked}\n{v:#?}"
+        );
+        assert!(
+            rules(&v).contains(rule),
+            "{what}: expected {rule} for {blocked:?}, got {:?}",
+            rules(&v)
+        );
+        let v = check(allowed);
+        assert_eq!(
+            v.decision,
+            Decision::Allowed,
+            "{what}: false positive for {allowed:?}\n{v:#?}"
+        );
+    }
+}
+
+#[test]
+fn the_issue_s_literal_uses_stay_allowed() {
+    for src in [
+        "x = 3\nprint(\"{0.real}\".format(x))",
+        "import string\np = P()\nprint(string.Formatter().format(\"{0.name}\", p))",
+        "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\nlimit = 1\nprint(df.query(\"a > @limit\"))",
+        "from sympy import sympify\nprint(sympify(\"x**2\"))",
+        "from operator import attrgetter\nby_score = attrgetter(\"score\")",
+        "import yaml\nprint(yaml.safe_load(\"a: 1\"))",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+#[test]
+fn extends_default_adds_a_deployment_s_own_capabilities() {
+    let extra = r#"
+extends = "default"
+[[capabilities]]
+rule = "code_string"
+category = "code"
+reason = "runs its argument in our in-house evaluator"
+functions = ["acme.evaluate"]
+literal = "code"
+position = 0
+
+[modules]
+blocked = ["acme.admin"]
+"#;
+    let g = Guard::from_policy_toml(extra).unwrap();
+    let c = ctx();
+    let v = g.check(b"import acme\nacme.evaluate(text)", &c);
+    assert!(rules(&v).contains(&"code_string"), "{v:#?}");
+    let v = g.check(b"import acme\nacme.evaluate('1 + 2')", &c);
+    assert_eq!(v.decision, Decision::Allowed, "{v:#?}");
+    let v = g.check(b"import acme.admin", &c);
+    assert!(rules(&v).contains(&"blocked_module"), "{v:#?}");
+    // The default's own entries are still there.
+    let v = g.check(b"import os", &c);
+    assert!(rules(&v).contains(&"blocked_module"), "{v:#?}");
+    let err = Guard::from_policy_toml("extends = \"other\"\nversion = 1")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("extends"), "{err}");
+}
+
+/// The bypass programs in tests/corpus/bypass: each ran a shell under plain
+/// CPython on the guard before #13 (proved again by
+/// `bypasses_really_run_a_shell_under_plain_cpython`), each names its rule.
+fn bypasses() -> Vec<(String, String, String, String)> {
+    corpus_files("bypass")
+        .into_iter()
+        .map(|(name, bytes)| {
+            let text = String::from_utf8(bytes).unwrap();
+            let header = |key: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(&format!("# {key}: ")))
+                    .unwrap_or_else(|| panic!("{name} has no `# {key}:` line"))
+                    .trim()
+                    .to_string()
+            };
+            let (rule, marker) = (header("rule"), header("marker"));
+            (name, text, rule, marker)
+        })
+        .collect()
+}
+
+#[test]
+fn every_bypass_is_blocked_with_its_rule() {
+    let all = bypasses();
+    assert!(all.len() >= 17, "{} bypasses", all.len());
+    for family in ["f1_", "f2_", "f3_", "f4_", "f5_"] {
+        assert!(
+            all.iter().any(|(n, ..)| n.starts_with(family)),
+            "no bypass for {family}"
+        );
+    }
+    for (name, text, rule, _) in &all {
+        let v = check(text);
+        assert_eq!(v.decision, Decision::Blocked, "{name}:\n{v:#?}");
+        assert!(
+            rules(&v).contains(&rule.as_str()),
+            "{name}: expected {rule}, got {:?}",
+            rules(&v)
+        );
+    }
+}
+
+/// Runs every bypass with Debian's CPython outside any sandbox, in a scratch
+/// directory, and checks that its shell really ran (the marker file exists).
+/// The packages they need are installed by .ci/run; locally a missing one
+/// skips that program with a note, in CI it fails.
+#[test]
+fn bypasses_really_run_a_shell_under_plain_cpython() {
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs /usr/bin/python3"
+        );
+        eprintln!("no /usr/bin/python3: skipped");
+        return;
+    }
+    for (name, text, _, marker) in bypasses() {
+        let needs: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("import ")
+                    .or_else(|| l.strip_prefix("from "))
+            })
+            .filter_map(|l| l.split([' ', '.', ',']).next())
+            .collect();
+        let probe = format!("import {}", needs.join(", "));
+        let have = std::process::Command::new(python)
+            .args(["-I", "-c", &probe])
+            .output()
+            .unwrap();
+        if !have.status.success() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{name}: CI lacks a package: {probe}"
+            );
+            eprintln!("{name}: skipped, this machine lacks a package ({probe})");
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(&name), &text).unwrap();
+        let out = std::process::Command::new("timeout")
+            .args(["120", "/usr/bin/python3", "-I", &name])
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            dir.path().join(&marker).exists(),
+            "{name} did not run its shell under plain CPython:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+// ---- programs that build names at run time (#13) -------------------------------------
+//
+// Each generated program builds a dangerous name or code string at run time
+// (concatenation, join, chr, slicing, format, f-strings, bytes decoding,
+// codecs), optionally through a variable, and passes it to one of the
+// reflective, evaluating or loading APIs on the policy's lists. The guard
+// must block every one, and never crash or hang.
+
+/// Names and code the programs try to reach.
+const TARGETS: &[&str] = &[
+    "__class__",
+    "__globals__",
+    "__subclasses__",
+    "gi_frame",
+    "f_back",
+    "os",
+    "system",
+    "__import__('os').system('id')",
+    "animation.ffmpeg_path",
+    "{{ x.__init__.__globals__ }}",
+];
+
+/// Templates for the `str.format` sinks: a harmless template built at run
+/// time is harmless, so these always walk attributes.
+const FORMAT_TARGETS: &[&str] = &["{0.__class__}", "{0.__init__.__globals__}", "{x.gi_frame}"];
+
+/// Python expressions whose value is `target`, built at run time.
+fn builders(target: &str) -> Vec<String> {
+    let lit = |s: &str| format!("{s:?}");
+    let mid = target.len() / 2;
+    let (a, b) = target.split_at(
+        target
+            .char_indices()
+            .map(|(i, _)| i)
+            .find(|&i| i >= mid)
+            .unwrap_or(0),
+    );
+    let codes: Vec<String> = target.chars().map(|c| (c as u32).to_string()).collect();
+    let hex: String = target.bytes().map(|b| format!("{b:02x}")).collect();
+    let rot13: String = target
+        .chars()
+        .map(|c| match c {
+            'a'..='z' => (((c as u8 - b'a' + 13) % 26) + b'a') as char,
+            'A'..='Z' => (((c as u8 - b'A' + 13) % 26) + b'A') as char,
+            _ => c,
+        })
+        .collect();
+    let reversed: String = target.chars().rev().collect();
+    vec![
+        format!("{} + {}", lit(a), lit(b)),
+        format!("''.join([{}, {}])", lit(a), lit(b)),
+        format!("''.join(map(chr, [{}]))", codes.join(", ")),
+        format!("''.join(chr(c) for c in [{}])", codes.join(", ")),
+        format!("{}[::-1]", lit(&reversed)),
+        format!("('xx' + {})[2:]", lit(target)),
+        format!("'{{}}{{}}'.format({}, {})", lit(a), lit(b)),
+        format!("'%s%s' % ({}, {})", lit(a), lit(b)),
+        format!("f'{{{}}}{{{}}}'", lit(a), lit(b)),
+        format!("bytes([{}]).decode()", codes.join(", ")),
+        format!("bytes.fromhex('{hex}').decode('ascii')"),
+        format!("codecs.decode({}, 'rot13')", lit(&rot13)),
+        format!("codecs.decode(b'{}', 'ascii')", target.escape_default()),
+        format!("str({})", lit(target)),
+    ]
+}
+
+/// The `str.format` sinks: the template is the built string.
+fn format_sinks(n: &str) -> Vec<String> {
+    vec![
+        format!("string.Formatter().vformat({n}, (obj,), {{}})"),
+        format!("string.Formatter().format({n}, obj)"),
+        format!("str.format({n}, obj)"),
+        format!("({n}).format(obj)"),
+        format!("({n}).format_map({{'x': obj}})"),
+    ]
+}
+
+/// The other sinks: each takes the built expression `n` and passes it on.
+fn sinks(n: &str) -> Vec<String> {
+    vec![
+        format!("getattr(obj, {n})"),
+        format!("setattr(obj, {n}, 1)"),
+        format!("delattr(obj, {n})"),
+        format!("hasattr(obj, {n})"),
+        format!("operator.attrgetter({n})(obj)"),
+        format!("operator.methodcaller({n})(obj)"),
+        format!("string.Formatter().get_field({n}, (obj,), {{}})"),
+        format!("object.__setattr__(obj, {n}, 1)"),
+        format!("type.__setattr__(C, {n}, (1,))"),
+        format!("type('C', (), {{{n}: 1}})"),
+        format!("collections.namedtuple('P', [{n}])"),
+        format!("dataclasses.make_dataclass('D', [{n}])"),
+        format!("sympy.sympify({n})"),
+        format!("sympy.parsing.sympy_parser.parse_expr({n})"),
+        format!("sympy.simplify({n})"),
+        format!("df.query({n})"),
+        format!("df.eval({n})"),
+        format!("pd.eval({n})"),
+        format!("ImageMath.eval({n}, a=1)"),
+        format!("np.testing.measure({n})"),
+        format!("jinja2.Template({n}).render(x=obj)"),
+        format!("jinja2.Environment().from_string({n})"),
+        format!("sympy.external.import_module({n})"),
+        format!("matplotlib.use({n})"),
+        format!("matplotlib.rcParams[{n}] = '/bin/sh'"),
+        format!("matplotlib.rcParams.update({{{n}: '/bin/sh'}})"),
+        format!("yaml.load(doc, Loader=getattr(yaml, {n}))"),
+        format!("np.load('x.npy', allow_pickle=bool({n}))"),
+    ]
+}
+
+const PRELUDE: &str = "import operator, string, codecs, collections, dataclasses\n\
+import sympy, sympy.parsing.sympy_parser, sympy.external\n\
+import numpy as np, pandas as pd, jinja2, matplotlib, yaml\n\
+from PIL import ImageMath\n";
+
+/// How many sinks there are in all.
+fn sink_count() -> usize {
+    sinks("n").len() + format_sinks("n").len()
+}
+
+fn program(target: usize, builder: usize, sink: usize, via_variable: bool, filler: &str) -> String {
+    let sink = sink % sink_count();
+    let formats = format_sinks("n").len();
+    let target = if sink < formats {
+        FORMAT_TARGETS[target % FORMAT_TARGETS.len()]
+    } else {
+        TARGETS[target % TARGETS.len()]
+    };
+    let built = builders(target);
+    let expr = &built[builder % built.len()];
+    let (setup, n) = if via_variable {
+        (format!("name = {expr}\n"), "name".to_string())
+    } else {
+        (String::new(), format!("({expr})"))
+    };
+    let call = if sink < formats {
+        format_sinks(&n).swap_remove(sink)
+    } else {
+        sinks(&n).swap_remove(sink - formats)
+    };
+    format!("{PRELUDE}{filler}{setup}{call}\n")
+}
+
+/// Checks `src` on another thread: a hang is a failure, not a stuck test.
+fn check_with_deadline(src: String) -> Verdict {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(guard().check(src.as_bytes(), &ctx()));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the guard hung (no verdict within 60 s)")
+}
+
+#[test]
+fn every_builder_reaches_every_sink_blocked() {
+    // The whole cross product once, deterministically.
+    for (t, target) in TARGETS.iter().enumerate() {
+        for b in 0..builders(target).len() {
+            for s in 0..sink_count() {
+                for via in [false, true] {
+                    let src = program(t, b, s, via, "");
+                    let v = check_with_deadline(src.clone());
+                    assert_eq!(v.decision, Decision::Blocked, "not blocked:\n{src}\n{v:#?}");
+                    assert!(!v.retryable_error, "not judged:\n{src}\n{v:#?}");
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::default())]
+
+    #[test]
+    fn built_names_are_blocked_amid_ordinary_code(
+        t in any::<usize>(),
+        b in any::<usize>(),
+        s in any::<usize>(),
+        via in any::<bool>(),
+        filler in prop::collection::vec(prop::sample::select(vec![
+            "x = [i * 2 for i in range(10)]\n",
+            "total = sum(x) if x else 0\n",
+            "def f(a, b=2):\n    return a + b\n",
+            "class P:\n    def __init__(self, v):\n        self.v = v\n",
+            "label = f'{total:>8.2f}'\n",
+            "rows = sorted({'b': 2, 'a': 1}.items())\n",
+        ]), 0..4),
+    ) {
+        let src = program(t, b, s, via, &filler.concat());
+        let v = check_with_deadline(src.clone());
+        prop_assert_eq!(v.decision, Decision::Blocked, "not blocked:\n{}", src);
+        prop_assert!(!rules(&v).contains(&"internal_error"), "{}", src);
+    }
+}

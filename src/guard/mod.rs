@@ -54,6 +54,12 @@ pub const DEFAULT_POLICY: &str = include_str!(concat!(
     "/policies/default.toml"
 ));
 
+/// Re-exports computed from the runtime by tools/guard_reexports.py.
+pub const REEXPORTS: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/policies/reexports.toml"
+));
+
 /// A compiled policy, ready to check code. Cheap to clone and share.
 #[derive(Debug, Clone)]
 pub struct Guard {

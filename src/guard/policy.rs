@@ -27,6 +27,10 @@ pub enum Action {
 #[serde(deny_unknown_fields)]
 struct PolicyFile {
     version: u32,
+    /// `"default"`: this file adds to the embedded default policy (read
+    /// before deserialising, in `from_toml`).
+    #[serde(default, rename = "extends")]
+    _extends: Option<String>,
     limits: LimitsFile,
     #[serde(default)]
     actions: HashMap<String, Action>,
@@ -38,6 +42,92 @@ struct PolicyFile {
     paths: PathsFile,
     #[serde(default)]
     tripwires: Vec<TripwireFile>,
+    #[serde(default)]
+    capabilities: Vec<CapabilityFile>,
+    #[serde(default)]
+    modes: Vec<ModeFile>,
+    #[serde(default)]
+    config_keys: Vec<ConfigKeysFile>,
+    #[serde(default)]
+    patterns: Vec<PatternFile>,
+}
+
+/// A regular expression over string values that is a finding (not a tripwire).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatternFile {
+    rule: String,
+    category: String,
+    reason: String,
+    pattern: String,
+}
+
+/// APIs that resolve names, evaluate strings, spawn processes, load code or
+/// emit native code, by module and function.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CapabilityFile {
+    rule: String,
+    category: String,
+    reason: String,
+    functions: Vec<String>,
+    #[serde(default)]
+    literal: Literal,
+    #[serde(default)]
+    position: Option<usize>,
+    #[serde(default)]
+    keyword: Option<String>,
+    #[serde(default = "yes")]
+    by_name: bool,
+}
+
+/// An argument that switches a function into a dangerous mode.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModeFile {
+    rule: String,
+    category: String,
+    reason: String,
+    functions: Vec<String>,
+    keyword: String,
+    #[serde(default)]
+    position: Option<usize>,
+    #[serde(default)]
+    safe: Vec<String>,
+    #[serde(default = "yes")]
+    by_name: bool,
+}
+
+/// Configuration keys whose value is a program the library later runs.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigKeysFile {
+    rule: String,
+    category: String,
+    reason: String,
+    keys: Vec<String>,
+    #[serde(default)]
+    objects: Vec<String>,
+}
+
+/// The generated `policies/reexports.toml`.
+#[derive(Debug, Deserialize)]
+struct ReexportsFile {
+    #[serde(default)]
+    reexport: Vec<ReexportFile>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReexportFile {
+    name: String,
+    distinctive: bool,
+    targets: Vec<String>,
+    #[serde(rename = "where")]
+    modules: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Deserialize)]
@@ -53,6 +143,8 @@ struct LimitsFile {
 #[serde(deny_unknown_fields)]
 struct ModulesFile {
     blocked: Vec<String>,
+    #[serde(default)]
+    blocked_parts: Vec<String>,
     #[serde(default)]
     hints: HashMap<String, String>,
     #[serde(default)]
@@ -79,6 +171,8 @@ struct AttributesFile {
     internals: Vec<String>,
     module_reexports: Vec<String>,
     #[serde(default)]
+    reexports_by_receiver_only: Vec<String>,
+    #[serde(default)]
     dangerous: Vec<DangerousGroupFile>,
     #[serde(default)]
     dangerous_keywords: Vec<DangerousGroupFile>,
@@ -101,6 +195,8 @@ struct ReflectionFile {
     code_string_methods: Vec<String>,
     #[serde(default)]
     code_string_functions: Vec<String>,
+    #[serde(default)]
+    metaclasses: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +235,146 @@ pub struct Tripwire {
     pub category: String,
     pub description: String,
     pub action: Action,
+}
+
+/// What a literal argument of a capability may be; anything not literal is
+/// refused, since its text cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Literal {
+    /// Never allowed, literal or not.
+    #[default]
+    Never,
+    /// Python code: parsed and checked like the submitted source.
+    Code,
+    /// A dotted attribute path: every part checked like `obj.name`.
+    Attribute,
+    /// A `str.format` field path (`0.name[key]`): its attributes checked.
+    Field,
+    /// A module name: checked like an import.
+    Module,
+    /// A template (jinja): its expressions checked for attribute walks.
+    Template,
+    /// Field names of a generated class: each checked like `obj.name`.
+    Fields,
+}
+
+/// One capability entry, compiled.
+#[derive(Debug, Clone)]
+pub struct Capability {
+    /// The qualified name as the policy wrote it (`sympy.sympify`).
+    pub name: String,
+    pub rule: String,
+    pub category: String,
+    pub reason: String,
+    pub literal: Literal,
+    pub position: Option<usize>,
+    pub keyword: Option<String>,
+}
+
+/// An argument that must keep a function in its safe mode.
+#[derive(Debug, Clone)]
+pub struct Mode {
+    pub name: String,
+    pub rule: String,
+    pub category: String,
+    pub reason: String,
+    pub keyword: String,
+    pub position: Option<usize>,
+    /// Values (last names) that keep it safe; empty: only False/None/0.
+    pub safe: HashSet<String>,
+}
+
+/// Configuration keys that name programs.
+#[derive(Debug, Clone)]
+pub struct ConfigKeys {
+    pub rule: String,
+    pub category: String,
+    pub reason: String,
+}
+
+/// A name under which allowed modules hand out something blocked.
+#[derive(Debug, Clone)]
+pub struct Reexport {
+    /// Nothing harmless in the audited runtime has this name.
+    pub distinctive: bool,
+    /// What it is (`module os`, `builtin exec`, `api subprocess.check_output`).
+    pub targets: Vec<String>,
+    /// Modules (and classes) where it holds.
+    pub modules: HashSet<String>,
+}
+
+/// Lookup tables for entries named by module and function.
+#[derive(Debug)]
+pub struct ByName<T> {
+    pub entries: Vec<T>,
+    /// Last component of every entry, matched by name or not: a call whose
+    /// last name is not here cannot be any entry.
+    pub names: HashSet<String>,
+    /// Full dotted name -> entry.
+    pub qualified: HashMap<String, Vec<usize>>,
+    /// Last component -> entries matched on any receiver the guard cannot resolve.
+    pub last: HashMap<String, Vec<usize>>,
+    /// Entries written as a bare name (`_UnixSubprocessTransport`): matched
+    /// on every receiver, resolved or not.
+    pub bare: HashMap<String, Vec<usize>>,
+}
+
+impl<T> Default for ByName<T> {
+    fn default() -> Self {
+        ByName {
+            entries: Vec::new(),
+            names: HashSet::new(),
+            qualified: HashMap::new(),
+            last: HashMap::new(),
+            bare: HashMap::new(),
+        }
+    }
+}
+
+impl<T> ByName<T> {
+    fn add(&mut self, qualified: &str, by_name: bool, entry: T) {
+        let i = self.entries.len();
+        self.entries.push(entry);
+        self.qualified
+            .entry(qualified.to_string())
+            .or_default()
+            .push(i);
+        let last = qualified.rsplit('.').next().unwrap_or(qualified);
+        self.names.insert(last.to_string());
+        if !qualified.contains('.') {
+            self.bare.entry(last.to_string()).or_default().push(i);
+        }
+        if by_name && qualified.contains('.') {
+            let last = qualified.rsplit('.').next().unwrap_or(qualified);
+            self.last.entry(last.to_string()).or_default().push(i);
+        }
+    }
+
+    /// Entries for a call or reference: by qualified name when the guard
+    /// resolved it, else by its last name.
+    pub fn lookup(&self, resolved: &[String], last: &str) -> Vec<&T> {
+        let mut out: Vec<&T> = Vec::new();
+        if let Some(ids) = self.bare.get(last) {
+            out.extend(ids.iter().filter_map(|&i| self.entries.get(i)));
+        }
+        if resolved.is_empty() {
+            if let Some(ids) = self.last.get(last) {
+                out.extend(ids.iter().filter_map(|&i| self.entries.get(i)));
+            }
+            return out;
+        }
+        for q in resolved {
+            if let Some(ids) = self.qualified.get(q) {
+                out.extend(ids.iter().filter_map(|&i| self.entries.get(i)));
+            }
+        }
+        out
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
 }
 
 /// A dangerous attribute name and why.
@@ -180,6 +416,23 @@ pub struct Policy {
     pub code_extensions: Vec<String>,
     pub tripwires: Vec<Tripwire>,
     pub tripwire_set: RegexSet,
+    /// Module path components that block a module wherever they appear (`tests`).
+    pub blocked_parts: HashSet<String>,
+    pub capabilities: ByName<Capability>,
+    pub modes: ByName<Mode>,
+    /// Configuration key (`animation.ffmpeg_path`) -> its group.
+    pub config_keys: HashMap<String, usize>,
+    /// Last part of each key (`ffmpeg_path`), as `rc(group, ffmpeg_path=...)` spells it.
+    pub config_leaves: HashMap<String, usize>,
+    pub config_groups: Vec<ConfigKeys>,
+    /// Objects whose keys are configuration (`rcParams`): computed keys are refused.
+    pub config_objects: HashSet<String>,
+    /// Generated from the runtime (policies/reexports.toml).
+    pub reexports: HashMap<String, Reexport>,
+    /// Classes whose subclasses are metaclasses (`ABCMeta`).
+    pub metaclasses: HashSet<String>,
+    pub patterns: Vec<ConfigKeys>,
+    pub pattern_set: RegexSet,
 }
 
 fn invalid(field: &str, why: impl Into<String>) -> GuardError {
@@ -237,18 +490,45 @@ pub const RULES: &[&str] = &[
     "code_file_write",
     "star_import",
     "code_string",
+    "template_field",
+    "process_spawn",
+    "unsafe_loader",
+    "native_code",
+    "config_key",
 ];
 
 impl Policy {
-    /// Parses and compiles a policy document.
+    /// Parses and compiles a policy document. A document with
+    /// `extends = "default"` adds to the embedded default policy: its lists
+    /// are appended, its tables merged, its values replace the default's.
+    /// The re-exports generated from the runtime (policies/reexports.toml)
+    /// are part of every policy.
     pub fn from_toml(text: &str) -> Result<Policy, GuardError> {
-        let file: PolicyFile = toml::from_str(text).map_err(|e| GuardError::PolicySyntax {
+        let syntax = |e: toml::de::Error| GuardError::PolicySyntax {
             reason: e.to_string(),
-        })?;
-        Policy::compile(file)
+        };
+        let value: toml::Value = toml::from_str(text).map_err(syntax)?;
+        let value = match value.get("extends").and_then(toml::Value::as_str) {
+            None => value,
+            Some("default") => {
+                let mut base: toml::Value =
+                    toml::from_str(super::DEFAULT_POLICY).map_err(syntax)?;
+                merge(&mut base, value);
+                base
+            }
+            Some(other) => {
+                return Err(invalid(
+                    "extends",
+                    format!("`{other}` is not a policy this build knows; use \"default\""),
+                ));
+            }
+        };
+        let file: PolicyFile = value.try_into().map_err(syntax)?;
+        let reexports: ReexportsFile = toml::from_str(super::REEXPORTS).map_err(syntax)?;
+        Policy::compile(file, reexports)
     }
 
-    fn compile(file: PolicyFile) -> Result<Policy, GuardError> {
+    fn compile(file: PolicyFile, reexports: ReexportsFile) -> Result<Policy, GuardError> {
         if file.version != 1 {
             return Err(invalid(
                 "version",
@@ -334,7 +614,31 @@ impl Policy {
         let tripwire_set = tripwire_builder(&patterns)
             .build()
             .map_err(|e| invalid("tripwires", e.to_string()))?;
+        let capabilities = compile_capabilities(&file.capabilities)?;
+        let modes = compile_modes(&file.modes)?;
+        let config = compile_config(&file.config_keys)?;
+        let mut reexports = compile_reexports(reexports);
+        for name in name_set(
+            "attributes.reexports_by_receiver_only",
+            &file.attributes.reexports_by_receiver_only,
+        )? {
+            if let Some(r) = reexports.get_mut(&name) {
+                r.distinctive = false;
+            }
+        }
+        let (patterns, pattern_set) = compile_patterns(&file.patterns)?;
         Ok(Policy {
+            metaclasses: name_set("reflection.metaclasses", &file.reflection.metaclasses)?,
+            patterns,
+            pattern_set,
+            blocked_parts: name_set("modules.blocked_parts", &file.modules.blocked_parts)?,
+            capabilities,
+            modes,
+            config_keys: config.keys,
+            config_leaves: config.leaves,
+            config_groups: config.groups,
+            config_objects: config.objects,
+            reexports,
             limits: Limits {
                 max_source_bytes: l.max_source_bytes,
                 max_nesting_depth: l.max_nesting_depth,
@@ -392,6 +696,9 @@ impl Policy {
 
     /// Whether `module` (dotted) or any package above it is blocked.
     pub fn module_blocked(&self, module: &str) -> Option<&str> {
+        if let Some(part) = module.split('.').find(|p| self.blocked_parts.contains(*p)) {
+            return self.blocked_parts.get(part).map(String::as_str);
+        }
         let mut end = 0;
         for (i, part) in module.split('.').enumerate() {
             end += part.len() + usize::from(i > 0);
@@ -406,6 +713,168 @@ impl Policy {
     /// Whether a dunder name may be read.
     pub fn dunder_allowed(&self, name: &str) -> bool {
         self.allowed_dunders.contains(name)
+    }
+}
+
+fn check_rule(field: &str, rule: &str) -> Result<(), GuardError> {
+    if RULES.contains(&rule) {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            format!("unknown rule `{rule}`; known rules: {}", RULES.join(", ")),
+        ))
+    }
+}
+
+fn qualified_names(field: &str, names: &[String]) -> Result<Vec<String>, GuardError> {
+    names
+        .iter()
+        .map(|n| {
+            let n = nfkc(n.trim()).into_owned();
+            if n.is_empty() || n.split('.').any(str::is_empty) {
+                Err(invalid(field, format!("`{n}` is not a dotted name")))
+            } else {
+                Ok(n)
+            }
+        })
+        .collect()
+}
+
+fn compile_capabilities(files: &[CapabilityFile]) -> Result<ByName<Capability>, GuardError> {
+    let mut out = ByName::default();
+    for c in files {
+        check_rule("capabilities.rule", &c.rule)?;
+        if c.literal != Literal::Never && c.position.is_none() && c.keyword.is_none() {
+            return Err(invalid(
+                "capabilities",
+                format!(
+                    "`{}`: a capability checked by its literal argument needs `position` or `keyword`",
+                    c.functions.join(", ")
+                ),
+            ));
+        }
+        for name in qualified_names("capabilities.functions", &c.functions)? {
+            let entry = Capability {
+                name: name.clone(),
+                rule: c.rule.clone(),
+                category: c.category.clone(),
+                reason: c.reason.clone(),
+                literal: c.literal,
+                position: c.position,
+                keyword: c.keyword.clone(),
+            };
+            out.add(&name, c.by_name, entry);
+        }
+    }
+    Ok(out)
+}
+
+fn compile_modes(files: &[ModeFile]) -> Result<ByName<Mode>, GuardError> {
+    let mut out = ByName::default();
+    for m in files {
+        check_rule("modes.rule", &m.rule)?;
+        let safe = name_set("modes.safe", &m.safe)?;
+        for name in qualified_names("modes.functions", &m.functions)? {
+            let entry = Mode {
+                name: name.clone(),
+                rule: m.rule.clone(),
+                category: m.category.clone(),
+                reason: m.reason.clone(),
+                keyword: m.keyword.clone(),
+                position: m.position,
+                safe: safe.clone(),
+            };
+            out.add(&name, m.by_name, entry);
+        }
+    }
+    Ok(out)
+}
+
+struct CompiledConfig {
+    keys: HashMap<String, usize>,
+    leaves: HashMap<String, usize>,
+    groups: Vec<ConfigKeys>,
+    objects: HashSet<String>,
+}
+
+fn compile_config(files: &[ConfigKeysFile]) -> Result<CompiledConfig, GuardError> {
+    let mut out = CompiledConfig {
+        keys: HashMap::new(),
+        leaves: HashMap::new(),
+        groups: Vec::new(),
+        objects: HashSet::new(),
+    };
+    for (i, g) in files.iter().enumerate() {
+        check_rule("config_keys.rule", &g.rule)?;
+        for key in name_set("config_keys.keys", &g.keys)? {
+            if let Some(leaf) = key.rsplit('.').next() {
+                out.leaves.insert(leaf.to_string(), i);
+            }
+            out.keys.insert(key, i);
+        }
+        out.objects
+            .extend(name_set("config_keys.objects", &g.objects)?);
+        out.groups.push(ConfigKeys {
+            rule: g.rule.clone(),
+            category: g.category.clone(),
+            reason: g.reason.clone(),
+        });
+    }
+    Ok(out)
+}
+
+fn compile_patterns(files: &[PatternFile]) -> Result<(Vec<ConfigKeys>, RegexSet), GuardError> {
+    let mut out = Vec::new();
+    let mut sources = Vec::new();
+    for p in files {
+        check_rule("patterns.rule", &p.rule)?;
+        tripwire_builder(std::slice::from_ref(&p.pattern))
+            .build()
+            .map_err(|e| invalid("patterns.pattern", e.to_string()))?;
+        sources.push(p.pattern.clone());
+        out.push(ConfigKeys {
+            rule: p.rule.clone(),
+            category: p.category.clone(),
+            reason: p.reason.clone(),
+        });
+    }
+    let set = tripwire_builder(&sources)
+        .build()
+        .map_err(|e| invalid("patterns", e.to_string()))?;
+    Ok((out, set))
+}
+
+fn compile_reexports(file: ReexportsFile) -> HashMap<String, Reexport> {
+    file.reexport
+        .into_iter()
+        .map(|r| {
+            let entry = Reexport {
+                distinctive: r.distinctive,
+                targets: r.targets,
+                modules: r.modules.into_iter().collect(),
+            };
+            (nfkc(&r.name).into_owned(), entry)
+        })
+        .collect()
+}
+
+/// Adds `overlay` to `base`: arrays are appended, tables merged, other
+/// values replaced.
+fn merge(base: &mut toml::Value, overlay: toml::Value) {
+    match (base, overlay) {
+        (toml::Value::Table(b), toml::Value::Table(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(existing) => merge(existing, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (toml::Value::Array(b), toml::Value::Array(o)) => b.extend(o),
+        (b, o) => *b = o,
     }
 }
 

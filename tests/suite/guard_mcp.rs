@@ -150,3 +150,91 @@ fn check_cli_reports_and_exits_nonzero_on_blocked_code() {
     assert_eq!(v[1]["verdict"]["decision"], "blocked");
     assert_eq!(v[1]["verdict"]["findings"][0]["rule"], "blocked_module");
 }
+
+/// `warden check` on every bypass program of #13 prints BLOCKED with the rule the
+/// program names, and exits 1.
+#[test]
+fn check_cli_blocks_every_bypass_with_its_rule() {
+    let dir = corpus("bypass");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 17, "{} bypass programs", files.len());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let rule = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# rule: "))
+            .unwrap_or_else(|| panic!("{} names no rule", file.display()))
+            .trim()
+            .to_string();
+        let out = std::process::Command::new(BIN)
+            .args(["check", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{}: {printed}", file.display());
+        assert!(
+            printed.contains(": BLOCKED - "),
+            "{}: {printed}",
+            file.display()
+        );
+        assert!(
+            printed.contains(&format!("[{rule}/")),
+            "{}: expected [{rule}/...]: {printed}",
+            file.display()
+        );
+    }
+}
+
+/// Where the guard stops, the OS layer stands: every bypass program of #13, each of which
+/// runs a shell under plain CPython, runs through the server with the guard switched
+/// off, and no shell runs (no marker in the workspace, by the server's own report or on
+/// disk). A program that fails on an import proves nothing, so that is an error too.
+#[tokio::test]
+async fn with_the_guard_off_no_bypass_runs_a_shell() {
+    let server = Server::start(&[("CODEGUARD", "off")]).await;
+    let dir = corpus("bypass");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    files.sort();
+    for (i, file) in files.iter().enumerate() {
+        let code = std::fs::read_to_string(file).unwrap();
+        let marker = code
+            .lines()
+            .find_map(|l| l.strip_prefix("# marker: "))
+            .unwrap()
+            .trim()
+            .to_string();
+        let r = server.run(&format!("bypass{i}"), &code).await;
+        let name = file.display();
+        assert!(
+            !r["error"]["type"]
+                .as_str()
+                .is_some_and(|t| t == "ModuleNotFoundError" || t == "ImportError"),
+            "{name}: the sandbox lacks a package, so this proves nothing: {r}"
+        );
+        let reported = r["files"].as_array().is_some_and(|files| {
+            files
+                .iter()
+                .any(|f| f["path"].as_str().is_some_and(|p| p.contains(&marker)))
+        });
+        assert!(!reported, "{name}: its shell ran in the sandbox: {r}");
+        let planted = super::find_files(server.data_dir.path(), &marker);
+        assert!(planted.is_empty(), "{name}: its shell ran: {planted:?}");
+        let check = server
+            .run(
+                &format!("bypass{i}"),
+                &format!("from pathlib import Path\nprint(Path('{marker}').exists())"),
+            )
+            .await;
+        assert_eq!(stdout(&check), "False\n", "{name}: {check}");
+    }
+    server.stop().await;
+}

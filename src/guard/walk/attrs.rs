@@ -237,14 +237,26 @@ impl Walker<'_> {
         }
     }
 
-    /// Path, tripwire and format-field checks on one string value.
+    /// Path, tripwire, format-field, template and configuration-key checks
+    /// on one string value.
     pub(super) fn check_string(&mut self, value: &str, offset: usize, docstring: bool) {
         if let Some(problem) = paths::check(value, false, self.roots, self.policy) {
             self.report(problem.rule, "path", problem.message, offset);
         }
         if !docstring {
             self.check_tripwires(value, offset);
+            self.check_patterns(value, offset);
+            self.config_string(value, offset);
+            if nfkc(value) == MATCH_ARGS {
+                self.report(
+                    "reflection",
+                    "reflection",
+                    format!("the string `{MATCH_ARGS}` sets, by name, the attribute names class patterns read; assign a literal tuple in the class body"),
+                    offset,
+                );
+            }
         }
+        self.template_string(value, offset);
         for attr in strings::format_field_attrs(value) {
             let attr = nfkc(attr);
             if let Some(problem) = self.attr_problem(&attr) {
@@ -252,6 +264,29 @@ impl Walker<'_> {
                     "format_field",
                     "reflection",
                     format!("format field reads an attribute: {}", problem.why),
+                    offset,
+                );
+            }
+        }
+    }
+
+    /// Policy patterns that are findings but not tripwires (`!!python/`).
+    fn check_patterns(&mut self, value: &str, offset: usize) {
+        if self.policy.patterns.is_empty() || !self.policy.pattern_set.is_match(value.as_bytes()) {
+            return;
+        }
+        let hits: Vec<usize> = self
+            .policy
+            .pattern_set
+            .matches(value.as_bytes())
+            .iter()
+            .collect();
+        for i in hits {
+            if let Some(p) = self.policy.patterns.get(i).cloned() {
+                self.report(
+                    &p.rule,
+                    &p.category,
+                    format!("the string {}", p.reason),
                     offset,
                 );
             }
@@ -384,6 +419,13 @@ impl Walker<'_> {
             self.report("blocked_module", "module", msg, offset);
         }
         self.check_attr_name(name, offset, &format!("`from {module} import {name}`"));
+        let renamed_any = alias
+            .asname
+            .as_ref()
+            .is_some_and(|a| nfkc(a.as_str()) != name);
+        if !module.is_empty() {
+            self.capability_import(module, name, renamed_any, offset);
+        }
         if self.policy.blocked_builtins.contains(name) {
             self.report(
                 "blocked_builtin",

@@ -40,7 +40,9 @@ impl Walker<'_> {
             );
         }
         self.dangerous_keywords(c);
-        self.expr_as(&c.func, true);
+        self.capability_call(c);
+        self.class_factory_call(c);
+        self.expr_as(&c.func, super::Role::Callee);
         self.exprs(&c.arguments.args);
         self.keywords(&c.arguments.keywords);
     }

@@ -12,7 +12,11 @@
 
 mod attrs;
 mod calls;
+mod capabilities;
+mod classes;
 mod embedded;
+mod resolve;
+mod templates;
 
 use std::collections::{HashMap, HashSet};
 
@@ -42,9 +46,21 @@ pub struct RawFinding {
     pub action: Action,
 }
 
+/// How an expression is used: the role decides what counts as an alias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A value: assigned, passed, returned.
+    Value,
+    /// The function of a call.
+    Callee,
+    /// The object of an attribute access (`S` in `S.Half`).
+    Receiver,
+}
+
 /// Walks one module and returns its findings in source order.
 pub fn walk(body: &[Stmt], policy: &Policy, roots: &Roots) -> Vec<RawFinding> {
     let mut w = Walker::new(policy, roots, strings::FOLD_BUDGET, 0);
+    w.imports = resolve::Imports::collect(body);
     w.body(body);
     w.finish()
 }
@@ -85,6 +101,14 @@ struct Walker<'a> {
     in_annotation: u32,
     /// How many code strings this walker is nested in (0: the submitted code).
     embed_depth: u32,
+    /// What this code's imports bind.
+    imports: resolve::Imports,
+    /// Names bound to a string built at run time (`s = "a" + x`).
+    computed_names: HashSet<String>,
+    /// Classes this code defines.
+    classes: HashSet<String>,
+    /// True while the statements of a class body (not of its methods) are walked.
+    in_class_body: bool,
 }
 
 impl<'a> Walker<'a> {
@@ -114,6 +138,10 @@ impl<'a> Walker<'a> {
             block_depth: 0,
             in_annotation: 0,
             embed_depth,
+            imports: resolve::Imports::default(),
+            computed_names: HashSet::new(),
+            classes: HashSet::new(),
+            in_class_body: false,
         }
     }
 
@@ -236,14 +264,22 @@ impl<'a> Walker<'a> {
             Stmt::FunctionDef(f) => self.function_def(f, offset),
             Stmt::ClassDef(c) => {
                 self.bind(c.name.as_str());
+                self.classes.insert(nfkc(c.name.as_str()).into_owned());
+                self.class_bases(c, offset);
                 self.decorators(&c.decorator_list);
                 if let Some(args) = &c.arguments {
-                    self.exprs(&args.args);
+                    // A base class is not an alias: `class P(NamedTuple)` declares
+                    // its fields in a body the guard reads.
+                    for base in &args.args {
+                        self.expr_as(base, Role::Receiver);
+                    }
                     self.keywords(&args.keywords);
                 }
                 self.type_params(c.type_params.as_deref());
                 self.class_stack.push(nfkc(c.name.as_str()).into_owned());
+                let outer = std::mem::replace(&mut self.in_class_body, true);
                 self.body(&c.body);
+                self.in_class_body = outer;
                 self.class_stack.pop();
             }
             Stmt::Return(r) => self.opt_expr(r.value.as_deref()),
@@ -256,6 +292,13 @@ impl<'a> Walker<'a> {
                     self.match_args_value(Some(&a.value), offset);
                 }
                 self.const_store = self.is_literal_string(&a.value);
+                if self.computed_string(&a.value, 0) {
+                    for t in &a.targets {
+                        if let Expr::Name(n) = t {
+                            self.computed_names.insert(nfkc(n.id.as_str()).into_owned());
+                        }
+                    }
+                }
                 self.exprs(&a.targets);
                 self.const_store = false;
                 self.expr(&a.value);
@@ -276,6 +319,7 @@ impl<'a> Walker<'a> {
                 if target_name(&a.target).as_deref() == Some(MATCH_ARGS) {
                     self.match_args_value(a.value.as_deref(), offset);
                 }
+                self.class_field(&a.target, offset);
                 self.const_store = a
                     .value
                     .as_deref()
@@ -356,13 +400,16 @@ impl<'a> Walker<'a> {
     fn function_def(&mut self, f: &py::StmtFunctionDef, offset: usize) {
         self.bind(f.name.as_str());
         self.definition(f.name.as_str(), offset);
+        self.dispatch_registration(f, offset);
         self.decorators(&f.decorator_list);
         self.arguments(&f.parameters);
         self.annotation(f.returns.as_deref());
         self.type_params(f.type_params.as_deref());
         let name = nfkc(f.name.as_str()).into_owned();
         self.fn_stack.push((name, second_param(&f.parameters)));
+        let outer = std::mem::replace(&mut self.in_class_body, false);
         self.body(&f.body);
+        self.in_class_body = outer;
         self.fn_stack.pop();
     }
 
@@ -501,16 +548,16 @@ impl<'a> Walker<'a> {
     }
 
     fn expr(&mut self, e: &Expr) {
-        self.expr_as(e, false);
+        self.expr_as(e, Role::Value);
     }
 
-    /// `as_callee` is true when `e` is the function of a call, which is the
-    /// one place a reflection builtin may appear.
-    fn expr_as(&mut self, e: &Expr, as_callee: bool) {
+    /// `role` says how `e` is used: the function of a call is the one
+    /// place a reflection builtin may appear.
+    fn expr_as(&mut self, e: &Expr, role: Role) {
         let offset = start(e);
         if self.enter(offset) {
             let suppressed = self.fold_whole(e, offset);
-            self.expr_inner(e, offset, as_callee);
+            self.expr_inner(e, offset, role);
             if suppressed {
                 self.fold_suppress -= 1;
             }
@@ -537,7 +584,7 @@ impl<'a> Walker<'a> {
         true
     }
 
-    fn expr_inner(&mut self, e: &Expr, offset: usize, as_callee: bool) {
+    fn expr_inner(&mut self, e: &Expr, offset: usize, role: Role) {
         match e {
             Expr::BoolOp(b) => self.exprs(&b.values),
             Expr::Named(n) => {
@@ -610,10 +657,15 @@ impl<'a> Walker<'a> {
             | Expr::NoneLiteral(_)
             | Expr::EllipsisLiteral(_)
             | Expr::IpyEscapeCommand(_) => {}
-            Expr::Attribute(a) => self.attribute(a, offset, as_callee),
+            Expr::Attribute(a) => self.attribute(a, offset, role),
             Expr::Subscript(s) => self.subscript(s, offset),
             Expr::Starred(s) => self.expr(&s.value),
-            Expr::Name(n) => self.check_name(n.id.as_str(), n.ctx, offset, as_callee),
+            Expr::Name(n) => {
+                self.check_name(n.id.as_str(), n.ctx, offset, role == Role::Callee);
+                if n.ctx == py::ExprContext::Load && role != Role::Callee {
+                    self.capability_reference(capabilities::Target::Name(n), role, offset);
+                }
+            }
             Expr::List(l) => self.exprs(&l.elts),
             Expr::Tuple(t) => self.exprs(&t.elts),
             Expr::Slice(s) => {
@@ -667,9 +719,14 @@ impl<'a> Walker<'a> {
         }
     }
 
-    fn attribute(&mut self, a: &py::ExprAttribute, offset: usize, as_callee: bool) {
+    fn attribute(&mut self, a: &py::ExprAttribute, offset: usize, role: Role) {
+        let as_callee = role == Role::Callee;
         let name = nfkc(a.attr.as_str());
         self.check_attr_name(&name, offset, "attribute access");
+        self.reexport_attribute(a, offset);
+        if role != Role::Callee && a.ctx == py::ExprContext::Load {
+            self.capability_reference(capabilities::Target::Attribute(a), role, offset);
+        }
         if !as_callee && self.getter_names.contains(name.as_ref()) {
             self.report(
                 "reflection",
@@ -682,11 +739,14 @@ impl<'a> Walker<'a> {
             // `map(tmpl.format, rows)`: the template must be readable.
             self.format_template(&a.value, None, offset);
         }
-        self.expr(&a.value);
+        self.expr_as(&a.value, Role::Receiver);
     }
 
     fn subscript(&mut self, s: &py::ExprSubscript, offset: usize) {
         self.dunder_key(&s.slice, offset);
+        if s.ctx == py::ExprContext::Store {
+            self.config_subscript_store(s, offset);
+        }
         self.expr(&s.value);
         // `List["x"]`, `list["x"]`: a string argument of a generic
         // becomes a forward reference that typing later evaluates.

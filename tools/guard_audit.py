@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Audits the stdlib and the installed packages for the capability families the
+guard models, and says which findings the policy covers.
+
+For every module the sandboxed interpreter can import (the same set
+tools/guard_reexports.py audits), it parses the module's source and lists the
+functions and methods that:
+
+  code        run a string as code: eval, exec, compile, __import__, runpy,
+              code.InteractiveInterpreter;
+  reflection  turn a string into an attribute or an import: getattr/setattr/
+              delattr with a name that is not a constant, import_module,
+              attrgetter/methodcaller of a computed name;
+  process     start a process: subprocess.*, os.system/popen/exec*/spawn*/
+              posix_spawn*/fork, pty.spawn, asyncio subprocess helpers;
+  loader      build objects or load code from data: pickle/marshal/shelve loads,
+              unsafe YAML loaders, zipimport, SourceFileLoader, load_module,
+              exec_module;
+  native      load native code or emit machine code: ctypes CDLL/CFUNCTYPE,
+              cffi dlopen, llvmlite's JIT.
+
+A finding is covered when its module is blocked, or the policy names it (by
+qualified or last name) as a capability or a mode, or the generated
+re-exports block its name. Everything else is printed for review: most are
+internal helpers that user code cannot steer, some are not, and those go into
+policies/default.toml.
+
+    /usr/bin/python3 -I tools/guard_audit.py               # every finding
+    /usr/bin/python3 -I tools/guard_audit.py --uncovered   # only what the policy misses
+"""
+
+import argparse
+import ast
+import importlib.util
+import os
+import sys
+import tomllib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import guard_reexports  # noqa: E402  (the same module discovery)
+
+FAMILIES = {
+    "code": {
+        "names": {"eval", "exec", "compile", "__import__", "execfile"},
+        "attrs": {"run_path", "run_module", "InteractiveInterpreter", "InteractiveConsole"},
+    },
+    "reflection": {
+        "names": {"import_module", "attrgetter", "methodcaller"},
+        "attrs": {"import_module", "_gcd_import", "resolve_name", "locate"},
+    },
+    "process": {
+        "names": {"Popen", "check_output", "check_call", "getoutput", "getstatusoutput",
+                  "create_subprocess_exec", "create_subprocess_shell", "fork_exec"},
+        "attrs": {"Popen", "system", "popen", "execv", "execve", "execvp", "execvpe", "execl",
+                  "execle", "execlp", "execlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe",
+                  "spawnl", "spawnle", "spawnlp", "spawnlpe", "posix_spawn", "posix_spawnp",
+                  "fork", "forkpty", "check_output", "check_call", "getoutput",
+                  "getstatusoutput", "create_subprocess_exec", "create_subprocess_shell",
+                  "fork_exec", "subprocess_exec", "subprocess_shell"},
+        "receivers": {"os", "subprocess", "_posixsubprocess", "pty", "asyncio", "posix", "loop"},
+    },
+    "loader": {
+        "names": {"Unpickler", "zipimporter", "SourceFileLoader", "SourcelessFileLoader",
+                  "spec_from_file_location"},
+        "attrs": {"loads", "load", "Unpickler", "unsafe_load", "full_load", "zipimporter",
+                  "load_module", "exec_module", "SourceFileLoader", "spec_from_file_location"},
+        "receivers": {"pickle", "_pickle", "cPickle", "marshal", "shelve", "yaml", "dill",
+                      "cloudpickle", "zipimport", "machinery", "util", "loader", "importlib"},
+    },
+    "native": {
+        "names": {"CDLL", "PyDLL", "CFUNCTYPE", "PYFUNCTYPE", "dlopen", "LoadLibrary"},
+        "attrs": {"CDLL", "PyDLL", "CFUNCTYPE", "dlopen", "LoadLibrary", "create_mcjit_compiler",
+                  "get_function_address", "cast", "string_at", "memmove"},
+        "receivers": {"ctypes", "cdll", "ffi", "llvm", "binding", "_ctypes"},
+    },
+}
+
+
+def receiver_name(node):
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def families_of(call):
+    """The families a call belongs to (empty when none)."""
+    out = set()
+    f = call.func
+    for family, spec in FAMILIES.items():
+        if isinstance(f, ast.Name) and f.id in spec["names"]:
+            out.add(family)
+        elif isinstance(f, ast.Attribute) and f.attr in spec["attrs"]:
+            receivers = spec.get("receivers")
+            if receivers is None or receiver_name(f.value) in receivers:
+                out.add(family)
+    if isinstance(f, ast.Name) and f.id in ("getattr", "setattr", "delattr") and len(call.args) >= 2:
+        if not isinstance(call.args[1], ast.Constant):
+            out.add("reflection")
+    return out
+
+
+class Finder(ast.NodeVisitor):
+    def __init__(self, module):
+        self.module = module
+        self.scope = []
+        self.found = {}  # qualified -> set of families
+
+    def visit_ClassDef(self, node):
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    def visit_FunctionDef(self, node):
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Call(self, node):
+        fams = families_of(node)
+        if fams:
+            where = ".".join([self.module] + self.scope)
+            self.found.setdefault(where, set()).update(fams)
+        self.generic_visit(node)
+
+
+def source_of(module):
+    try:
+        spec = importlib.util.find_spec(module)
+    except BaseException:
+        return None
+    origin = getattr(spec, "origin", None) if spec else None
+    if not origin or not origin.endswith(".py") or not os.path.exists(origin):
+        return None
+    with open(origin, "rb") as f:
+        return f.read()
+
+
+def covered(qualified, policy):
+    blocked, caps, modes, reexports = policy
+    parts = qualified.split(".")
+    if guard_reexports.is_blocked(qualified, blocked):
+        return "blocked module"
+    for i in range(len(parts), 0, -1):
+        name = ".".join(parts[:i])
+        if name in caps or name in modes:
+            return "capability"
+    for part in parts[1:]:
+        if part in caps or part in modes:
+            return "capability (by name)"
+        if reexports.get(part):
+            return "re-export"
+    return None
+
+
+def load_policy(path):
+    with open(path, "rb") as f:
+        p = tomllib.load(f)
+    blocked = set(p["modules"]["blocked"]) | {"*." + x for x in p["modules"].get("blocked_parts", [])}
+    caps = {n for c in p.get("capabilities", []) for n in c["functions"]}
+    caps |= {n.rsplit(".", 1)[-1] for c in p.get("capabilities", []) for n in c["functions"]
+             if c.get("by_name", True)}
+    modes = {n for m in p.get("modes", []) for n in m["functions"]}
+    modes |= {n.rsplit(".", 1)[-1] for m in p.get("modes", []) for n in m["functions"]}
+    reexports = {}
+    rpath = os.path.join(os.path.dirname(path), "reexports.toml")
+    if os.path.exists(rpath):
+        with open(rpath, "rb") as f:
+            for r in tomllib.load(f).get("reexport", []):
+                reexports[r["name"]] = r["distinctive"]
+    return blocked, caps, modes, reexports
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", default=guard_reexports.DEFAULT_POLICY)
+    parser.add_argument("--uncovered", action="store_true", help="only findings the policy misses")
+    parser.add_argument("--public", action="store_true", help="skip names starting with `_`")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--packages", nargs="*", help="audit only these top-level packages")
+    args = parser.parse_args()
+
+    policy = load_policy(args.policy)
+    blocked = policy[0]
+    roots = args.packages or guard_reexports.top_level_packages()
+    modules, _ = guard_reexports.importable_modules(roots, blocked, args.timeout)
+    totals = {}
+    rows = []
+    for module in sorted(set(modules)):
+        src = source_of(module)
+        if src is None:
+            continue
+        try:
+            tree = ast.parse(src)
+        except (SyntaxError, ValueError):
+            continue
+        finder = Finder(module)
+        finder.visit(tree)
+        for where, fams in sorted(finder.found.items()):
+            if args.public and any(p.startswith("_") for p in where.split(".")[1:]):
+                continue
+            why = covered(where, policy)
+            for fam in fams:
+                t = totals.setdefault(fam, [0, 0])
+                t[0] += 1
+                t[1] += why is not None
+            if args.uncovered and why:
+                continue
+            rows.append("%-10s %-22s %s" % (",".join(sorted(fams)), why or "NOT COVERED", where))
+    out = sys.__stdout__
+    for row in rows:
+        out.write(row + "\n")
+    out.write("\n%d modules read\n" % len(modules))
+    for fam, (n, c) in sorted(totals.items()):
+        out.write("%-10s %5d functions, %5d covered by the policy\n" % (fam, n, c))
+
+
+if __name__ == "__main__":
+    main()
