@@ -116,9 +116,10 @@ fn reap_if_dead(dir: &Path) -> Option<Reaped> {
         Ok(lock) => Some(lock),
         Err(Liveness::Alive) => return None,
         Err(Liveness::NoLock) => {
-            // An older warden's directory, or one whose server died creating it.
+            // An older warden's directory, or one whose server died creating it: only
+            // once its server (the pid it is named after) is gone and it is not new.
             let modified = std::fs::metadata(dir).and_then(|m| m.modified()).ok()?;
-            if modified.elapsed().ok()? < GRACE {
+            if modified.elapsed().ok()? < GRACE || named_pid_alive(dir) {
                 return None;
             }
             None
@@ -144,6 +145,15 @@ fn reap_if_dead(dir: &Path) -> Option<Reaped> {
         dir: dir.to_path_buf(),
         killed,
     })
+}
+
+/// Whether the process an instance directory is named after (`<pid>-<random>`) runs.
+fn named_pid_alive(dir: &Path) -> bool {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split('-').next())
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_none_or(|pid| Path::new(&format!("/proc/{pid}")).exists())
 }
 
 enum Liveness {
@@ -206,5 +216,27 @@ mod tests {
             }]
         );
         assert!(live.is_dir() && own.is_dir() && !dead.exists());
+    }
+
+    #[test]
+    fn a_directory_without_a_lock_is_reaped_only_when_old_and_its_server_gone() {
+        let sessions = tempfile::tempdir().unwrap();
+        let own = sessions.path().join("own");
+        let running = sessions.path().join(format!("{}-aa", std::process::id()));
+        let gone = sessions.path().join("4000000000-bb");
+        let fresh = sessions.path().join("4000000001-cc");
+        for d in [&own, &running, &gone, &fresh] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+        for d in [&running, &gone] {
+            std::fs::File::open(d).unwrap().set_modified(old).unwrap();
+        }
+        let reaped: Vec<PathBuf> = reap_dead(sessions.path(), &own)
+            .into_iter()
+            .map(|r| r.dir)
+            .collect();
+        assert_eq!(reaped, vec![gone.clone()]);
+        assert!(running.is_dir() && fresh.is_dir() && !gone.exists());
     }
 }

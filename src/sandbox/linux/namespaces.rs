@@ -178,6 +178,8 @@ pub fn fork_into_pid_namespace() -> Result<Child, String> {
         libc::syscall(libc::SYS_close_range, 0, keep.saturating_sub(1), 0);
         libc::syscall(libc::SYS_close_range, keep + 1, libc::c_uint::MAX, 0);
     }
+    // Only waits from now on: no capability is left to it in any namespace.
+    let _ = crate::sandbox::linux::privileges::clear_all_capabilities();
     let status = wait_for(pid);
     drop(write);
     exit_like(status)
