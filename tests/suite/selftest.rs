@@ -58,8 +58,25 @@ async fn every_probe_is_blocked_on_this_machine() {
         "priv.not_root",
         "res.cpu_after_return",
         "proc.late_output",
+        "fs.stat_outside",
+        "fs.inotify",
+        "proc.enumerate",
+        "proc.other_rlimit",
+        "proc.other_priority",
+        "proc.memfd_exec",
+        "mem.rwx",
     ] {
         assert_eq!(probe(&report, id)["status"], "blocked", "{id}: {report}");
+    }
+    for wall in ["namespaces", "world", "disk_quota", "w_xor_x"] {
+        assert!(
+            report["walls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w["name"] == wall && w["enforced"] == true),
+            "{wall}: {report}"
+        );
     }
     let caps = report["capabilities"].to_string();
     assert!(caps.contains("macos_sandbox_exec"), "{caps}");
@@ -91,6 +108,13 @@ async fn with_the_sandbox_off_the_probes_say_allowed() {
         "priv.no_new_privs",
         "priv.capabilities",
         "priv.not_root",
+        "fs.stat_outside",
+        "fs.inotify",
+        "proc.enumerate",
+        "proc.other_rlimit",
+        "proc.other_priority",
+        "proc.memfd_exec",
+        "mem.rwx",
         // Without seccomp a process of its own in a session of its own escapes the
         // freeze of the worker's group, and the host sees its CPU.
         "res.cpu_after_return",
