@@ -191,6 +191,7 @@ impl WardenServer {
                 "python_version": enforcement.python_version,
                 "workspaces": self.sessions.instance_dir(),
                 "dedicated_uid_per_session": enforcement.dedicated_uid_per_session,
+                "workspace_quota_bytes": enforcement.workspace_quota_bytes,
                 "audit_log": self.sessions.audit().status(),
                 "guard_policy": self.sessions.guard_summary(),
             },
