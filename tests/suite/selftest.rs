@@ -152,7 +152,11 @@ async fn settings_resource_shows_configured_and_resolved() {
     assert_eq!(doc["configured"]["timeout_s"], 7);
     assert_eq!(doc["configured"]["host_sandbox"], "best-effort");
     assert_eq!(doc["resolved"]["backend"], "host");
-    assert_eq!(doc["resolved"]["workspace_quota_bytes"], 1u64 << 30, "{doc}");
+    assert_eq!(
+        doc["resolved"]["workspace_quota_bytes"],
+        1u64 << 30,
+        "{doc}"
+    );
     assert!(doc["resolved"]["python"].as_str().unwrap().starts_with('/'));
     // The guard's policy, with at least the seed's counts.
     let policy = &doc["resolved"]["guard_policy"];
