@@ -38,24 +38,17 @@ fn site_dirs() -> Vec<String> {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Wall time and CPU time (this process's children) of `runs` starts of `args`.
-fn measure(args: &[String], runs: usize) -> (Vec<Duration>, f64, bool) {
-    let mut walls = Vec::new();
+/// Wall time and CPU time (this process's children) of one start of `args`.
+fn once(args: &[String]) -> (Duration, f64, bool) {
     let cpu_before = children_cpu_ms();
-    let mut ok = true;
-    for _ in 0..runs {
-        let t = Instant::now();
-        let status = std::process::Command::new(PYTHON)
-            .args(args)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        walls.push(t.elapsed());
-        ok &= status.success();
-    }
-    let cpu = (children_cpu_ms() - cpu_before) / runs as f64;
-    (walls, cpu, ok)
+    let t = Instant::now();
+    let status = std::process::Command::new(PYTHON)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    (t.elapsed(), children_cpu_ms() - cpu_before, status.success())
 }
 
 fn children_cpu_ms() -> f64 {
@@ -68,9 +61,9 @@ fn children_cpu_ms() -> f64 {
 }
 
 fn main() {
-    let runs = n(60, 15);
+    let runs = n(200, 20);
     let path = format!("import sys; sys.path.extend({:?})", site_dirs());
-    let variants: Vec<(&str, Vec<String>, String)> = vec![
+    let flags: [(&str, Vec<String>, String); 2] = [
         ("-I (site, .pth files)", vec!["-I".into()], String::new()),
         (
             "-I -S, sys.path given",
@@ -78,32 +71,46 @@ fn main() {
             format!("{path}; "),
         ),
     ];
-    println!(
-        "Python start ({PYTHON}), {runs} runs each: p50 wall / mean CPU; packages = numpy, pandas, matplotlib import"
-    );
-    for (flags_name, flags, prefix) in &variants {
-        for (what, body) in [
-            ("nothing", "pass"),
-            ("eager imports", EAGER),
-            ("lazy imports", LAZY),
-        ] {
+    let bodies = [("nothing", "pass"), ("eager imports", EAGER), ("lazy imports", LAZY)];
+    let mut variants: Vec<(String, Vec<String>)> = Vec::new();
+    for (flags_name, flags, prefix) in &flags {
+        for (what, body) in bodies {
             let mut args = flags.clone();
-            args.push("-B".into());
-            args.push("-c".into());
-            args.push(format!("{prefix}{body}"));
-            let (walls, cpu, ok) = measure(&args, runs);
-            let s = stats(&walls);
-            println!(
-                "{flags_name:<24} {what:<14} p50={:>7.2} ms  cpu={cpu:>6.2} ms{}",
-                s.p50_ms,
-                if ok { "" } else { "  (FAILED)" }
-            );
+            args.extend(["-B".into(), "-c".into(), format!("{prefix}{body}")]);
+            variants.push((format!("{flags_name:<24} {what:<14}"), args));
         }
+    }
+    // Round-robin, so that a busy moment of a shared machine weighs on every variant alike.
+    let mut walls = vec![Vec::new(); variants.len()];
+    let mut cpus = vec![Vec::new(); variants.len()];
+    let mut failed = vec![false; variants.len()];
+    for _ in 0..runs {
+        for (i, (_, args)) in variants.iter().enumerate() {
+            let (wall, cpu, ok) = once(args);
+            walls[i].push(wall);
+            cpus[i].push(cpu);
+            failed[i] |= !ok;
+        }
+    }
+    println!(
+        "Python start ({PYTHON}), {runs} runs each, interleaved: p50 wall / p50 CPU (user+system)"
+    );
+    for (i, (name, _)) in variants.iter().enumerate() {
+        let mut cpu = cpus[i].clone();
+        cpu.sort_by(f64::total_cmp);
+        println!(
+            "{name} p50={:>7.2} ms  cpu p50={:>6.2} ms{}",
+            stats(&walls[i]).p50_ms,
+            cpu[cpu.len() / 2],
+            if failed[i] { "  (FAILED)" } else { "" }
+        );
+    }
+    for (flags_name, flags, prefix) in &flags {
         let mut args = flags.clone();
         args.extend(["-B".into(), "-c".into(), format!("{prefix}{PACKAGES}")]);
-        let (_, _, ok) = measure(&args, 1);
+        let (_, _, ok) = once(&args);
         println!(
-            "{flags_name:<24} packages       {}",
+            "{flags_name:<24} numpy, pandas, matplotlib (mpl_toolkits): {}",
             if ok { "import" } else { "FAIL to import" }
         );
     }
