@@ -13,7 +13,7 @@
 //!   server's memory along the way).
 //!
 //! `cargo bench --bench latency`; `WARDEN_BENCH_QUICK=1` takes fewer samples (CI prints
-//! the ratios and never fails on them).
+//! the ratios and never fails on them); `WARDEN_BENCH_ONLY=new,output` runs some parts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/mod.rs"]
@@ -60,12 +60,29 @@ async fn run() {
         Some(native),
     );
 
-    warm_and_new(base, native).await;
-    concurrency(&baseline, native).await;
-    many_files(base, native).await;
-    output(&baseline).await;
-    churn(base, native).await;
+    if wanted("new") {
+        warm_and_new(base, native).await;
+    }
+    if wanted("concurrency") {
+        concurrency(&baseline, native).await;
+    }
+    if wanted("files") {
+        many_files(base, native).await;
+    }
+    if wanted("output") {
+        output(&baseline).await;
+    }
+    if wanted("churn") {
+        churn(base, native).await;
+    }
     baseline.stop().await;
+}
+
+/// `WARDEN_BENCH_ONLY=new,output` runs only those parts (`new`, `concurrency`, `files`,
+/// `output`, `churn`); all by default.
+fn wanted(part: &str) -> bool {
+    std::env::var("WARDEN_BENCH_ONLY")
+        .map_or(true, |only| only.split(',').any(|p| p.trim() == part))
 }
 
 async fn warm_and_new(base: Stats, native: f64) {
@@ -176,7 +193,7 @@ async fn many_files(base: Stats, native: f64) {
     let r = server
         .call(
             "files",
-            "import os\nfor i in range(10000):\n    open('f%05d' % i, 'w').close()\nprint(len(os.listdir('.')))",
+            "from pathlib import Path\nfor i in range(10000):\n    Path('f%05d' % i).touch()\nprint(len(list(Path('.').iterdir())))",
         )
         .await;
     assert_eq!(r["stdout"], "10000\n", "{r}");
@@ -222,7 +239,7 @@ async fn output(baseline: &Client) {
     }
     let quiet_ms = per_call(&quiet);
     for mib in [1usize, 10] {
-        let code = format!("import sys\nsys.stdout.write('x' * ({mib} << 20))");
+        let code = format!("print('x' * ({mib} << 20), end='')");
         let mut took = Vec::new();
         let mut cpu = Vec::new();
         for _ in 0..n(30, 6) {

@@ -48,7 +48,11 @@ fn once(args: &[String]) -> (Duration, f64, bool) {
         .stderr(std::process::Stdio::null())
         .status()
         .unwrap();
-    (t.elapsed(), children_cpu_ms() - cpu_before, status.success())
+    (
+        t.elapsed(),
+        children_cpu_ms() - cpu_before,
+        status.success(),
+    )
 }
 
 fn children_cpu_ms() -> f64 {
@@ -71,7 +75,11 @@ fn main() {
             format!("{path}; "),
         ),
     ];
-    let bodies = [("nothing", "pass"), ("eager imports", EAGER), ("lazy imports", LAZY)];
+    let bodies = [
+        ("nothing", "pass"),
+        ("eager imports", EAGER),
+        ("lazy imports", LAZY),
+    ];
     let mut variants: Vec<(String, Vec<String>)> = Vec::new();
     for (flags_name, flags, prefix) in &flags {
         for (what, body) in bodies {

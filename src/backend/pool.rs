@@ -26,6 +26,9 @@ use crate::grants::Grant;
 /// Longest pause between failed starts (a sandbox that refuses to start is not retried
 /// in a tight loop).
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How long a refill waits after a warm worker was taken: the call that took it runs
+/// first, without a worker start competing for the CPU.
+const AFTER_TAKE: Duration = Duration::from_millis(100);
 /// How long shutdown waits for one start in progress.
 const STOP_WAIT: Duration = Duration::from_secs(20);
 /// How often a pool that is waiting for room looks again, besides being told.
@@ -277,6 +280,7 @@ async fn refill(pool: Arc<WarmPool>) {
         }
         if !pool.wants_more() {
             woken.await;
+            tokio::time::sleep(AFTER_TAKE).await;
             continue;
         }
         let Some(permit) = pool.budget.try_acquire() else {
