@@ -7,7 +7,6 @@
 //! 20,000 records. Prints p50/p95 in milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -36,7 +35,7 @@ fn build(n: u64) -> tempfile::TempDir {
         .prefix("warden-bench-audit-")
         .tempdir()
         .unwrap();
-    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    warden::os::set_mode(data.path(), 0o711).unwrap();
     let log = AuditLog::open(&data.path().join("audit"), "bench-writer");
     let started = Instant::now();
     for i in 0..n {

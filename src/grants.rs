@@ -12,6 +12,7 @@
 //! descriptor it binds). Grants that would let one rewrite another are refused
 //! ([`conflict`]), as are grants covering the runtime, the binary or warden's data.
 
+#[cfg(unix)]
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,8 +50,14 @@ pub struct Pin(
         dead_code,
         reason = "held, never read: it keeps the approved inode allocated"
     )]
-    Option<Arc<OwnedFd>>,
+    Option<Arc<PinHandle>>,
 );
+
+/// What pins an approved object: an open descriptor (grants exist only on Unix hosts).
+#[cfg(unix)]
+type PinHandle = OwnedFd;
+#[cfg(not(unix))]
+type PinHandle = std::fs::File;
 
 impl PartialEq for Pin {
     /// Grants are compared by what they grant; the pin is bookkeeping.
@@ -190,11 +197,8 @@ impl ForbiddenPaths {
     pub fn add_tree(&mut self, path: PathBuf, why: &'static str) {
         let canonical = std::fs::canonicalize(&path).unwrap_or(path);
         if let Ok(meta) = std::fs::metadata(&canonical) {
-            use std::os::unix::fs::MetadataExt;
-            let key = ObjectKey {
-                dev: meta.dev(),
-                ino: meta.ino(),
-            };
+            let (dev, ino) = crate::os::file_identity(&meta);
+            let key = ObjectKey { dev, ino };
             self.objects.push((key, canonical.clone()));
         }
         if !self.trees.iter().any(|(t, _)| t == &canonical) {
@@ -283,6 +287,7 @@ impl Resolved {
 
 /// Opens `path` as an `O_PATH` descriptor without following any symlink or magic link
 /// at any component: the object at exactly this path, or an error.
+#[cfg(target_os = "linux")]
 pub fn open_no_symlinks(path: &Path) -> std::io::Result<OwnedFd> {
     use rustix::fs::{CWD, Mode, OFlags, ResolveFlags};
     rustix::fs::openat2(
@@ -295,7 +300,28 @@ pub fn open_no_symlinks(path: &Path) -> std::io::Result<OwnedFd> {
     .map_err(std::io::Error::from)
 }
 
-/// The identity and kind of an open object, and its hard-link count.
+/// Without `openat2` (macOS): one component at a time from `/`, none followed.
+#[cfg(all(unix, not(target_os = "linux")))]
+pub fn open_no_symlinks(path: &Path) -> std::io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let rel = path.strip_prefix("/").map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "not an absolute path")
+    })?;
+    let root = rustix::fs::open(
+        "/",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    if rel.as_os_str().is_empty() {
+        return Ok(root);
+    }
+    crate::os::open_by_components(root.as_fd(), rel, OFlags::empty(), false)
+}
+
+/// The identity and kind of an open object, and its hard-link count. (`st_dev` is i32
+/// and `st_nlink` u16 on macOS, both u64 on Linux.)
+#[cfg(unix)]
+#[allow(clippy::unnecessary_cast)]
 fn identify(fd: impl AsFd) -> std::io::Result<(ObjectKey, PathKind, u64)> {
     let st = rustix::fs::fstat(fd)?;
     let kind = if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
@@ -306,11 +332,11 @@ fn identify(fd: impl AsFd) -> std::io::Result<(ObjectKey, PathKind, u64)> {
     };
     Ok((
         ObjectKey {
-            dev: st.st_dev,
-            ino: st.st_ino,
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
         },
         kind,
-        st.st_nlink,
+        st.st_nlink as u64,
     ))
 }
 
@@ -335,6 +361,26 @@ pub fn resolve(raw: &str, forbidden: &ForbiddenPaths) -> Result<Resolved, GrantE
     if let Some(why) = forbidden.reason(&canonical) {
         return Err(forbid(why));
     }
+    pin_object(canonical, forbidden)
+}
+
+/// Grants need a descriptor pinned at consent and checked by identity: a Unix host.
+#[cfg(not(unix))]
+fn pin_object(canonical: PathBuf, _forbidden: &ForbiddenPaths) -> Result<Resolved, GrantError> {
+    Err(GrantError::Unresolvable {
+        path: canonical.display().to_string(),
+        reason: "grants need a Unix host (the host backend does not run on this system)".into(),
+    })
+}
+
+/// Opens exactly `canonical` (no symlink followed) and checks the opened object again:
+/// its real path, its identity, and for a file that no other name reaches it.
+#[cfg(unix)]
+fn pin_object(canonical: PathBuf, forbidden: &ForbiddenPaths) -> Result<Resolved, GrantError> {
+    let forbid = |why: String| GrantError::Forbidden {
+        path: canonical.clone(),
+        why,
+    };
     let changed = |why: String| GrantError::Changed {
         path: canonical.clone(),
         why,
@@ -342,11 +388,8 @@ pub fn resolve(raw: &str, forbidden: &ForbiddenPaths) -> Result<Resolved, GrantE
     let fd = open_no_symlinks(&canonical)
         .map_err(|e| changed(format!("it no longer opens without a symlink: {e}")))?;
     // What the descriptor really is, whatever happened to the path since it was resolved.
-    let real = std::fs::read_link(format!(
-        "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(&fd)
-    ))
-    .map_err(|e| changed(format!("cannot tell what was opened: {e}")))?;
+    let real = crate::os::fd_path(fd.as_fd())
+        .map_err(|e| changed(format!("cannot tell what was opened: {e}")))?;
     if real != canonical {
         return Err(changed(format!("it now opens as {}", real.display())));
     }
@@ -372,6 +415,16 @@ pub fn resolve(raw: &str, forbidden: &ForbiddenPaths) -> Result<Resolved, GrantE
 ///
 /// # Errors
 /// A sentence saying what changed, for the result's warning.
+#[cfg(not(unix))]
+pub fn check_still_approved(grant: &Grant) -> Result<(), String> {
+    Err(format!("{}: grants need a Unix host", grant.path.display()))
+}
+
+/// Whether the object at a grant's path is still the one the person approved.
+///
+/// # Errors
+/// A sentence saying what changed, for the result's warning.
+#[cfg(unix)]
 pub fn check_still_approved(grant: &Grant) -> Result<(), String> {
     let fd = open_no_symlinks(&grant.path).map_err(|e| {
         format!(
@@ -483,6 +536,7 @@ mod tests {
         }
     }
 
+    #[cfg(unix)]
     #[test]
     fn resolve_canonicalises_before_checking() {
         let dir = tempfile::tempdir().unwrap();
@@ -522,6 +576,7 @@ mod tests {
         }
     }
 
+    #[cfg(unix)]
     #[test]
     fn the_approved_object_is_recorded_and_a_swap_is_noticed() {
         let dir = tempfile::tempdir().unwrap();
@@ -548,6 +603,7 @@ mod tests {
         );
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_file_with_other_hard_links_and_a_forbidden_tree_by_another_name_are_refused() {
         let dir = tempfile::tempdir().unwrap();

@@ -13,6 +13,7 @@ pub mod execution;
 pub mod grants;
 pub mod guard;
 pub mod instances;
+pub mod os;
 pub mod owner;
 pub mod provenance;
 pub mod sandbox;
@@ -22,16 +23,14 @@ pub mod session;
 pub mod text;
 pub mod workspace;
 
-/// `N` bytes from the kernel's CSPRNG (nonces, instance names, uid ranges).
+/// `N` bytes from the operating system's CSPRNG (nonces, instance names, uid ranges).
+/// The OS source does not fail once it is seeded; should it ever, this retries rather
+/// than hand out predictable bytes.
 pub fn random_bytes<const N: usize>() -> [u8; N] {
     let mut buf = [0u8; N];
-    let mut filled = 0;
-    while filled < N {
-        // SAFETY: getrandom writes at most the given length into the live buffer.
-        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), N - filled, 0) };
-        if n > 0 {
-            filled += n as usize;
-        }
+    while let Err(e) = getrandom::fill(&mut buf) {
+        tracing::warn!(error = %e, "the OS random source failed; retrying");
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
     buf
 }

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use rmcp::ServiceExt;
-use warden::backend::host::spawn::HELPER_SUBCOMMAND;
 use warden::config::{ConfigFile, Settings};
 use warden::execution::ExecuteArgs;
 use warden::server::WardenServer;
@@ -87,8 +86,12 @@ enum Command {
 fn main() -> ExitCode {
     // The helper and the workspace keeper must stay single-threaded: dispatch before any
     // runtime exists.
+    #[cfg(unix)]
     match std::env::args_os().nth(1) {
-        Some(a) if a == HELPER_SUBCOMMAND => warden::sandbox::linux::helper::run_helper_main(),
+        Some(a) if a == warden::backend::host::spawn::HELPER_SUBCOMMAND => {
+            warden::sandbox::run_helper_main()
+        }
+        #[cfg(target_os = "linux")]
         Some(a) if a == warden::sandbox::linux::keeper::KEEPER_SUBCOMMAND => {
             warden::sandbox::linux::keeper::run_keeper_main()
         }
@@ -185,20 +188,23 @@ fn real_main() -> anyhow::Result<ExitCode> {
 }
 
 /// The server itself holds secrets (its environment) and talks to root-equivalent
-/// resources: no core dumps, and not readable through /proc by same-uid processes. A
-/// file size limit must fail a write (the audit record's, and then the call) rather than
-/// kill the server: SIGXFSZ is ignored, as Python itself does.
+/// resources: no core dumps, and (Linux) not readable through /proc by same-uid
+/// processes. A file size limit must fail a write (the audit record's, and then the call)
+/// rather than kill the server: SIGXFSZ is ignored, as Python itself does.
 fn harden_server_process() {
-    // SAFETY: plain prctl/setrlimit/signal calls on this process, before any thread.
-    unsafe {
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        let zero = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
+    #[cfg(unix)]
+    {
+        use rustix::process::{Resource, Rlimit, setrlimit};
+        // SAFETY: setting a signal's disposition to SIG_IGN, before any thread exists.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+        let none = Rlimit {
+            current: Some(0),
+            maximum: Some(0),
         };
-        libc::setrlimit(libc::RLIMIT_CORE, &zero);
+        let _ = setrlimit(Resource::Core, none);
     }
+    #[cfg(target_os = "linux")]
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
 }
 
 /// Grants the operator approved before start: CLI flags and the config file.
@@ -354,6 +360,14 @@ async fn serve_http(
     .context("the HTTP server failed")
 }
 
+#[cfg(not(unix))]
+async fn shutdown_signal() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(unix)]
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
@@ -371,8 +385,7 @@ async fn shutdown_signal() {
 /// `warden audit-verify [PATH]`: checks every record; exit 0 only when the whole log is
 /// one unbroken chain, 1 when anything was ever broken (each finding is printed).
 fn audit_verify(settings: &Settings, path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() == 0 };
+    let root = warden::os::running_as_root();
     let path = match path {
         Some(p) => p,
         None => settings

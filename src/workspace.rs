@@ -3,7 +3,6 @@
 //! bounded, so a workspace with a million files costs a bounded amount of time.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
@@ -62,51 +61,23 @@ impl Snapshot {
     /// server list anything outside the workspace.
     pub fn take(root: &Path) -> Snapshot {
         let mut snap = Snapshot::default();
-        let Ok(root_dir) = std::fs::File::open(root) else {
+        let Ok(root_dir) = beneath::open_root(root) else {
             return snap;
         };
         let mut stack: Vec<(PathBuf, usize)> = vec![(PathBuf::new(), 0)];
         while let Some((rel_dir, depth)) = stack.pop() {
-            let dir = if rel_dir.as_os_str().is_empty() {
-                root_dir.try_clone()
-            } else {
-                open_beneath(&root_dir, &rel_dir.to_string_lossy(), libc::O_DIRECTORY)
-            };
-            let Ok(dir) = dir else {
-                continue;
-            };
             // The descriptor's own listing: the directory that was opened, whatever the
             // path now points to.
-            let Ok(read) = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
+            let Ok(entries) = beneath::list(&root_dir, &rel_dir) else {
                 continue;
             };
-            for entry in read.flatten() {
+            for (name, stamp) in entries {
                 if snap.entries.len() >= MAX_ENTRIES {
                     snap.incomplete = true;
                     return snap;
                 }
-                let name = entry.file_name();
-                let Some(meta) = stat_nofollow(&dir, &name) else {
-                    continue;
-                };
-                let kind = match meta.st_mode & libc::S_IFMT {
-                    libc::S_IFLNK => EntryKind::Symlink,
-                    libc::S_IFDIR => EntryKind::Dir,
-                    libc::S_IFREG => EntryKind::File,
-                    _ => EntryKind::Other,
-                };
-                let stamp = Stamp {
-                    size: if kind == EntryKind::Dir {
-                        0
-                    } else {
-                        u64::try_from(meta.st_size).unwrap_or(0)
-                    },
-                    mtime_ns: i128::from(meta.st_mtime) * 1_000_000_000
-                        + i128::from(meta.st_mtime_nsec),
-                    kind,
-                };
                 let rel = rel_dir.join(&name);
-                if kind == EntryKind::Dir {
+                if stamp.kind == EntryKind::Dir {
                     if depth + 1 < MAX_DEPTH {
                         stack.push((rel.clone(), depth + 1));
                     } else {
@@ -166,18 +137,6 @@ impl Snapshot {
 /// Largest file the server reads back out of a workspace (resources, images).
 pub const MAX_READ_BYTES: u64 = 10 << 20;
 
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
-const RESOLVE_NO_XDEV: u64 = 0x01;
-const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-const RESOLVE_BENEATH: u64 = 0x08;
-
 /// Reads `relative` inside `root` without ever leaving it: the kernel resolves the path
 /// beneath `root`, refusing `..` escapes, symlinks (at any component) and magic links,
 /// so code that swaps a file for a symlink after the fact gains nothing. Only regular
@@ -189,8 +148,7 @@ pub fn read_beneath(root: &Path, relative: &str, max: u64) -> std::io::Result<Ve
     if relative.is_empty() || relative.starts_with('/') || relative.contains('\0') {
         return Err(invalid("the path must be relative to the workspace"));
     }
-    let dir = std::fs::File::open(root)?;
-    let file = open_beneath(&dir, relative, libc::O_NONBLOCK | libc::O_NOCTTY)?;
+    let file = beneath::open_file(root, Path::new(relative))?;
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(invalid("not a regular file"));
@@ -204,58 +162,6 @@ pub fn read_beneath(root: &Path, relative: &str, max: u64) -> std::io::Result<Ve
         return Err(invalid("file too large to return"));
     }
     Ok(out)
-}
-
-/// Opens `relative` beneath the directory `dir` for reading with `openat2`, refusing
-/// `..` escapes, symlinks at any component and magic links.
-fn open_beneath(
-    dir: &std::fs::File,
-    relative: &str,
-    extra_flags: i32,
-) -> std::io::Result<std::fs::File> {
-    let path = std::ffi::CString::new(relative).map_err(|_| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path".to_string())
-    })?;
-    let how = OpenHow {
-        flags: (libc::O_RDONLY | libc::O_CLOEXEC | extra_flags) as u64,
-        mode: 0,
-        resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
-    };
-    // SAFETY: openat2 reads the path and the open_how struct, both alive for the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            path.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor and nothing else owns it.
-    Ok(std::fs::File::from(unsafe {
-        OwnedFd::from_raw_fd(fd as i32)
-    }))
-}
-
-/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
-fn stat_nofollow(dir: &std::fs::File, name: &std::ffi::OsStr) -> Option<libc::stat> {
-    use std::os::unix::ffi::OsStrExt;
-    let name = std::ffi::CString::new(name.as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: fstatat writes one stat struct into `st`; the name is NUL-terminated.
-    let rc = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            st.as_mut_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    // SAFETY: fstatat succeeded, so it initialised the struct.
-    (rc == 0).then(|| unsafe { st.assume_init() })
 }
 
 /// The MIME type for a workspace file, by extension.
@@ -276,7 +182,203 @@ pub fn mime_for(path: &str) -> &'static str {
     }
 }
 
-#[cfg(test)]
+/// Opening and listing beneath a workspace without ever following a symlink, per
+/// platform. Linux resolves with `openat2` (the kernel refuses `..`, symlinks at any
+/// component, magic links and mount crossings); other Unix systems open one component at
+/// a time with `O_NOFOLLOW` and refuse `..` and mount crossings themselves; Windows
+/// checks each component before opening it (no host worker runs there, so only a
+/// container's bind mount could race it).
+mod beneath {
+    #[cfg(unix)]
+    pub use self::unix::{list, open_file, open_root};
+    #[cfg(not(unix))]
+    pub use self::windows::{list, open_file, open_root};
+
+    /// The names of a plain relative path: no root, no prefix, no `..`.
+    #[cfg(not(all(unix, not(target_os = "linux"))))]
+    fn plain_components(rel: &std::path::Path) -> std::io::Result<Vec<&std::ffi::OsStr>> {
+        use std::path::Component;
+        let mut names = Vec::new();
+        for component in rel.components() {
+            match component {
+                Component::Normal(name) => names.push(name),
+                Component::CurDir => {}
+                _ => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "the path must stay inside the workspace",
+                    ));
+                }
+            }
+        }
+        Ok(names)
+    }
+
+    #[cfg(unix)]
+    mod unix {
+        use std::ffi::{OsStr, OsString};
+        use std::os::fd::{AsFd, OwnedFd};
+        use std::os::unix::ffi::OsStrExt;
+        use std::path::Path;
+
+        use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Stat};
+
+        use crate::workspace::{EntryKind, Stamp};
+
+        pub fn open_root(root: &Path) -> std::io::Result<OwnedFd> {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            Ok(rustix::fs::open(root, flags, Mode::empty())?)
+        }
+
+        /// The entries of the directory `rel` beneath `root`, each stat'ed without
+        /// following it.
+        pub fn list(root: &OwnedFd, rel: &Path) -> std::io::Result<Vec<(OsString, Stamp)>> {
+            let opened;
+            let dir = if rel.as_os_str().is_empty() {
+                root.as_fd()
+            } else {
+                opened = open_beneath(root, rel, OFlags::DIRECTORY)?;
+                opened.as_fd()
+            };
+            let mut out = Vec::new();
+            for entry in Dir::read_from(dir)? {
+                let entry = entry?;
+                let name = entry.file_name();
+                if name == c"." || name == c".." {
+                    continue;
+                }
+                if let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    out.push((OsStr::from_bytes(name.to_bytes()).to_owned(), stamp_of(&st)));
+                }
+            }
+            Ok(out)
+        }
+
+        /// Opens the file `rel` beneath `root` for reading (never blocking on a FIFO).
+        pub fn open_file(root: &Path, rel: &Path) -> std::io::Result<std::fs::File> {
+            let root = open_root(root)?;
+            let fd = open_beneath(&root, rel, OFlags::NONBLOCK | OFlags::NOCTTY)?;
+            Ok(std::fs::File::from(fd))
+        }
+
+        // mode_t is u16 on macOS and u32 on Linux.
+        #[allow(clippy::unnecessary_cast)]
+        fn stamp_of(st: &Stat) -> Stamp {
+            let kind = match FileType::from_raw_mode(st.st_mode as _) {
+                FileType::Symlink => EntryKind::Symlink,
+                FileType::Directory => EntryKind::Dir,
+                FileType::RegularFile => EntryKind::File,
+                _ => EntryKind::Other,
+            };
+            Stamp {
+                size: if kind == EntryKind::Dir {
+                    0
+                } else {
+                    u64::try_from(st.st_size).unwrap_or(0)
+                },
+                mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
+                kind,
+            }
+        }
+
+        /// `openat2` with RESOLVE_BENEATH, NO_SYMLINKS, NO_MAGICLINKS and NO_XDEV.
+        #[cfg(target_os = "linux")]
+        fn open_beneath(root: &OwnedFd, rel: &Path, extra: OFlags) -> std::io::Result<OwnedFd> {
+            use rustix::fs::ResolveFlags;
+            super::plain_components(rel)?;
+            let resolve = ResolveFlags::BENEATH
+                | ResolveFlags::NO_SYMLINKS
+                | ResolveFlags::NO_MAGICLINKS
+                | ResolveFlags::NO_XDEV;
+            let flags = OFlags::RDONLY | OFlags::CLOEXEC | extra;
+            Ok(rustix::fs::openat2(
+                root,
+                rel,
+                flags,
+                Mode::empty(),
+                resolve,
+            )?)
+        }
+
+        /// Elsewhere: one component at a time, on the workspace's own file system.
+        #[cfg(not(target_os = "linux"))]
+        fn open_beneath(root: &OwnedFd, rel: &Path, extra: OFlags) -> std::io::Result<OwnedFd> {
+            crate::os::open_by_components(root.as_fd(), rel, extra, true)
+        }
+    }
+
+    #[cfg(not(unix))]
+    mod windows {
+        use std::ffi::OsString;
+        use std::path::{Path, PathBuf};
+
+        use crate::workspace::{EntryKind, Stamp};
+
+        pub fn open_root(root: &Path) -> std::io::Result<PathBuf> {
+            if std::fs::symlink_metadata(root)?.is_dir() {
+                Ok(root.to_path_buf())
+            } else {
+                Err(std::io::Error::other("the workspace is not a directory"))
+            }
+        }
+
+        /// `rel` beneath `root`, refused if any component is a symlink or junction.
+        fn checked(root: &Path, rel: &Path) -> std::io::Result<PathBuf> {
+            let mut path = root.to_path_buf();
+            for name in super::plain_components(rel)? {
+                path.push(name);
+                if std::fs::symlink_metadata(&path)?.file_type().is_symlink() {
+                    return Err(std::io::Error::other("a component is a symlink"));
+                }
+            }
+            Ok(path)
+        }
+
+        pub fn list(root: &Path, rel: &Path) -> std::io::Result<Vec<(OsString, Stamp)>> {
+            let mut out = Vec::new();
+            for entry in std::fs::read_dir(checked(root, rel)?)? {
+                let entry = entry?;
+                if let Ok(meta) = std::fs::symlink_metadata(entry.path()) {
+                    out.push((entry.file_name(), stamp_of(&meta)));
+                }
+            }
+            Ok(out)
+        }
+
+        pub fn open_file(root: &Path, rel: &Path) -> std::io::Result<std::fs::File> {
+            std::fs::File::open(checked(root, rel)?)
+        }
+
+        fn stamp_of(meta: &std::fs::Metadata) -> Stamp {
+            let kind = if meta.file_type().is_symlink() {
+                EntryKind::Symlink
+            } else if meta.is_dir() {
+                EntryKind::Dir
+            } else if meta.is_file() {
+                EntryKind::File
+            } else {
+                EntryKind::Other
+            };
+            let mtime_ns = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos() as i128);
+            Stamp {
+                size: if kind == EntryKind::Dir {
+                    0
+                } else {
+                    meta.len()
+                },
+                mtime_ns,
+                kind,
+            }
+        }
+    }
+}
+
+/// The tests make symlinks, which need privileges on Windows.
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 

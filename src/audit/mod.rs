@@ -26,7 +26,6 @@ mod chain;
 mod store;
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -588,7 +587,7 @@ impl AuditLog {
     fn read_from(&self, o: &Open, offset: u64) -> std::io::Result<Vec<u8>> {
         let size = o.file.metadata()?.len();
         let mut buf = vec![0u8; size.saturating_sub(offset) as usize];
-        o.file.read_exact_at(&mut buf, offset)?;
+        crate::os::read_exact_at(&o.file, &mut buf, offset)?;
         Ok(buf)
     }
 
@@ -858,7 +857,7 @@ fn anchor_problem(
     // The last checked line: at most a few KiB before the offset.
     let start = cp.offset.saturating_sub(64 << 10);
     let mut buf = vec![0u8; (cp.offset - start) as usize];
-    file.read_exact_at(&mut buf, start)?;
+    crate::os::read_exact_at(&file, &mut buf, start)?;
     let ok = buf.last() == Some(&b'\n')
         && {
             let body = &buf[..buf.len() - 1];
@@ -880,14 +879,14 @@ fn read_at(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
     let mut buf = vec![0u8; size.saturating_sub(offset) as usize];
-    file.read_exact_at(&mut buf, offset)?;
+    crate::os::read_exact_at(&file, &mut buf, offset)?;
     Ok(buf)
 }
 
 fn count_lines(path: &Path, upto: u64) -> std::io::Result<u64> {
     let file = File::open(path)?;
     let mut buf = vec![0u8; upto as usize];
-    file.read_exact_at(&mut buf, 0)?;
+    crate::os::read_exact_at(&file, &mut buf, 0)?;
     Ok(memchr::memchr_iter(b'\n', &buf).count() as u64)
 }
 

@@ -6,7 +6,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -60,21 +59,23 @@ pub fn list(dir: &Path) -> std::io::Result<(Vec<u64>, Vec<String>)> {
 }
 
 pub fn create_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
+    crate::os::create_dir(dir, 0o700, true)?;
     let meta = std::fs::metadata(dir)?;
-    if meta.permissions().mode() & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    if crate::os::permission_bits(&meta).is_some_and(|m| m & 0o077 != 0) {
+        crate::os::set_mode(dir, 0o700)?;
     }
     Ok(())
 }
 
 fn private() -> OpenOptions {
+    #[cfg_attr(not(unix), allow(unused_mut))]
     let mut o = OpenOptions::new();
-    o.mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    }
     o
 }
 
@@ -111,10 +112,10 @@ pub fn load_or_create_key(dir: &Path) -> std::io::Result<Key> {
 fn read_key(path: &Path) -> std::io::Result<Key> {
     let mut f = private().read(true).open(path)?;
     let meta = f.metadata()?;
-    if meta.permissions().mode() & 0o077 != 0 {
+    if crate::os::permission_bits(&meta).is_some_and(|m| m & 0o077 != 0) {
         // Someone widened it: narrow it again (the key may have leaked; the log says so
         // through the warning the caller raises when it sees this error's sibling).
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        crate::os::set_mode(path, 0o600)?;
     }
     let mut text = String::new();
     std::io::Read::by_ref(&mut f)
@@ -158,7 +159,7 @@ pub struct LockGuard<'a>(&'a File);
 
 impl Drop for LockGuard<'_> {
     fn drop(&mut self) {
-        let _ = rustix::fs::flock(self.0, rustix::fs::FlockOperation::Unlock);
+        let _ = self.0.unlock();
     }
 }
 
@@ -179,13 +180,12 @@ impl Lock {
         let until = Instant::now() + timeout;
         let mut nap = Duration::from_micros(50);
         loop {
-            match rustix::fs::flock(
-                &self.0,
-                rustix::fs::FlockOperation::NonBlockingLockExclusive,
-            ) {
+            // flock(LOCK_EX | LOCK_NB) on Unix, LockFileEx on Windows.
+            match self.0.try_lock() {
                 Ok(()) => return Ok(LockGuard(&self.0)),
-                Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(e.into()),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(e)) if e.kind() == ErrorKind::Interrupted => {}
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
             }
             if Instant::now() >= until {
                 return Err(std::io::Error::new(
@@ -248,12 +248,11 @@ pub fn write_checkpoint(dir: &Path, key: &Key, cp: &Checkpoint) -> std::io::Resu
 pub fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::symlink_metadata(path)
         .ok()
-        .map(|m| (m.dev(), m.ino()))
+        .map(|m| crate::os::file_identity(&m))
 }
 
 pub fn file_identity(f: &File) -> std::io::Result<(u64, u64)> {
-    let m = f.metadata()?;
-    Ok((m.dev(), m.ino()))
+    Ok(crate::os::file_identity(&f.metadata()?))
 }
 
 #[cfg(test)]
@@ -270,8 +269,10 @@ mod tests {
         assert_eq!(parse_segment_name("1.jsonl"), None);
     }
 
+    #[cfg(unix)]
     #[test]
     fn the_key_is_made_once_and_kept_private() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         create_dir(dir.path()).unwrap();
         let a = load_or_create_key(dir.path()).unwrap();

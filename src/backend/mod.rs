@@ -17,6 +17,11 @@
 
 pub mod budget;
 pub mod capture;
+#[cfg(unix)]
+pub mod host;
+/// Windows: the host backend reports itself unsupported; Docker is the route there.
+#[cfg(not(unix))]
+#[path = "host_unsupported.rs"]
 pub mod host;
 pub mod pool;
 pub mod protocol;

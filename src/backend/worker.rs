@@ -70,7 +70,7 @@ impl ExitWitness {
     /// The worker (and, on the host, its group leader) no longer exists.
     pub async fn is_gone(&self) -> bool {
         match self {
-            ExitWitness::HostPid(pid) => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            ExitWitness::HostPid(pid) => host_pid_gone(*pid),
         }
     }
 
@@ -104,6 +104,18 @@ impl UsageProbe {
             UsageProbe::HostPid(pid) => crate::backend::host::usage::of_tree(*pid),
         }
     }
+}
+
+/// No process `pid` exists any more, not even as a zombie (signal 0 says ESRCH).
+#[cfg(unix)]
+fn host_pid_gone(pid: i32) -> bool {
+    use rustix::process::{Pid, test_kill_process};
+    Pid::from_raw(pid).is_none_or(|pid| test_kill_process(pid) == Err(rustix::io::Errno::SRCH))
+}
+
+#[cfg(not(unix))]
+fn host_pid_gone(_pid: i32) -> bool {
+    true
 }
 
 pub struct Worker {

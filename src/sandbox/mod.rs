@@ -3,22 +3,49 @@
 //!
 //! - [`policy`]: what a worker may touch, as data (pure).
 //! - [`python`]: finding the real interpreter and what it must read.
-//! - [`linux`]: the walls (Landlock, seccomp, rlimits, namespaces, privileges) and the
-//!   helper stage that installs them before exec.
+//! - [`linux`]: the plan of a worker's private world (pure, every platform) and, on
+//!   Linux, the walls (namespaces, Landlock, seccomp, privileges) and the helper stage
+//!   that installs them before exec.
+//! - [`macos`]: the policy as a Seatbelt profile (a pure builder; the macOS glue that
+//!   applies it is not in this build, so a macOS helper refuses to start a worker).
+//! - [`helper`] (Unix): what the server and every platform's helper agree on.
 //! - [`report`]: which walls stand, as the helper saw them.
-//! - [`store`]: where workspaces live (the keeper's size-capped tmpfs, or host dirs).
-//! - [`macos`], [`windows`]: the same policy as an SBPL profile and a job-object plan
-//!   (pure builders; the platform glue that applies them is not in this build).
+//! - [`rlimits`]: the resource limits per operating system (pure) and applying them.
+//! - [`platform`]: what each operating system can and cannot enforce (pure).
+//! - [`store`] (Unix): where workspaces live (the keeper's size-capped tmpfs, or host
+//!   dirs).
 
+#[cfg(unix)]
+pub mod helper;
 pub mod linux;
 pub mod macos;
+pub mod platform;
 pub mod policy;
 pub mod python;
 pub mod report;
+pub mod rlimits;
+#[cfg(unix)]
 pub mod store;
 pub mod uids;
-pub mod windows;
 
 /// The Python program each worker runs (see `worker.py`), passed with `-c` so that no
 /// file outside the read-only runtime needs to be readable.
 pub const WORKER_SOURCE: &str = include_str!("worker.py");
+
+/// Entry point of `warden __sandbox-exec`, the helper the host backend starts for each
+/// worker: it confines itself with this platform's walls and execs the interpreter, or
+/// reports why it refused. Never returns.
+#[cfg(unix)]
+pub fn run_helper_main() -> ! {
+    #[cfg(target_os = "linux")]
+    {
+        linux::helper::run_helper_main()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        helper::exit_refused(helper::refuse(
+            "host_sandbox",
+            platform::host_unsupported_reason(platform::HostOs::current()),
+        ))
+    }
+}

@@ -7,7 +7,6 @@
 
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -216,6 +215,20 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// The permission bits of a file (Windows has none: everything counts as allowed, and
+/// no worker there runs as another user).
+fn unix_mode(meta: &fs::Metadata) -> u32 {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        0o777
+    }
+}
+
 /// Finds an executable named `name` on PATH, resolving symlinks.
 pub fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -223,7 +236,7 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
         .map(|dir| dir.join(name))
         .find(|p| {
             fs::metadata(p)
-                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .map(|m| m.is_file() && unix_mode(&m) & 0o111 != 0)
                 .unwrap_or(false)
         })
 }
@@ -232,11 +245,11 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
 /// ancestor directory must be searchable by others and the file readable by others.
 pub fn world_reachable(path: &Path) -> Result<(), String> {
     let meta = fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if meta.permissions().mode() & 0o005 != 0o005 {
+    if unix_mode(&meta) & 0o005 != 0o005 {
         return Err(format!(
             "{} is not readable and executable by others (mode {:o})",
             path.display(),
-            meta.permissions().mode() & 0o7777
+            unix_mode(&meta) & 0o7777
         ));
     }
     traversable_by_others(path.parent().unwrap_or(Path::new("/")))
@@ -247,11 +260,11 @@ pub fn world_reachable(path: &Path) -> Result<(), String> {
 pub fn traversable_by_others(dir: &Path) -> Result<(), String> {
     for dir in dir.ancestors() {
         let meta = fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        if meta.permissions().mode() & 0o001 == 0 {
+        if unix_mode(&meta) & 0o001 == 0 {
             return Err(format!(
                 "{} is mode {:o}, so other users cannot pass through it",
                 dir.display(),
-                meta.permissions().mode() & 0o7777
+                unix_mode(&meta) & 0o7777
             ));
         }
     }
@@ -320,7 +333,7 @@ mod tests {
     #[test]
     fn root_home_is_not_world_reachable() {
         if fs::metadata("/root")
-            .map(|m| m.permissions().mode() & 0o001 == 0)
+            .map(|m| unix_mode(&m) & 0o001 == 0)
             .unwrap_or(false)
         {
             assert!(world_reachable(Path::new("/root/.bashrc")).is_err());

@@ -10,10 +10,13 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::config::{SandboxMode, Settings};
-use crate::sandbox::linux::helper::RESPONSE_FD;
+use crate::sandbox::helper::RESPONSE_FD;
+#[cfg(target_os = "linux")]
 use crate::sandbox::linux::keeper::Keeper;
 use crate::sandbox::linux::world::{HostLayout, WorkspaceSource};
 use crate::sandbox::policy::{JoinFds, RunAs, SessionPaths};
+#[cfg(not(target_os = "linux"))]
+use no_keeper::Keeper;
 
 /// Every workspace of one server instance.
 pub struct WorkspaceStore {
@@ -188,4 +191,58 @@ fn create_host_dirs(dir: &Path, subs: &[&Path], run_as: Option<RunAs>) -> std::i
         std::fs::set_permissions(sub, std::fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
+}
+
+/// Outside Linux there is no workspace keeper (it needs mount namespaces): the store
+/// keeps host directories, and this type, which has no values, stands in for it.
+#[cfg(not(target_os = "linux"))]
+mod no_keeper {
+    use std::os::fd::{BorrowedFd, OwnedFd};
+    use std::path::Path;
+
+    use crate::sandbox::policy::RunAs;
+
+    pub enum Keeper {}
+
+    pub struct JoinNamespaces<'a> {
+        pub user: Option<BorrowedFd<'a>>,
+        pub mount: BorrowedFd<'a>,
+    }
+
+    impl Keeper {
+        pub fn start(
+            _stage: &Path,
+            _spawn: impl FnOnce(std::process::Command) -> std::io::Result<std::process::Child>,
+        ) -> Result<Keeper, String> {
+            Err(format!(
+                "{} has no mount namespaces for the workspace keeper",
+                std::env::consts::OS
+            ))
+        }
+
+        pub fn pid(&self) -> u32 {
+            match *self {}
+        }
+
+        pub fn stop(&self) {
+            match *self {}
+        }
+
+        pub fn namespaces(&self) -> JoinNamespaces<'_> {
+            match *self {}
+        }
+
+        pub fn create(
+            &self,
+            _id: &str,
+            _owner: Option<RunAs>,
+            _size: u64,
+        ) -> Result<OwnedFd, String> {
+            match *self {}
+        }
+
+        pub fn remove(&self, _id: &str) -> Result<(), String> {
+            match *self {}
+        }
+    }
 }

@@ -6,7 +6,6 @@
 
 pub mod report;
 
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -33,8 +32,10 @@ struct Fixtures {
     canary: String,
     write_target: std::path::PathBuf,
     tcp: std::net::TcpListener,
+    /// A UNIX socket the probes try to connect to (Unix hosts only).
+    #[cfg(unix)]
     unix: std::os::unix::net::UnixListener,
-    unix_path: std::path::PathBuf,
+    unix_path: Option<std::path::PathBuf>,
 }
 
 impl Drop for Fixtures {
@@ -50,31 +51,52 @@ fn hex<const N: usize>() -> String {
         .collect()
 }
 
+impl Fixtures {
+    /// The UNIX listener saw a connection.
+    fn unix_accepted(&self) -> bool {
+        #[cfg(unix)]
+        {
+            self.unix.accept().is_ok()
+        }
+        #[cfg(not(unix))]
+        {
+            false
+        }
+    }
+}
+
 fn make_fixtures(base: &Path) -> std::io::Result<Fixtures> {
     let dir = base.join(format!("selftest-fixtures-{}", hex::<6>()));
-    std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    crate::os::create_dir(&dir, 0o755, false)?;
+    crate::os::set_mode(&dir, 0o755)?;
     // Readable and writable by anyone: only the sandbox, not file permissions, may stop
     // the probes.
     let canary = format!("warden-canary-{}", hex::<16>());
     let canary_path = dir.join("canary.txt");
     std::fs::write(&canary_path, &canary)?;
-    std::fs::set_permissions(&canary_path, std::fs::Permissions::from_mode(0o644))?;
+    crate::os::set_mode(&canary_path, 0o644)?;
     let writable = dir.join("writable");
-    std::fs::DirBuilder::new().mode(0o777).create(&writable)?;
-    std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777))?;
+    crate::os::create_dir(&writable, 0o777, false)?;
+    crate::os::set_mode(&writable, 0o777)?;
     let tcp = std::net::TcpListener::bind("127.0.0.1:0")?;
     tcp.set_nonblocking(true)?;
-    let unix_path = dir.join("probe.sock");
-    let unix = std::os::unix::net::UnixListener::bind(&unix_path)?;
-    unix.set_nonblocking(true)?;
-    std::fs::set_permissions(&unix_path, std::fs::Permissions::from_mode(0o777))?;
+    #[cfg(unix)]
+    let (unix, unix_path) = {
+        let unix_path = dir.join("probe.sock");
+        let unix = std::os::unix::net::UnixListener::bind(&unix_path)?;
+        unix.set_nonblocking(true)?;
+        crate::os::set_mode(&unix_path, 0o777)?;
+        (unix, Some(unix_path))
+    };
+    #[cfg(not(unix))]
+    let unix_path = None;
     Ok(Fixtures {
         write_target: writable.join("written-by-probe.txt"),
         dir,
         canary_path,
         canary,
         tcp,
+        #[cfg(unix)]
         unix,
         unix_path,
     })
@@ -209,7 +231,7 @@ async fn run_probes(
         canary_exists: fixtures.canary_path.is_file(),
         write_target_exists: fixtures.write_target.exists(),
         loopback_accepted: fixtures.tcp.accept().is_ok(),
-        unix_accepted: fixtures.unix.accept().is_ok(),
+        unix_accepted: fixtures.unix_accepted(),
         ssh_dir_exists: ssh_dir.is_dir(),
         etc_shadow_exists: Path::new("/etc/shadow").exists(),
         network_denied: settings.network == NetworkMode::Deny,
@@ -366,19 +388,28 @@ async fn run_probes(
 /// The server's own soft RLIMIT_NOFILE: a probe that changes it from inside the
 /// sandbox is caught here.
 fn own_nofile_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into a valid struct.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    limit.rlim_cur
+    #[cfg(unix)]
+    {
+        rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX)
+    }
+    #[cfg(not(unix))]
+    {
+        0
+    }
 }
 
 /// The server's own nice value.
 fn own_priority() -> i32 {
-    // SAFETY: plain syscall; -1 is a valid nice value, so errno is not consulted.
-    unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+    #[cfg(unix)]
+    {
+        rustix::process::getpriority_process(None).unwrap_or(0)
+    }
+    #[cfg(not(unix))]
+    {
+        0
+    }
 }
 
 /// A copy of the interpreter in a memfd, run through /proc/self/fd/N: blocked only if

@@ -242,8 +242,7 @@ impl SessionManager {
         if !self.enforcement().dedicated_uid_per_session {
             return None;
         }
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path).ok()?.permissions().mode();
+        let mode = unix_mode(path)?;
         let need = match (kind, access) {
             (PathKind::Directory, Access::Read) => 0o005,
             (PathKind::Directory, Access::Write) => 0o007,
@@ -283,4 +282,16 @@ impl SessionManager {
              [[grants]] entries (path = \"...\", access = \"read\" | \"write\") to {config}"
         )
     }
+}
+
+/// The permission bits of `path` (dedicated uids, hence modes, exist only on Unix).
+#[cfg(unix)]
+fn unix_mode(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    Some(std::fs::metadata(path).ok()?.permissions().mode())
+}
+
+#[cfg(not(unix))]
+fn unix_mode(_path: &Path) -> Option<u32> {
+    None
 }

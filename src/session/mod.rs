@@ -25,7 +25,6 @@ mod run;
 mod workers;
 
 use std::collections::HashMap;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -145,11 +144,6 @@ struct SessionState {
     closed: bool,
 }
 
-fn running_as_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// `<pid>-<8 hex digits>`: unique per server instance.
 fn instance_name() -> String {
     let suffix: [u8; 4] = crate::random_bytes();
@@ -181,20 +175,17 @@ impl SessionManager {
         })?;
         let data_dir = match &settings.data_dir {
             Some(d) => d.clone(),
-            None => {
-                crate::config::default_data_dir(running_as_root()).ok_or(SessionError::NoDataDir)?
-            }
+            None => crate::config::default_data_dir(crate::os::running_as_root())
+                .ok_or(SessionError::NoDataDir)?,
         };
         let instance = instance_name();
         let instance_dir = data_dir.join("sessions").join(&instance);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o711)
-            .create(&instance_dir)
-            .map_err(|source| SessionError::DataDir {
+        crate::os::create_dir(&instance_dir, 0o711, true).map_err(|source| {
+            SessionError::DataDir {
                 path: instance_dir.clone(),
                 source,
-            })?;
+            }
+        })?;
         let instance_lock =
             crate::instances::InstanceLock::acquire(&instance_dir).map_err(|source| {
                 SessionError::DataDir {

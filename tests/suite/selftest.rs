@@ -78,8 +78,20 @@ async fn every_probe_is_blocked_on_this_machine() {
             "{wall}: {report}"
         );
     }
-    let caps = report["capabilities"].to_string();
-    assert!(caps.contains("macos_sandbox_exec"), "{caps}");
+    // What this machine enforces, from the helper's walls; every gap has its reason.
+    let caps = report["capabilities"].as_array().unwrap();
+    for mechanism in ["seccomp", "landlock", "namespaces"] {
+        assert!(
+            caps.iter()
+                .any(|c| c["mechanism"] == mechanism && c["enforced"] == true),
+            "{mechanism}: {caps:?}"
+        );
+    }
+    assert!(
+        caps.iter()
+            .all(|c| c["enforced"] == true || !c["reason"].as_str().unwrap_or_default().is_empty()),
+        "{caps:?}"
+    );
     server.stop().await;
 }
 

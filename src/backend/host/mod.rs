@@ -18,6 +18,7 @@ use crate::backend::{
     Backend, BackendError, BackendKind, Enforcement, StartError, Worker, WorkerSpec,
 };
 use crate::config::{SandboxMode, Settings};
+use crate::sandbox::platform::{HostOs, host_capabilities};
 use crate::sandbox::policy::{PolicyInputs, RunAs, SessionPaths, WorkerPolicy};
 use crate::sandbox::python::{self, PythonRuntime};
 use crate::sandbox::store::{Workspace, WorkspaceStore};
@@ -50,16 +51,11 @@ pub struct HostBackend {
     instance_dir: PathBuf,
 }
 
-fn running_as_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 impl HostBackend {
     /// Resolves the interpreter; as root, checks that the unprivileged sandbox uids can
     /// reach `instance_dir` and picks this instance's uid range.
     pub fn new(settings: Arc<Settings>, instance_dir: &Path) -> Result<HostBackend, BackendError> {
-        let root = running_as_root();
+        let root = crate::os::running_as_root();
         let sandboxed = settings.host_sandbox != SandboxMode::Off;
         let runtime =
             python::resolve(settings.python.as_deref(), root && sandboxed).map_err(|source| {
@@ -258,29 +254,14 @@ impl HostBackend {
     }
 }
 
-/// Platform sandboxes this build cannot apply on this machine.
+/// What this platform's host sandbox lacks (see [`crate::sandbox::platform`]), and the
+/// backends this build does not have.
 fn platform_gaps() -> Vec<Capability> {
-    vec![
-        Capability {
-            mechanism: "macos_sandbox_exec".into(),
-            enforced: false,
-            reason: format!(
-                "unsupported: the SBPL deny-default profile (sandbox::macos) applies on macOS only (this is {})",
-                std::env::consts::OS
-            ),
-        },
-        Capability {
-            mechanism: "windows_job_object".into(),
-            enforced: false,
-            reason: format!(
-                "unsupported: the job object and low integrity plan (sandbox::windows) apply on Windows only, and network control there needs administrator rights (this is {})",
-                std::env::consts::OS
-            ),
-        },
-        Capability {
-            mechanism: "docker".into(),
-            enforced: false,
-            reason: "unsupported in this build: the Docker backend is not implemented yet".into(),
-        },
-    ]
+    let mut gaps = host_capabilities(HostOs::current());
+    gaps.push(Capability {
+        mechanism: "docker".into(),
+        enforced: false,
+        reason: "unsupported in this build: the Docker backend is not implemented yet".into(),
+    });
+    gaps
 }

@@ -4,7 +4,7 @@
 //! The helper installs the walls and execs Python; [`HostProcess`] kills its whole
 //! process group.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -16,7 +16,7 @@ use tokio::process::Child;
 
 use crate::backend::protocol::{Channel, DRAIN_TIMEOUT, Handshake, WorkerProcess};
 use crate::backend::{StartError, Worker, WorkerProcessKind};
-use crate::sandbox::linux::helper::{REQUEST_FD, RESPONSE_FD};
+use crate::sandbox::helper::{REQUEST_FD, RESPONSE_FD};
 use crate::sandbox::policy::WorkerPolicy;
 
 /// The hidden subcommand that runs the sandbox helper.
@@ -137,14 +137,10 @@ pub fn spawn_std_from_spawner(
 /// Most descriptors passed beyond the protocol pipes.
 const MAX_INHERITED: usize = 8;
 
+/// A pipe whose ends are closed on exec (std creates them with O_CLOEXEC).
 fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0i32; 2];
-    // SAFETY: pipe2 writes two fds into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    let (read, write) = std::io::pipe()?;
+    Ok((read.into(), write.into()))
 }
 
 /// How a process ended, in words a user can act on.

@@ -24,20 +24,15 @@ use std::os::fd::BorrowedFd;
 
 use crate::config::{NetworkMode, SandboxMode};
 use crate::sandbox::WORKER_SOURCE;
+use crate::sandbox::helper::MAX_POLICY_BYTES;
+use crate::sandbox::helper::{REFUSED_EXIT, REQUEST_FD, RESPONSE_FD};
 use crate::sandbox::linux::namespaces::{self, NamespaceError};
 use crate::sandbox::linux::world::{FsView, HOSTNAME};
-use crate::sandbox::linux::{landlock, mounts, privileges, rlimits, seccomp};
+use crate::sandbox::linux::{landlock, mounts, privileges, seccomp};
+use crate::sandbox::platform::HostOs;
 use crate::sandbox::policy::{WorkerPolicy, World};
 use crate::sandbox::report::{HelperMessage, SandboxReport, WallStatus};
-
-/// The worker's request pipe (server → worker); the policy arrives on it first.
-pub const REQUEST_FD: i32 = 3;
-/// The worker's response pipe (worker → server); the helper's report goes there first.
-pub const RESPONSE_FD: i32 = 4;
-/// The largest policy the helper accepts.
-const MAX_POLICY_BYTES: usize = 1 << 20;
-/// Exit status of a helper that refused to start the worker.
-pub const REFUSED_EXIT: i32 = 71;
+use crate::sandbox::rlimits;
 
 struct Refusal {
     wall: &'static str,
@@ -304,16 +299,9 @@ fn confine_and_exec(
 ) -> Result<Infallible, Refusal> {
     let confined = policy.mode != SandboxMode::Off;
     if confined {
-        let limits = rlimits::rlimits_for(&policy.limits);
+        let limits = rlimits::rlimits_for(&policy.limits, HostOs::Linux);
         rlimits::apply(&limits).map_err(|e| refuse("rlimits", e))?;
-        walls.enforced(
-            "rlimits",
-            limits
-                .iter()
-                .map(|l| format!("{}={}", l.name, l.hard))
-                .collect::<Vec<_>>()
-                .join(" "),
-        );
+        walls.enforced("rlimits", rlimits::describe(&limits));
     }
     // SAFETY: umask cannot fail.
     unsafe { libc::umask(0o077) };
@@ -464,11 +452,11 @@ fn close_inherited_fds() -> Result<(), Refusal> {
 }
 
 fn install_seccomp(policy: &WorkerPolicy, walls: &mut Walls) -> Result<(), Refusal> {
-    if !cfg!(target_arch = "x86_64") {
+    if seccomp::Arch::native().is_none() {
         return walls.missing(
             "seccomp",
             format!(
-                "the seccomp filters are written for x86_64 only; this is {}",
+                "the seccomp filters are written for x86_64 and aarch64; this is {}",
                 std::env::consts::ARCH
             ),
         );
@@ -483,11 +471,16 @@ fn install_seccomp(policy: &WorkerPolicy, walls: &mut Walls) -> Result<(), Refus
             walls.enforced(
                 "seccomp",
                 format!(
-                    "{n} filters: no sockets{}, no new processes, no ptrace/mount/namespaces/bpf/io_uring/keyctl/perf, signals, limits and scheduling only of itself, no inotify/fanotify, only never-executable memfds, x32 and foreign ABIs refused",
+                    "{n} filters: no sockets{}, no new processes, no ptrace/mount/namespaces/bpf/io_uring/keyctl/perf, signals, limits and scheduling only of itself, no inotify/fanotify, only never-executable memfds, {}",
                     if policy.network == NetworkMode::Allow {
                         " except outbound TCP/UDP"
                     } else {
                         ""
+                    },
+                    if cfg!(target_arch = "x86_64") {
+                        "x32 and foreign ABIs refused (x86_64)"
+                    } else {
+                        "AArch32 compat refused (aarch64)"
                     }
                 ),
             );
@@ -601,13 +594,16 @@ fn self_check(policy: &WorkerPolicy, walls: &Walls, in_world: bool) -> Result<()
                 "self-check: an executable memfd could be created",
             ));
         }
-        // SAFETY: an x32 getpid takes no arguments.
-        let rc = unsafe { libc::syscall(0x4000_0000 | libc::SYS_getpid) };
-        if rc >= 0 {
-            return Err(refuse(
-                "seccomp",
-                "self-check: an x32 syscall was not refused",
-            ));
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: an x32 getpid takes no arguments.
+            let rc = unsafe { libc::syscall(0x4000_0000 | libc::SYS_getpid) };
+            if rc >= 0 {
+                return Err(refuse(
+                    "seccomp",
+                    "self-check: an x32 syscall was not refused",
+                ));
+            }
         }
     }
     if standing("landlock") {

@@ -1,16 +1,26 @@
 //! The Linux walls. Each file owns one mechanism; `helper` composes them in order.
 //!
-//! - [`world`]: the plan of a worker's private world (pure); [`mounts`] applies it and
-//!   [`namespaces`] makes the namespaces and the PID-1 split it lives in.
+//! - [`world`]: the plan of a worker's private world (pure, built on every platform:
+//!   the policy carries it); [`mounts`] applies it and [`namespaces`] makes the
+//!   namespaces and the PID-1 split it lives in.
 //! - [`keeper`]: the process that holds every session's size-capped workspace tmpfs.
-//! - [`landlock`], [`seccomp`], [`rlimits`], [`privileges`]: the walls inside the world.
+//! - [`landlock`], [`seccomp`], [`privileges`]: the walls inside the world (the
+//!   rlimits are [`crate::sandbox::rlimits`]).
+//!
+//! Everything but [`world`] exists in Linux builds only.
 
+#[cfg(target_os = "linux")]
 pub mod helper;
+#[cfg(target_os = "linux")]
 pub mod keeper;
+#[cfg(target_os = "linux")]
 pub mod landlock;
+#[cfg(target_os = "linux")]
 pub mod mounts;
+#[cfg(target_os = "linux")]
 pub mod namespaces;
+#[cfg(target_os = "linux")]
 pub mod privileges;
-pub mod rlimits;
+#[cfg(target_os = "linux")]
 pub mod seccomp;
 pub mod world;

@@ -1,0 +1,114 @@
+//! The host backend where this build has no sandbox for a host process (Windows): it
+//! starts, reports itself `unsupported` with the reason and the route (the Docker
+//! backend), and refuses every worker. Nothing ever runs unconfined on the host.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::backend::{
+    Backend, BackendError, BackendKind, Enforcement, StartError, Worker, WorkerSpec,
+};
+use crate::config::Settings;
+use crate::sandbox::platform::{self, HostOs};
+use crate::sandbox::policy::SessionPaths;
+
+/// What the host backend keeps for one session: its directory (no worker can start).
+#[derive(Debug)]
+pub struct HostSlot {
+    dir: std::path::PathBuf,
+}
+
+pub struct HostBackend {
+    settings: Arc<Settings>,
+}
+
+impl HostBackend {
+    pub fn new(settings: Arc<Settings>, _instance_dir: &Path) -> Result<HostBackend, BackendError> {
+        tracing::warn!("{}", platform::host_unsupported_reason(HostOs::current()));
+        Ok(HostBackend { settings })
+    }
+}
+
+impl Backend for HostBackend {
+    type Slot = HostSlot;
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Host
+    }
+
+    /// A directory for the session's files, though no worker will ever use it.
+    fn open_session(&self, dir: &Path) -> std::io::Result<(HostSlot, SessionPaths)> {
+        let workspace = dir.join("workspace");
+        crate::os::create_dir(&workspace, 0o700, true)?;
+        Ok((
+            HostSlot {
+                dir: dir.to_path_buf(),
+            },
+            SessionPaths { workspace },
+        ))
+    }
+
+    async fn start_worker(
+        &self,
+        _slot: &HostSlot,
+        _spec: &WorkerSpec<'_>,
+    ) -> Result<Worker, StartError> {
+        Err(StartError::Refused {
+            wall: "host_sandbox".into(),
+            message: platform::host_unsupported_reason(HostOs::current()),
+        })
+    }
+
+    fn close_session(&self, slot: &HostSlot) -> Result<(), String> {
+        std::fs::remove_dir_all(&slot.dir)
+            .map_err(|e| format!("cannot remove {}: {e}", slot.dir.display()))
+    }
+
+    async fn shutdown(&self) {}
+
+    fn enforcement(&self) -> Enforcement {
+        Enforcement {
+            kind: BackendKind::Host,
+            python: self
+                .settings
+                .python
+                .as_ref()
+                .map_or("none (no host worker on this platform)".to_string(), |p| {
+                    p.display().to_string()
+                }),
+            python_version: "unknown".into(),
+            dedicated_uid_per_session: false,
+            workspace_quota_bytes: None,
+            protected_paths: Vec::new(),
+            processes_limit: None,
+            gaps: platform::host_capabilities(HostOs::current()),
+        }
+    }
+}
+
+/// The process behind a host worker: none can exist on this platform.
+pub mod spawn {
+    use crate::backend::protocol::WorkerProcess;
+
+    /// Uninhabited: no host worker is ever started here.
+    pub enum HostProcess {}
+
+    impl HostProcess {
+        pub fn pid(&self) -> i32 {
+            match *self {}
+        }
+    }
+
+    impl WorkerProcess for HostProcess {
+        fn kill(&mut self) {
+            match *self {}
+        }
+
+        async fn wait_exit(&mut self) -> String {
+            match *self {}
+        }
+    }
+
+    /// There is no host process group to kill.
+    pub fn kill_group(_pid: i32) {}
+}

@@ -1,0 +1,248 @@
+//! The few operating-system facts the platform-neutral layers need, in one place so
+//! that sessions, selftest, grants and the CLI carry no `cfg` of their own: whether the
+//! server runs as root, directories created with a Unix mode (Windows has no modes; its
+//! directories inherit the ACL of their parent), opening a path without following any
+//! symlink where the system has no `openat2`, and what an open descriptor really is.
+
+use std::path::Path;
+#[cfg(unix)]
+use std::path::PathBuf;
+
+/// The server runs with root's effective uid (never on Windows, which has no uids).
+pub fn running_as_root() -> bool {
+    #[cfg(unix)]
+    {
+        rustix::process::geteuid().is_root()
+    }
+    #[cfg(not(unix))]
+    {
+        false
+    }
+}
+
+/// Creates `dir` (and its parents when `recursive`) with `mode` on Unix.
+pub fn create_dir(dir: &Path, mode: u32, recursive: bool) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(recursive);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, mode);
+    #[cfg(not(unix))]
+    let _ = mode;
+    builder.create(dir)
+}
+
+/// Sets the Unix permission bits of `path` (nothing on Windows).
+pub fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, mode);
+        Ok(())
+    }
+}
+
+/// Reads exactly `buf.len()` bytes at `offset` without moving the file's position
+/// (`pread` on Unix, `ReadFile` with an offset on Windows).
+///
+/// # Errors
+/// The read's error, or `UnexpectedEof` when the file is shorter.
+pub fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+    }
+    #[cfg(windows)]
+    {
+        use std::os::windows::fs::FileExt;
+        let mut done = 0;
+        while done < buf.len() {
+            match file.seek_read(&mut buf[done..], offset + done as u64) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The Unix permission bits of a file (`None` on Windows, which has none).
+pub fn permission_bits(meta: &std::fs::Metadata) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        Some(meta.permissions().mode())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        None
+    }
+}
+
+/// Device and inode number of a file: its identity, whatever its name. Windows' stable
+/// std has neither (volume serial and file index are unstable), so there its creation
+/// time stands in for the inode: enough to notice a file replaced under the same name.
+pub fn file_identity(meta: &std::fs::Metadata) -> (u64, u64) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        (meta.dev(), meta.ino())
+    }
+    #[cfg(windows)]
+    {
+        use std::os::windows::fs::MetadataExt;
+        (0, meta.creation_time())
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        let _ = meta;
+        (0, 0)
+    }
+}
+
+/// Opens `rel` beneath the directory `start`, one component at a time, each with
+/// `O_NOFOLLOW` relative to the previous one's descriptor: no `..`, no absolute path, no
+/// symlink at any component, and with `same_device` no mount crossing. What `openat2`
+/// with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` does in one call on Linux; `last` adds
+/// flags for the final component (directories get `O_DIRECTORY`).
+///
+/// # Errors
+/// A path that is empty or leaves `start`, a symlink (`ELOOP`), a mount crossing
+/// (`EXDEV`), or the system's refusal.
+#[cfg(unix)]
+pub fn open_by_components(
+    start: std::os::fd::BorrowedFd<'_>,
+    rel: &Path,
+    last: rustix::fs::OFlags,
+    same_device: bool,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    use std::os::fd::AsFd;
+    use std::path::Component;
+    let invalid =
+        |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_string());
+    let mut names = Vec::new();
+    for component in rel.components() {
+        match component {
+            Component::Normal(name) => names.push(name),
+            Component::CurDir => {}
+            _ => return Err(invalid("the path must stay beneath its directory")),
+        }
+    }
+    let device = rustix::fs::fstat(start)?.st_dev;
+    let mut current: Option<std::os::fd::OwnedFd> = None;
+    for (i, name) in names.iter().enumerate() {
+        let flags = OFlags::RDONLY
+            | OFlags::CLOEXEC
+            | OFlags::NOFOLLOW
+            | if i + 1 == names.len() {
+                last
+            } else {
+                OFlags::DIRECTORY
+            };
+        let at = current.as_ref().map_or(start, |fd| fd.as_fd());
+        let fd = rustix::fs::openat(at, *name, flags, Mode::empty())?;
+        if same_device && rustix::fs::fstat(&fd)?.st_dev != device {
+            return Err(rustix::io::Errno::XDEV.into());
+        }
+        current = Some(fd);
+    }
+    current.ok_or_else(|| invalid("empty path"))
+}
+
+/// The path the system gives for an open descriptor (Linux: `/proc/self/fd/N`; macOS:
+/// `F_GETPATH`): what was really opened, whatever happened to the path since.
+///
+/// # Errors
+/// When the system cannot tell.
+#[cfg(unix)]
+pub fn fd_path(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        use std::os::unix::ffi::OsStringExt;
+        let path = rustix::fs::getpath(fd)?;
+        Ok(PathBuf::from(std::ffi::OsString::from_vec(
+            path.into_bytes(),
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_get_their_mode() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("a/b");
+        create_dir(&dir, 0o711, true).unwrap();
+        set_mode(&dir, 0o700).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700);
+        }
+        assert!(create_dir(&dir, 0o711, false).is_err(), "exists already");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_component_walk_refuses_every_way_out() {
+        use rustix::fs::OFlags;
+        use std::io::Read;
+        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/deep.csv"), "a,b").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("link.txt")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("etcdir")).unwrap();
+        std::os::unix::fs::symlink("sub", root.join("sublink")).unwrap();
+        let start = std::fs::File::open(root).unwrap();
+        let open =
+            |rel: &str| open_by_components(start.as_fd(), Path::new(rel), OFlags::empty(), true);
+        let mut text = String::new();
+        let fd = open("sub/deep.csv").unwrap();
+        assert_eq!(
+            fd_path(fd.as_fd()).unwrap(),
+            root.canonicalize().unwrap().join("sub/deep.csv")
+        );
+        std::fs::File::from(fd).read_to_string(&mut text).unwrap();
+        assert_eq!(text, "a,b");
+        for bad in [
+            "link.txt",
+            "etcdir/passwd",
+            "sublink/deep.csv",
+            "../../../../etc/passwd",
+            "sub/../../etc/passwd",
+            "/etc/passwd",
+            "",
+        ] {
+            assert!(open(bad).is_err(), "{bad:?} was opened");
+        }
+    }
+
+    /// A mount crossing is refused only when asked (/proc is another file system).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_component_walk_can_stay_on_one_device() {
+        use rustix::fs::OFlags;
+        use std::os::fd::AsFd;
+        let root = std::fs::File::open("/").unwrap();
+        let proc = Path::new("proc");
+        assert!(open_by_components(root.as_fd(), proc, OFlags::DIRECTORY, true).is_err());
+        assert!(open_by_components(root.as_fd(), proc, OFlags::DIRECTORY, false).is_ok());
+    }
+}

@@ -1,0 +1,211 @@
+//! Resource limits for the worker. [`rlimits_for`] is the pure builder, per operating
+//! system (soft = hard, except CPU, whose soft limit sends SIGXCPU a little before the
+//! hard kill); [`apply`] sets them on the helper, and execve carries them into the
+//! interpreter.
+//!
+//! macOS gets fewer: it has no RLIMIT_MSGQUEUE, RTPRIO or NICE, and its RLIMIT_AS cannot
+//! be set below the address space every process already maps (the shared cache), so
+//! memory there is bounded by the helper's watchdog instead.
+
+use crate::sandbox::platform::HostOs;
+use crate::sandbox::policy::Limits;
+
+/// A limit, independent of the C library's numbering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    AddressSpace,
+    Cpu,
+    FileSize,
+    OpenFiles,
+    Core,
+    Memlock,
+    Msgqueue,
+    Rtprio,
+    Nice,
+    Stack,
+    Processes,
+}
+
+impl Resource {
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::AddressSpace => "RLIMIT_AS",
+            Resource::Cpu => "RLIMIT_CPU",
+            Resource::FileSize => "RLIMIT_FSIZE",
+            Resource::OpenFiles => "RLIMIT_NOFILE",
+            Resource::Core => "RLIMIT_CORE",
+            Resource::Memlock => "RLIMIT_MEMLOCK",
+            Resource::Msgqueue => "RLIMIT_MSGQUEUE",
+            Resource::Rtprio => "RLIMIT_RTPRIO",
+            Resource::Nice => "RLIMIT_NICE",
+            Resource::Stack => "RLIMIT_STACK",
+            Resource::Processes => "RLIMIT_NPROC",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rlimit {
+    pub resource: Resource,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+impl Rlimit {
+    pub fn name(&self) -> &'static str {
+        self.resource.name()
+    }
+}
+
+fn same(resource: Resource, value: u64) -> Rlimit {
+    Rlimit {
+        resource,
+        soft: value,
+        hard: value,
+    }
+}
+
+/// The full list of rlimits for a worker on `os`. Pure.
+pub fn rlimits_for(limits: &Limits, os: HostOs) -> Vec<Rlimit> {
+    let cpu = Rlimit {
+        resource: Resource::Cpu,
+        soft: limits.cpu_seconds,
+        hard: limits.cpu_seconds + 5,
+    };
+    let mut out = match os {
+        HostOs::MacOs => vec![
+            cpu,
+            same(Resource::FileSize, limits.file_size_bytes),
+            same(Resource::OpenFiles, limits.open_files),
+            same(Resource::Core, 0),
+        ],
+        _ => vec![
+            same(Resource::AddressSpace, limits.address_space_bytes),
+            cpu,
+            same(Resource::FileSize, limits.file_size_bytes),
+            same(Resource::OpenFiles, limits.open_files),
+            same(Resource::Core, 0),
+            same(Resource::Memlock, 64 << 10),
+            same(Resource::Msgqueue, 0),
+            same(Resource::Rtprio, 0),
+            same(Resource::Nice, 0),
+            same(Resource::Stack, 8 << 20),
+        ],
+    };
+    if let Some(tasks) = limits.processes {
+        out.push(same(Resource::Processes, tasks));
+    }
+    out
+}
+
+/// The C library's resource for `r`, where this system has it.
+#[cfg(unix)]
+fn native(r: Resource) -> Option<rustix::process::Resource> {
+    use rustix::process::Resource as R;
+    Some(match r {
+        Resource::AddressSpace => R::As,
+        Resource::Cpu => R::Cpu,
+        Resource::FileSize => R::Fsize,
+        Resource::OpenFiles => R::Nofile,
+        Resource::Core => R::Core,
+        Resource::Memlock => R::Memlock,
+        Resource::Stack => R::Stack,
+        Resource::Processes => R::Nproc,
+        #[cfg(target_os = "linux")]
+        Resource::Msgqueue => R::Msgqueue,
+        #[cfg(target_os = "linux")]
+        Resource::Rtprio => R::Rtprio,
+        #[cfg(target_os = "linux")]
+        Resource::Nice => R::Nice,
+        #[cfg(not(target_os = "linux"))]
+        Resource::Msgqueue | Resource::Rtprio | Resource::Nice => return None,
+    })
+}
+
+/// Sets every limit on the calling process.
+///
+/// # Errors
+/// The name of the first limit the system refused or does not have, with the reason.
+#[cfg(unix)]
+pub fn apply(limits: &[Rlimit]) -> Result<(), String> {
+    for limit in limits {
+        let resource = native(limit.resource)
+            .ok_or_else(|| format!("{} does not exist on this system", limit.name()))?;
+        let value = rustix::process::Rlimit {
+            current: Some(limit.soft),
+            maximum: Some(limit.hard),
+        };
+        rustix::process::setrlimit(resource, value)
+            .map_err(|e| format!("setrlimit({}) failed: {e}", limit.name()))?;
+    }
+    Ok(())
+}
+
+/// `NAME=hard …`, for the walls report.
+pub fn describe(limits: &[Rlimit]) -> String {
+    limits
+        .iter()
+        .map(|l| format!("{}={}", l.name(), l.hard))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(processes: Option<u64>) -> Limits {
+        Limits {
+            address_space_bytes: 2 << 30,
+            cpu_seconds: 3600,
+            file_size_bytes: 256 << 20,
+            open_files: 256,
+            processes,
+        }
+    }
+
+    #[test]
+    fn every_exhaustion_vector_is_bounded_on_linux() {
+        let list = rlimits_for(&limits(Some(256)), HostOs::Linux);
+        let find = |r| list.iter().find(|l| l.resource == r).copied().unwrap();
+        assert_eq!(find(Resource::AddressSpace).hard, 2 << 30);
+        assert_eq!(find(Resource::OpenFiles).soft, 256);
+        assert_eq!(find(Resource::Core).hard, 0);
+        assert_eq!(find(Resource::Processes).hard, 256);
+        assert_eq!(find(Resource::FileSize).hard, 256 << 20);
+        let cpu = find(Resource::Cpu);
+        assert!(cpu.soft < cpu.hard);
+        assert!(list.iter().all(|l| l.soft <= l.hard));
+    }
+
+    #[test]
+    fn no_process_limit_without_a_dedicated_uid() {
+        for os in [HostOs::Linux, HostOs::MacOs] {
+            assert!(
+                !rlimits_for(&limits(None), os)
+                    .iter()
+                    .any(|l| l.resource == Resource::Processes)
+            );
+        }
+    }
+
+    #[test]
+    fn macos_gets_only_limits_it_has_and_can_lower() {
+        let list = rlimits_for(&limits(None), HostOs::MacOs);
+        let names: Vec<&str> = list.iter().map(Rlimit::name).collect();
+        assert_eq!(
+            names,
+            ["RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE"]
+        );
+        assert!(describe(&list).contains("RLIMIT_FSIZE=268435456"));
+    }
+
+    /// Every limit of this system's list exists in its C library.
+    #[cfg(unix)]
+    #[test]
+    fn this_systems_limits_all_exist_here() {
+        for limit in rlimits_for(&limits(Some(8)), HostOs::current()) {
+            assert!(native(limit.resource).is_some(), "{}", limit.name());
+        }
+    }
+}
