@@ -8,8 +8,6 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -33,24 +31,22 @@ impl InstanceLock {
     /// # Errors
     /// The file cannot be created or is already locked (another live instance).
     pub fn acquire(dir: &Path) -> std::io::Result<InstanceLock> {
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(dir.join(LOCK))?;
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)?;
+        let file = crate::os::private_file(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false),
+        )
+        .open(dir.join(LOCK))?;
+        // flock(LOCK_EX | LOCK_NB) on Unix, LockFileEx on Windows.
+        file.try_lock().map_err(std::io::Error::from)?;
         Ok(InstanceLock { _file: file })
     }
 }
 
-/// A process's identity that survives pid reuse: its start time in clock ticks since
-/// boot (field 22 of /proc/PID/stat).
+/// A process's identity that survives pid reuse: its start time.
 fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    crate::os::process_start_time(pid)
 }
 
 /// Notes that this instance started `pid`, so that a later server can kill it should
@@ -59,11 +55,7 @@ pub fn record_process(instance_dir: &Path, pid: u32) {
     let Some(start) = start_time(pid) else {
         return;
     };
-    let appended = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+    let appended = crate::os::private_file(std::fs::OpenOptions::new().append(true).create(true))
         .open(instance_dir.join(PROCESSES))
         .and_then(|mut f| f.write_all(format!("{pid} {start}\n").as_bytes()));
     if let Err(e) = appended {
@@ -129,12 +121,9 @@ fn reap_if_dead(dir: &Path) -> Option<Reaped> {
     let mut killed = Vec::new();
     for (pid, start) in parse_processes(&recorded) {
         if start_time(pid) == Some(start) {
-            // SAFETY: signalling a process this data directory's dead instance started,
-            // identified by pid and start time; the group first (a worker leads one).
-            unsafe {
-                libc::killpg(pid as i32, libc::SIGKILL);
-                libc::kill(pid as i32, libc::SIGKILL);
-            }
+            // A process this data directory's dead instance started, identified by pid
+            // and start time; the group first (a worker leads one).
+            crate::os::kill_group(pid as i32);
             killed.push(pid);
         }
     }
@@ -163,19 +152,14 @@ enum Liveness {
 
 /// Takes the instance's lock if nobody holds it (the instance is dead).
 fn lock_if_free(dir: &Path) -> Result<File, Liveness> {
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+    let file = match crate::os::private_file(std::fs::OpenOptions::new().read(true))
         .open(dir.join(LOCK))
     {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Liveness::NoLock),
         Err(_) => return Err(Liveness::Alive),
     };
-    match rustix::fs::flock(
-        file.as_fd(),
-        rustix::fs::FlockOperation::NonBlockingLockExclusive,
-    ) {
+    match file.try_lock() {
         Ok(()) => Ok(file),
         Err(_) => Err(Liveness::Alive),
     }

@@ -45,6 +45,79 @@ pub fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     }
 }
 
+/// Options for a private file of the server's: created 0600, never through a symlink,
+/// closed on exec (Windows: the defaults; the data directory's ACL is the user's).
+pub fn private_file(options: &mut std::fs::OpenOptions) -> &mut std::fs::OpenOptions {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+    }
+    #[cfg(not(unix))]
+    {
+        options
+    }
+}
+
+/// When a running process started, in a unit of the system's (Linux: clock ticks since
+/// boot, field 22 of `/proc/PID/stat`; macOS: microseconds since the epoch): with the
+/// pid, an identity that survives pid reuse. `None` when there is no such process or the
+/// system cannot tell (Windows).
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = stat.get(stat.rfind(')')? + 2..)?;
+        rest.split_whitespace().nth(19)?.parse().ok()
+    }
+    #[cfg(target_os = "macos")]
+    {
+        let mut info = std::mem::MaybeUninit::<libc::proc_bsdinfo>::zeroed();
+        let size = std::mem::size_of::<libc::proc_bsdinfo>() as libc::c_int;
+        // SAFETY: proc_pidinfo writes at most `size` bytes into the buffer.
+        let n = unsafe {
+            libc::proc_pidinfo(
+                i32::try_from(pid).ok()?,
+                libc::PROC_PIDTBSDINFO,
+                0,
+                info.as_mut_ptr().cast(),
+                size,
+            )
+        };
+        if n != size {
+            return None;
+        }
+        // SAFETY: the call filled the whole struct.
+        let info = unsafe { info.assume_init() };
+        Some(info.pbi_start_tvsec * 1_000_000 + info.pbi_start_tvusec)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
+/// SIGKILL to the process group led by `pid`, then to `pid` itself (nothing on
+/// Windows, where no host worker runs).
+pub fn kill_group(pid: i32) {
+    #[cfg(unix)]
+    {
+        use rustix::process::{Pid, Signal, kill_process, kill_process_group};
+        if pid > 1
+            && let Some(pid) = Pid::from_raw(pid)
+        {
+            // ESRCH (already gone) is fine.
+            let _ = kill_process_group(pid, Signal::KILL);
+            let _ = kill_process(pid, Signal::KILL);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
+}
+
 /// Reads exactly `buf.len()` bytes at `offset` without moving the file's position
 /// (`pread` on Unix, `ReadFile` with an offset on Windows).
 ///
@@ -195,6 +268,16 @@ mod tests {
             assert_eq!(mode & 0o777, 0o700);
         }
         assert!(create_dir(&dir, 0o711, false).is_err(), "exists already");
+    }
+
+    #[test]
+    fn a_process_start_time_is_its_own() {
+        let me = std::process::id();
+        if cfg!(any(target_os = "linux", target_os = "macos")) {
+            let t = process_start_time(me).unwrap();
+            assert_eq!(process_start_time(me), Some(t));
+        }
+        assert_eq!(process_start_time(u32::MAX - 1), None);
     }
 
     #[cfg(unix)]

@@ -68,14 +68,8 @@ pub fn create_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 fn private() -> OpenOptions {
-    #[cfg_attr(not(unix), allow(unused_mut))]
     let mut o = OpenOptions::new();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        o.mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
-    }
+    crate::os::private_file(&mut o);
     o
 }
 

@@ -56,11 +56,11 @@ impl WorkerProcess for HostProcess {
     /// threads but never a process, a session or a group of its own, and SIGSTOP can be
     /// neither caught nor ignored.
     fn freeze(&mut self) {
-        signal_group(self.pid, libc::SIGSTOP);
+        signal_group(self.pid, rustix::process::Signal::STOP);
     }
 
     fn thaw(&mut self) {
-        signal_group(self.pid, libc::SIGCONT);
+        signal_group(self.pid, rustix::process::Signal::CONT);
     }
 }
 
@@ -72,22 +72,16 @@ impl Drop for HostProcess {
 
 /// SIGKILL to the process group led by `pid`, and to `pid` itself.
 pub fn kill_group(pid: i32) {
-    if pid > 1 {
-        signal_group(pid, libc::SIGKILL);
-        // SAFETY: plain syscall; ESRCH (already gone) is fine.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-        }
-    }
+    crate::os::kill_group(pid);
 }
 
 /// `signal` to the process group led by `pid` (never to group 0 or 1).
-fn signal_group(pid: i32, signal: i32) {
-    if pid > 1 {
-        // SAFETY: plain syscall; ESRCH (already gone) is fine.
-        unsafe {
-            libc::killpg(pid, signal);
-        }
+fn signal_group(pid: i32, signal: rustix::process::Signal) {
+    if pid > 1
+        && let Some(pid) = rustix::process::Pid::from_raw(pid)
+    {
+        // ESRCH (already gone) is fine.
+        let _ = rustix::process::kill_process_group(pid, signal);
     }
 }
 
