@@ -6,7 +6,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -74,7 +73,7 @@ fn main() {
         .prefix("warden-bench-")
         .tempdir()
         .unwrap();
-    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    warden::os::set_mode(data.path(), 0o711).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
         .args(["serve", "--http", "127.0.0.1:0"])
         .env("SANDBOX_DATA_DIR", data.path())
@@ -139,8 +138,18 @@ fn main() {
         "HTTP session (2025-11-25, SSE), warm print(1+1)",
     );
 
-    // SAFETY: SIGTERM to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    stop(&mut child);
     let _ = child.wait();
     std::thread::sleep(Duration::from_millis(100));
+}
+
+/// Asks the server to stop as a service manager would (SIGTERM; Windows: kill).
+fn stop(child: &mut std::process::Child) {
+    #[cfg(unix)]
+    // SAFETY: SIGTERM to our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM)
+    };
+    #[cfg(not(unix))]
+    let _ = child.kill();
 }
