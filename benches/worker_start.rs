@@ -55,6 +55,13 @@ fn once(args: &[String]) -> (Duration, f64, bool) {
     )
 }
 
+/// CPU time of the waited-for children (Windows: not measured, 0).
+#[cfg(not(unix))]
+fn children_cpu_ms() -> f64 {
+    0.0
+}
+
+#[cfg(unix)]
 fn children_cpu_ms() -> f64 {
     // SAFETY: getrusage writes into the struct it is given.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };

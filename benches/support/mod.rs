@@ -12,7 +12,6 @@
 //!   stdout sent to a buffer: no IPC, no sandbox, no process start.
 #![allow(dead_code)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -92,7 +91,7 @@ pub fn data_dir() -> tempfile::TempDir {
         .prefix("warden-bench-")
         .tempdir()
         .unwrap();
-    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    warden::os::set_mode(data.path(), 0o711).unwrap();
     data
 }
 

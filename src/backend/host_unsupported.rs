@@ -107,8 +107,25 @@ pub mod spawn {
         async fn wait_exit(&mut self) -> String {
             match *self {}
         }
+
+        fn freeze(&mut self) {
+            match *self {}
+        }
+
+        fn thaw(&mut self) {
+            match *self {}
+        }
     }
 
     /// There is no host process group to kill.
     pub fn kill_group(_pid: i32) {}
+}
+
+/// What a host worker uses: nothing to read, none exists here.
+pub mod usage {
+    use crate::backend::worker::Usage;
+
+    pub fn of_tree(_pid: i32) -> Option<Usage> {
+        None
+    }
 }
