@@ -9,7 +9,6 @@
 //! (a FIFO would block the copy), and is iterative and bounded in depth and entries, so
 //! no tree can exhaust the server's stack or hold it forever.
 
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Deepest directory copied.
@@ -24,10 +23,7 @@ const MAX_ENTRIES: usize = 100_000;
 /// read, or that lie past the bounds, are skipped and counted in a log line.
 pub fn copy_workspace(from: &Path, to: &Path) -> Result<(), String> {
     if let Some(parent) = to.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)
+        crate::os::create_dir(parent, 0o700, true)
             .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
     make_dir(to).map_err(|e| format!("cannot create {}: {e}", to.display()))?;
@@ -55,8 +51,7 @@ pub fn copy_workspace(from: &Path, to: &Path) -> Result<(), String> {
             } else if kind.is_file() {
                 std::fs::copy(&source, &target).map(drop)
             } else if kind.is_symlink() {
-                std::fs::read_link(&source)
-                    .and_then(|link| std::os::unix::fs::symlink(link, &target))
+                std::fs::read_link(&source).and_then(|link| copy_link(&link, &target))
             } else {
                 Err(std::io::Error::other("not a file, directory or link"))
             };
@@ -73,14 +68,28 @@ pub fn copy_workspace(from: &Path, to: &Path) -> Result<(), String> {
 }
 
 fn make_dir(path: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new().mode(0o700).create(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+    crate::os::create_dir(path, 0o700, false)?;
+    crate::os::set_mode(path, 0o700)
+}
+
+/// A link copied as a link (Windows: links are not kept; they need privileges there).
+fn copy_link(link: &Path, target: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(link, target)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (link, target);
+        Err(std::io::Error::other("links are not kept on this system"))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[cfg(unix)]
     #[test]
     fn files_directories_and_links_are_copied_and_links_never_followed() {
         let src = tempfile::tempdir().unwrap();
