@@ -15,6 +15,8 @@ use crate::workspace::FileChange;
 pub const MAX_CODE_BYTES: usize = 1 << 20;
 /// Largest total of all `inputs`, decoded, in bytes.
 pub const MAX_INPUT_BYTES: usize = 16 << 20;
+/// Longest exception type name returned (a class name is the code's to choose).
+pub const MAX_ERROR_TYPE: usize = 200;
 /// Longest session name.
 pub const MAX_SESSION_NAME: usize = 64;
 
@@ -154,8 +156,18 @@ pub struct ExecResult {
     /// The backend that really ran the code.
     pub backend: BackendKind,
     pub session: String,
-    /// Files created, modified or deleted in the workspace by this call.
+    /// Files created, modified or deleted in the workspace by this call, in path order:
+    /// the first 200 (see `files_total`).
     pub files: Vec<FileChange>,
+    /// How many changes there were (more than `files` lists when over 200).
+    pub files_total: u64,
+    /// false when parts of the workspace are beyond what warden tracks (too many entries,
+    /// too deep; `warnings` says which): changes there are not reported. A deletion is
+    /// never reported unless the file is really gone.
+    pub files_complete: bool,
+    /// The fields that were cut (`stdout`, `stderr`, `result`, `error.type`,
+    /// `error.message`, `error.traceback`, `files`); `truncated` is true when any was.
+    pub truncated_fields: Vec<String>,
     /// A new worker was started for this call after the previous one was lost (timeout,
     /// crash): variables from earlier calls are gone; workspace files are kept.
     pub worker_restarted: bool,
@@ -170,6 +182,69 @@ pub struct ExecResult {
 }
 
 impl ExecResult {
+    /// Puts a workspace change report in the result: the listed changes, the count, and
+    /// a warning when the list is cut or the report is incomplete.
+    pub fn set_files(&mut self, report: crate::workspace::Summary) {
+        self.files_total = report.total;
+        self.files_complete = report.incomplete.is_none();
+        if report.total > report.files.len() as u64 {
+            self.mark_truncated("files");
+            self.warnings.push(format!(
+                "{} workspace changes; `files` lists the first {} in path order",
+                report.total,
+                report.files.len()
+            ));
+        }
+        if let Some(why) = report.incomplete {
+            self.warnings.push(format!(
+                "the workspace change report is incomplete: {why} (no deletion is ever guessed)"
+            ));
+        }
+        self.files = report.files;
+    }
+
+    /// Caps every text field the sandboxed code chose, at `limit` bytes each (the
+    /// exception's type name at [`MAX_ERROR_TYPE`]), marking what was cut. Applied where a
+    /// result is finalised, whatever produced it.
+    pub fn cap_text(&mut self, limit: usize) {
+        let mut cut = Vec::new();
+        for (field, text, max) in [
+            ("stdout", &mut self.stdout, limit),
+            ("stderr", &mut self.stderr, limit),
+        ] {
+            if crate::text::cap_in_place(text, max) {
+                cut.push(field);
+            }
+        }
+        if let Some(r) = &mut self.result
+            && crate::text::cap_in_place(r, limit)
+        {
+            cut.push("result");
+        }
+        if let Some(e) = &mut self.error {
+            for (field, text, max) in [
+                ("error.type", &mut e.kind, MAX_ERROR_TYPE),
+                ("error.message", &mut e.message, limit),
+                ("error.traceback", &mut e.traceback, limit),
+            ] {
+                if crate::text::cap_in_place(text, max) {
+                    cut.push(field);
+                }
+            }
+        }
+        for field in cut {
+            self.mark_truncated(field);
+        }
+    }
+
+    /// Records that `field` was cut.
+    pub fn mark_truncated(&mut self, field: &str) {
+        self.truncated = true;
+        if !self.truncated_fields.iter().any(|f| f == field) {
+            self.truncated_fields.push(field.to_string());
+        }
+    }
+
     /// A result for a call that was refused before any code ran.
     pub fn refused(session: &str, error: ErrorInfo, warnings: Vec<String>) -> ExecResult {
         ExecResult {
@@ -184,6 +259,9 @@ impl ExecResult {
             backend: BackendKind::Host,
             session: session.to_string(),
             files: Vec::new(),
+            files_total: 0,
+            files_complete: true,
+            truncated_fields: Vec::new(),
             worker_restarted: false,
             warnings,
             guard: None,

@@ -157,7 +157,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
+    let outcome = runtime.block_on(async move {
         match cli.command {
             Command::Serve {
                 allow_read,
@@ -184,7 +184,10 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
         }
-    })
+    });
+    // Whatever is still blocked (a stdin read) must not keep the process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    outcome
 }
 
 /// The server itself holds secrets (its environment) and talks to root-equivalent
@@ -288,31 +291,32 @@ async fn serve(
     }
     // Warm workers and idle expiry, once the gate is decided.
     sessions.start_background();
+    let watcher = tokio::spawn(exit_on_signal(sessions.clone()));
     let outcome = match transport {
         Transport::Stdio => serve_stdio(server).await,
         Transport::Http(addr) => serve_http(server, &settings, addr).await,
     };
+    watcher.abort();
     sessions.shutdown().await;
     outcome
 }
 
 async fn serve_stdio(server: WardenServer) -> anyhow::Result<()> {
     match server.serve(rmcp::transport::stdio()).await {
-        Ok(running) => tokio::select! {
-            r = running.waiting() => r.map(|_| ()).context("MCP service failed"),
-            _ = shutdown_signal() => {
-                tracing::info!("signal received, shutting down");
-                Ok(())
-            }
-        },
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .context("MCP service failed"),
         // A client that goes away before initialising is no reason to leave anything
         // behind: the instance directory is removed by the caller all the same.
         Err(e) => Err(anyhow::Error::new(e).context("MCP initialisation failed")),
     }
 }
 
-/// Serves HTTP until SIGTERM/SIGINT. What a person starting it needs (the URL, and a
-/// generated token) goes to stderr whatever the log level.
+/// Serves HTTP until a signal ends the process (see [`exit_on_signal`]). What a person
+/// starting it needs (the URL, and a generated token) goes to stderr whatever the log
+/// level.
 async fn serve_http(
     server: WardenServer,
     settings: &Settings,
@@ -352,34 +356,56 @@ async fn serve_http(
         extra_hosts: settings.http_allowed_hosts.clone(),
         extra_origins: settings.http_allowed_origins.clone(),
     };
-    http::serve(server, options, listener, async {
-        shutdown_signal().await;
-        tracing::info!("signal received, shutting down");
-    })
-    .await
-    .context("the HTTP server failed")
+    // No graceful drain: a signal kills the workers of calls in flight and ends the
+    // process (a drain would wait for every call).
+    http::serve(server, options, listener, std::future::pending())
+        .await
+        .context("the HTTP server failed")
 }
 
 #[cfg(not(unix))]
-async fn shutdown_signal() {
+async fn shutdown_signal() -> &'static str {
     if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
+        return std::future::pending().await;
     }
+    "Ctrl-C"
 }
 
+/// The first of SIGTERM, SIGINT and SIGHUP, by name.
 #[cfg(unix)]
-async fn shutdown_signal() {
+async fn shutdown_signal() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
     ) else {
+        tracing::error!("cannot install signal handlers; SIGTERM ends warden without clean-up");
         return std::future::pending().await;
     };
     tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+        _ = hup.recv() => "SIGHUP",
     }
+}
+
+/// On SIGTERM, SIGINT or SIGHUP: kill every worker (calls in flight included), remove
+/// every workspace, checkpoint the audit log, and exit — within a second, whatever the
+/// transport is doing (a blocked stdin read, an HTTP request in flight). A second signal,
+/// or a clean-up that overruns, ends the process at once; the workers die with it (their
+/// parent-death signal) and the keeper's workspaces with the keeper.
+async fn exit_on_signal(sessions: Arc<SessionManager>) {
+    let name = shutdown_signal().await;
+    tracing::info!(signal = name, "shutting down");
+    tokio::select! {
+        () = sessions.shutdown() => {}
+        second = shutdown_signal() => tracing::warn!(signal = second, "second signal: exiting now"),
+        () = tokio::time::sleep(std::time::Duration::from_millis(800)) => {
+            tracing::warn!("the clean-up overran; exiting now");
+        }
+    }
+    std::process::exit(0);
 }
 
 /// `warden audit-verify [PATH]`: checks every record; exit 0 only when the whole log is
@@ -478,8 +504,10 @@ fn check_files(settings: &Settings, files: &[PathBuf], json: bool) -> anyhow::Re
 }
 
 async fn selftest(settings: Arc<Settings>, human: bool) -> anyhow::Result<ExitCode> {
-    let sessions = SessionManager::new(settings, &[]).context("cannot prepare sessions")?;
+    let sessions = Arc::new(SessionManager::new(settings, &[]).context("cannot prepare sessions")?);
+    let watcher = tokio::spawn(exit_on_signal(sessions.clone()));
     let report = warden::selftest::run(&sessions).await;
+    watcher.abort();
     sessions.shutdown().await;
     if human {
         print!("{}", warden::selftest::report::render_human(&report));
@@ -514,7 +542,8 @@ async fn run_once(
     } else {
         std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?
     };
-    let sessions = SessionManager::new(settings, &[]).context("cannot prepare sessions")?;
+    let sessions = Arc::new(SessionManager::new(settings, &[]).context("cannot prepare sessions")?);
+    let watcher = tokio::spawn(exit_on_signal(sessions.clone()));
     let result = sessions
         .execute(
             &warden::owner::Owner::Local,
@@ -526,6 +555,7 @@ async fn run_once(
             },
         )
         .await;
+    watcher.abort();
     sessions.shutdown().await;
     println!("{}", serde_json::to_string_pretty(&result)?);
     Ok(())

@@ -37,6 +37,20 @@ fn is_invisible_control(c: char) -> bool {
         | '\u{2066}'..='\u{2069}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
 }
 
+/// A host path shown like a file name ([`display_name`]): its raw bytes on Unix; on
+/// other systems its text (unpaired UTF-16 surrogates become U+FFFD).
+pub fn display_path(path: &std::path::Path) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        display_name(path.as_os_str().as_bytes())
+    }
+    #[cfg(not(unix))]
+    {
+        display_name(path.to_string_lossy().as_bytes())
+    }
+}
+
 /// A file name (raw bytes, as the kernel stores it) as text that is safe to show
 /// anywhere: valid UTF-8 is kept, except that invalid bytes become `\xNN`, control and
 /// invisible formatting characters become `\u{…}`, and `\`, `<`, `>` and `&` are escaped

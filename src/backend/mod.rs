@@ -41,7 +41,7 @@ use crate::sandbox::policy::SessionPaths;
 use crate::selftest::report::Capability;
 
 pub use protocol::{Captured, InputFile, LateOutput, Outcome, OutputTap, RunOutput};
-pub use worker::{ExitWitness, Usage, UsageProbe, Worker, WorkerProcessKind};
+pub use worker::{ExitWitness, KillSwitch, Usage, UsageProbe, Worker, WorkerProcessKind};
 
 /// `EXECUTION_BACKEND`: which kind of backend runs the code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

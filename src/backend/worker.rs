@@ -45,17 +45,35 @@ struct KillOnDrop {
     armed: bool,
 }
 
+#[derive(Debug, Clone, Copy)]
 enum KillTarget {
     HostGroup(i32),
 }
 
+impl KillTarget {
+    fn fire(self) {
+        match self {
+            KillTarget::HostGroup(pid) => kill_group(pid),
+        }
+    }
+}
+
+/// Kills a worker from outside the call that holds it (at shutdown, while a call runs).
+/// Only valid while the worker it came from is alive: take it when a call starts and
+/// drop it when the call returns.
+#[derive(Debug, Clone, Copy)]
+pub struct KillSwitch(KillTarget);
+
+impl KillSwitch {
+    pub fn fire(&self) {
+        self.0.fire();
+    }
+}
+
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        match self.target {
-            KillTarget::HostGroup(pid) => kill_group(pid),
+        if self.armed {
+            self.target.fire();
         }
     }
 }
@@ -165,6 +183,13 @@ impl Worker {
     /// Streams the next call's stdout to `tap` as well, while it runs.
     pub fn tap_stdout(&mut self, tap: Option<OutputTap>) {
         self.channel.tap_stdout(tap);
+    }
+
+    /// A handle that kills this worker from elsewhere (see [`KillSwitch`]).
+    pub fn kill_switch(&self) -> KillSwitch {
+        match &self.process {
+            WorkerProcessKind::Host(p) => KillSwitch(KillTarget::HostGroup(p.pid())),
+        }
     }
 
     pub fn exit_witness(&self) -> ExitWitness {

@@ -148,9 +148,10 @@ impl WorkspaceStore {
         match &self.keeper {
             Some(keeper) => keeper.remove(&workspace.id).map_err(|e| e.to_string()),
             None => {
+                // Iterative and bounded: a 100,000-deep nest the code left must not
+                // overflow the server's stack or run it out of descriptors.
                 let dir = self.base.join(&workspace.id);
-                std::fs::remove_dir_all(&dir)
-                    .map_err(|e| format!("cannot remove {}: {e}", dir.display()))
+                crate::workspace::remove_tree(&dir).map_err(|e| e.to_string())
             }
         }
     }

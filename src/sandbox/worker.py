@@ -137,6 +137,21 @@ def _safe_str(value):
         return "<unprintable %s>" % type(value).__name__
 
 
+# Longest exception type name sent (the server cuts at 200 and says so).
+_TYPE_CAP = 200
+
+
+def _error(kind, message, tb_text, cap):
+    # One character past each cap is sent, so the server, which cuts every field at its
+    # own limit, sees the excess and says `truncated`; and the response line stays within
+    # what the server accepts whatever the code raised.
+    return {
+        "type": kind[: _TYPE_CAP + 1],
+        "message": message[: cap + 1],
+        "traceback": tb_text[: cap + 1],
+    }
+
+
 def _describe(exc, cap):
     import traceback
 
@@ -148,21 +163,18 @@ def _describe(exc, cap):
         text = "".join(traceback.TracebackException(type(exc), exc, tb, compact=True).format())
     except BaseException:
         text = "%s: %s\n" % (type(exc).__name__, _safe_str(exc))
-    return {
-        "type": type(exc).__name__,
-        "message": _safe_str(exc),
-        "traceback": text[:cap],
-    }
+    return _error(type(exc).__name__, _safe_str(exc), text, cap)
 
 
 def _syntax_error(exc, cap):
     import traceback
 
-    return {
-        "type": type(exc).__name__,
-        "message": _safe_str(exc),
-        "traceback": "".join(traceback.format_exception_only(type(exc), exc))[:cap],
-    }
+    return _error(
+        type(exc).__name__,
+        _safe_str(exc),
+        "".join(traceback.format_exception_only(type(exc), exc)),
+        cap,
+    )
 
 
 def _run(request, namespace, counter):
@@ -179,7 +191,7 @@ def _run(request, namespace, counter):
         _write_inputs(request.get("inputs"))
     except Exception as exc:
         response["status"] = "error"
-        response["error"] = {"type": "InputError", "message": _safe_str(exc), "traceback": ""}
+        response["error"] = _error("InputError", _safe_str(exc), "", cap)
         return response
 
     code = request["code"]

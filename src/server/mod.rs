@@ -120,8 +120,8 @@ pub struct GrantList {
 
 /// How long a person has to answer a consent prompt.
 const CONSENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
-/// Longest agent reason shown to the person.
-const MAX_REASON_CHARS: usize = 500;
+/// Longest agent reason shown to the person (characters).
+const MAX_REASON_CHARS: usize = 300;
 
 /// The resource that shows configured settings beside what really resolved.
 pub const SETTINGS_URI: &str = "warden://settings";
@@ -540,7 +540,12 @@ impl WardenServer {
             .as_ref()
             .map(|info| format!("{} {}", info.client_info.name, info.client_info.version))
             .unwrap_or_else(|| "unknown client".to_string());
-        let reason: String = args.reason.chars().take(MAX_REASON_CHARS).collect();
+        // The model's words go last, on one quoted line of their own, control characters
+        // removed and capped, so they can neither run into warden's text nor fake a line of
+        // it.
+        let (reason, _) = crate::text::one_line(&args.reason, MAX_REASON_CHARS);
+        let (quoted, _) = crate::text::quoted_one_line(&args.reason, MAX_REASON_CHARS);
+        let shown = crate::text::display_path(&path);
         let what = match (args.access, kind) {
             (Access::Read, _) => "READ",
             (Access::Write, _) => "READ AND WRITE",
@@ -550,8 +555,7 @@ impl WardenServer {
             crate::grants::PathKind::File => "file",
         };
         let question = format!(
-            "warden: the AI agent asks for {what} access to the {noun}\n\n    {}\n\nfor the Python sandbox of session \"{session}\".\n\nThe agent's stated reason (its own words): \"{reason}\"\n\nApprove only if code written by the agent should be able to {} it. The session's interpreter restarts; its variables are cleared.",
-            path.display(),
+            "warden: the AI agent asks for {what} access to the {noun}\n\n    {shown}\n\nfor the Python sandbox of session \"{session}\". Approve only if code written by the agent should be able to {} it. The session's interpreter restarts; its variables are cleared.\n\n---- the agent's stated reason: its own words, not warden's, shown as one quoted line ----\n{quoted}",
             if args.access == Access::Write {
                 "read and change"
             } else {
@@ -704,19 +708,44 @@ impl ServerHandler for WardenServer {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let resource = Resource::new(SETTINGS_URI, "settings")
-            .with_title("warden settings")
-            .with_description(
-                "Configured settings beside the resolved backend, interpreter and sandbox, \
-                 and the latest selftest report",
-            )
-            .with_mime_type("application/json");
-        let mut all = vec![resource];
-        all.extend(files::list(&self.sessions, &self.owner(&context)));
-        Ok(ListResourcesResult::with_all_items(all))
+        let cursor = request.and_then(|r| r.cursor);
+        let mut all = Vec::new();
+        if cursor.is_none() {
+            all.push(
+                Resource::new(SETTINGS_URI, "settings")
+                    .with_title("warden settings")
+                    .with_description(
+                        "Configured settings beside the resolved backend, interpreter and \
+                         sandbox, and the latest selftest report",
+                    )
+                    .with_mime_type("application/json"),
+            );
+        }
+        let files::Listing {
+            resources,
+            next,
+            incomplete,
+        } = files::list(&self.sessions, &self.owner(&context), cursor.as_deref())
+            .map_err(|e| McpError::invalid_params(e, None))?;
+        all.extend(resources);
+        let mut result = ListResourcesResult::with_all_items(all);
+        result.next_cursor = next;
+        if !incomplete.is_empty() {
+            // Sessions whose listing is not their whole workspace, and why.
+            let mut meta = rmcp::model::MetaObject::new();
+            meta.0.insert(
+                "incomplete".to_string(),
+                incomplete
+                    .into_iter()
+                    .map(|(session, why)| json!({"session": session, "why": why}))
+                    .collect(),
+            );
+            result.meta = Some(meta);
+        }
+        Ok(result)
     }
 
     async fn list_resource_templates(
@@ -752,8 +781,11 @@ impl ServerHandler for WardenServer {
         }
         let text = serde_json::to_string_pretty(&document)
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        // warden's own document, but with text from the selftest's workers and paths in
+        // it: no markup characters either (unicode escapes keep the JSON exact).
         let contents =
-            ResourceContents::text(text, SETTINGS_URI).with_mime_type("application/json");
+            ResourceContents::text(provenance::escape_markup_in_json(&text), SETTINGS_URI)
+                .with_mime_type("application/json");
         Ok(ReadResourceResult::new(vec![contents]).into())
     }
 }

@@ -99,6 +99,13 @@ impl SessionManager {
     /// Enters a new session in the table, unless a concurrent first call entered the
     /// same name first: then that one is used and what was prepared is given back.
     fn insert(&self, key: &SessionKey, opened: Opened) -> Result<Arc<Session>, ErrorInfo> {
+        // What is in the workspace now (empty for a new or warm home), before any call:
+        // taken off the table's lock.
+        let workspace = match &opened {
+            Opened::Warm(warm) => warm.home.paths.workspace.clone(),
+            Opened::Fresh(home) => home.paths.workspace.clone(),
+        };
+        let tracker = crate::workspace::Tracker::new(&workspace, self.watcher.clone());
         let mut sessions = self
             .sessions
             .lock()
@@ -115,7 +122,7 @@ impl SessionManager {
             Opened::Warm(warm) => (warm.home, Some(LiveWorker::new(warm.worker, warm.permit))),
             Opened::Fresh(home) => (home, None),
         };
-        let session = Arc::new(Session::new(key, home, self.now_ms()));
+        let session = Arc::new(Session::new(key, home, self.now_ms(), tracker));
         if let Some(live) = live
             && let Ok(mut state) = session.state.try_lock()
         {

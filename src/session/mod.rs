@@ -105,6 +105,18 @@ pub struct SessionManager {
     /// Grants the operator approved at start (CLI flags, config file): every session.
     operator_grants: Vec<Grant>,
     audit: crate::audit::AuditLog,
+    /// One inotify instance for every session's workspace tracker.
+    watcher: Arc<crate::workspace::Watcher>,
+}
+
+/// A page of workspace files: (session, raw path, size).
+#[derive(Debug, Default)]
+pub struct FilePage {
+    pub files: Vec<(String, Vec<u8>, u64)>,
+    /// More files follow the last one.
+    pub more: bool,
+    /// (session, why) for sessions whose listing is not the whole workspace.
+    pub incomplete: Vec<(String, String)>,
 }
 
 /// A path the operator approved before start-up.
@@ -130,6 +142,12 @@ pub struct Session {
     last_used: AtomicU64,
     /// Its live worker, to look at from outside while a call holds the state.
     probe: Mutex<Option<UsageProbe>>,
+    /// Kills the worker of the call running now, without the state lock that call holds
+    /// (shutdown must not wait for a call to end).
+    running: Mutex<Option<crate::backend::KillSwitch>>,
+    /// What is in the workspace, kept up to date for the change report and the resource
+    /// listing.
+    tracker: Mutex<crate::workspace::Tracker>,
 }
 
 #[derive(Default)]
@@ -255,6 +273,7 @@ impl SessionManager {
             forbidden,
             operator_grants,
             audit,
+            watcher: crate::workspace::Watcher::new(),
         })
     }
 
@@ -283,6 +302,48 @@ impl SessionManager {
         };
         out.sort();
         out
+    }
+
+    /// One page of the files in `owner`'s workspaces, in (session, path) order, starting
+    /// after `after`: at most `limit`, from each session's tracked state (as of its last
+    /// call). Sessions whose tracked state is not the whole workspace say why.
+    pub fn workspace_files(
+        &self,
+        owner: &Owner,
+        after: Option<(&str, &[u8])>,
+        limit: usize,
+    ) -> FilePage {
+        let mut sessions: Vec<Arc<Session>> = match self.sessions.lock() {
+            Ok(map) => map
+                .values()
+                .filter(|s| &s.key.owner == owner)
+                .cloned()
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        sessions.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut page = FilePage::default();
+        for s in sessions {
+            let start = match after {
+                Some((name, _)) if s.name.as_str() < name => continue,
+                Some((name, path)) if s.name == name => Some(path),
+                _ => None,
+            };
+            let Ok(tracker) = s.tracker.lock() else {
+                continue;
+            };
+            if let Some(why) = tracker.limit() {
+                page.incomplete.push((s.name.clone(), why.to_string()));
+            }
+            for (path, size) in tracker.files_after(start) {
+                if page.files.len() == limit {
+                    page.more = true;
+                    return page;
+                }
+                page.files.push((s.name.clone(), path.to_vec(), size));
+            }
+        }
+        page
     }
 
     /// The workspace directory of a session of `owner`, if it exists.
@@ -330,6 +391,7 @@ impl SessionManager {
         }
         let mut result = self.execute_unaudited(owner, args, tap).await;
         result.backend = self.backend.kind();
+        result.cap_text(self.settings.output_limit_bytes);
         if let Err(e) = self.audit_execution(&key.to_string(), &args.code, &result) {
             result.warnings.push(format!(
                 "the call ran, but the audit record of its outcome could not be written: {e}"
@@ -454,15 +516,28 @@ impl SessionManager {
     /// Kills every worker, warm ones too, releases the backend and removes every
     /// workspace of this instance (copying them aside first with
     /// `SANDBOX_KEEP_WORKSPACES`).
+    ///
+    /// Never waits for a running call: its worker is killed first, so the call ends at
+    /// once (a signal must end the server within a second).
     pub async fn shutdown(&self) {
         self.shut.store(true, Ordering::Release);
-        self.pool.shutdown().await;
+        self.close_gate("the server is shutting down".to_string());
         let sessions: Vec<Arc<Session>> = match self.sessions.lock() {
             Ok(map) => map.values().cloned().collect(),
             Err(_) => Vec::new(),
         };
+        for session in &sessions {
+            if let Some(switch) = session.running.lock().ok().and_then(|r| *r) {
+                switch.fire();
+            }
+        }
+        self.pool.shutdown().await;
         for session in sessions {
-            let mut state = session.state.lock().await;
+            let wait = std::time::Duration::from_millis(300);
+            let Ok(mut state) = tokio::time::timeout(wait, session.state.lock()).await else {
+                tracing::warn!(session = %session.key, "a call did not end when its worker was killed");
+                continue;
+            };
             if state.closed {
                 continue;
             }
@@ -475,8 +550,8 @@ impl SessionManager {
         }
         self.backend.shutdown().await;
         self.audit.checkpoint_now();
-        if let Err(e) = std::fs::remove_dir_all(&self.instance_dir) {
-            tracing::warn!(dir = %self.instance_dir.display(), error = %e, "could not remove workspaces");
+        if let Err(e) = crate::workspace::remove_tree(&self.instance_dir) {
+            tracing::warn!(error = %e, "could not remove this instance's directory");
         }
     }
 

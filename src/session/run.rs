@@ -10,7 +10,27 @@ use crate::backend::{InputFile, LateOutput, Outcome, OutputTap, RunOutput, Worke
 use crate::config::GuardMode;
 use crate::execution::{ErrorInfo, ExecResult, ExecStatus};
 use crate::guard::{Decision, Verdict};
-use crate::workspace::Snapshot;
+
+/// The session's kill switch for as long as a call runs; cleared when the call returns or
+/// is abandoned (its future dropped), so it never outlives the worker's process.
+struct Running<'a>(&'a Session);
+
+impl<'a> Running<'a> {
+    fn start(session: &'a Session, switch: crate::backend::KillSwitch) -> Running<'a> {
+        if let Ok(mut running) = session.running.lock() {
+            *running = Some(switch);
+        }
+        Running(session)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.0.running.lock() {
+            *running = None;
+        }
+    }
+}
 
 fn elapsed_ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
@@ -96,15 +116,17 @@ impl Session {
         };
         warnings.extend(worker.report().warnings());
         let seen_workspace = worker.report().workspace.clone();
-        let before = Snapshot::take(&self.home.paths.workspace);
         let cap = manager.settings.output_limit_bytes;
         worker.tap_stdout(tap);
+        let running = Running::start(self, worker.kill_switch());
         let run = worker.execute(code, inputs, timeout, cap).await;
-        let after = Snapshot::take(&self.home.paths.workspace);
+        drop(running);
+        let report = self.workspace_report();
         if !run.reusable {
             self.drop_worker(state);
         }
         warnings.extend(late_warning(&run.late));
+        let (out_cut, err_cut) = (run.stdout.truncated, run.stderr.truncated);
         let mut result = ExecResult {
             status: ExecStatus::Ok,
             stdout: String::from_utf8_lossy(&run.stdout.bytes).into_owned(),
@@ -113,19 +135,39 @@ impl Session {
             error: None,
             duration_ms: elapsed_ms(started),
             timed_out: false,
-            truncated: run.stdout.truncated || run.stderr.truncated,
+            truncated: false,
             backend: manager.backend.kind(),
             session: self.name.clone(),
-            files: before.changes_to(&after),
+            files: Vec::new(),
+            files_total: 0,
+            files_complete: true,
+            truncated_fields: Vec::new(),
             worker_restarted,
             warnings,
             guard: verdict,
             workspace: Some(seen_workspace),
         };
+        for (cut, field) in [(out_cut, "stdout"), (err_cut, "stderr")] {
+            if cut {
+                result.mark_truncated(field);
+            }
+        }
         if let Some(lost) = apply_outcome(&mut result, run, timeout) {
             state.lost_worker = Some(lost);
         }
+        result.set_files(report);
         result
+    }
+
+    /// What the call changed in the workspace (incremental; see [`crate::workspace::tracker`]).
+    fn workspace_report(&self) -> crate::workspace::Summary {
+        match self.tracker.lock() {
+            Ok(mut t) => t.report().into(),
+            Err(_) => crate::workspace::Summary {
+                incomplete: Some("the workspace tracker failed".into()),
+                ..Default::default()
+            },
+        }
     }
 
     /// Expired grants narrow the sandbox again: the worker must be rebuilt without them.
@@ -269,7 +311,9 @@ fn apply_outcome(result: &mut ExecResult, run: RunOutput, timeout: Duration) -> 
     match run.outcome {
         Outcome::Finished(response) => {
             result.result = response.result;
-            result.truncated |= response.result_truncated;
+            if response.result_truncated {
+                result.mark_truncated("result");
+            }
             if let Some(e) = response.error {
                 result.status = ExecStatus::Error;
                 result.error = Some(ErrorInfo {

@@ -66,7 +66,12 @@ pub struct WorkersReport {
 }
 
 impl Session {
-    pub(super) fn new(key: &SessionKey, home: Home, now_ms: u64) -> Session {
+    pub(super) fn new(
+        key: &SessionKey,
+        home: Home,
+        now_ms: u64,
+        tracker: crate::workspace::Tracker,
+    ) -> Session {
         Session {
             name: key.name.clone(),
             key: key.clone(),
@@ -75,6 +80,8 @@ impl Session {
             state: tokio::sync::Mutex::new(SessionState::default()),
             last_used: std::sync::atomic::AtomicU64::new(now_ms),
             probe: std::sync::Mutex::new(None),
+            running: std::sync::Mutex::new(None),
+            tracker: std::sync::Mutex::new(tracker),
         }
     }
 

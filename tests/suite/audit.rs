@@ -12,7 +12,7 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use super::{BIN, Net, Server, server_command};
+use super::{BIN, Net, Server, Tmpfs, server_command};
 
 /// The live segments' records, in order.
 fn records(data: &Path) -> Vec<Value> {
@@ -262,42 +262,6 @@ async fn a_hand_edited_log_is_detected_and_the_server_still_starts() {
     assert!(!ok && out.contains("BROKEN at line 1:"), "{out}");
 }
 
-/// Unmounts a test tmpfs when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let dir = tempfile::Builder::new()
-            .prefix("warden-tmpfs-")
-            .tempdir()
-            .unwrap()
-            .keep();
-        let status = std::process::Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0711"),
-                "tmpfs",
-            ])
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount tmpfs (the tests run as root)");
-        Tmpfs(dir)
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 /// Fills the filesystem holding `dir` (a small tmpfs, never the real disk).
 fn fill(dir: &Path) -> PathBuf {
     use std::io::Write;
@@ -314,10 +278,10 @@ fn fill(dir: &Path) -> PathBuf {
 #[tokio::test]
 async fn a_call_whose_record_cannot_be_written_is_refused() {
     let tmpfs = Tmpfs::mount("4m");
-    let server = Peer::start(&tmpfs.0, &[]).await;
+    let server = Peer::start(tmpfs.path(), &[]).await;
     let r = server.run("a", "print('before')").await;
     assert_eq!(r["stdout"], "before\n", "{r}");
-    let filler = fill(&tmpfs.0);
+    let filler = fill(tmpfs.path());
     // The segment's last page may still hold a few records: call until it is full.
     let mut refused = None;
     for _ in 0..64 {
@@ -340,7 +304,7 @@ async fn a_call_whose_record_cannot_be_written_is_refused() {
     assert_eq!(r["stdout"], "after\n", "{r}");
     server.stop().await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let (ok, out) = audit_verify(&tmpfs.0.join("audit"));
+    let (ok, out) = audit_verify(&tmpfs.path().join("audit"));
     assert!(ok, "no half-written record stayed behind: {out}");
 }
 

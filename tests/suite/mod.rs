@@ -17,7 +17,9 @@ pub mod redteam;
 pub mod scale;
 pub mod selftest;
 pub mod settings;
+pub mod signals;
 pub mod walls;
+pub mod workspace;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -592,4 +594,61 @@ pub fn workers_of(server_pid: u32) -> Vec<ProcId> {
                 .any(|arg| arg == b"__workspace-keeper")
         })
         .collect()
+}
+
+/// A small tmpfs for a test (the tests run as root), unmounted when dropped: for tests
+/// that fill a file system (never the real disk) or make huge trees (at memory speed).
+pub struct Tmpfs {
+    path: PathBuf,
+    /// The mount point was made for it (and is removed with it).
+    own_dir: bool,
+}
+
+impl Tmpfs {
+    /// A tmpfs of `size` (`4m`, `1g`) on a new directory, mode 0711.
+    pub fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::Builder::new()
+            .prefix("warden-tmpfs-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        Tmpfs::mount_on_dir(dir, size, true)
+    }
+
+    /// A tmpfs of `size` over an existing directory (a test's data directory).
+    pub fn mount_on(dir: &Path, size: &str) -> Tmpfs {
+        Tmpfs::mount_on_dir(dir.to_path_buf(), size, false)
+    }
+
+    fn mount_on_dir(path: PathBuf, size: &str, own_dir: bool) -> Tmpfs {
+        let status = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0711"),
+                "tmpfs",
+            ])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount tmpfs (the tests run as root)");
+        Tmpfs { path, own_dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status();
+        if self.own_dir {
+            let _ = std::fs::remove_dir(&self.path);
+        }
+    }
 }

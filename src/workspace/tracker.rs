@@ -1,0 +1,634 @@
+//! The change report of a session's workspace, kept up to date incrementally: one inotify
+//! instance per server watches every tracked directory of every session, and after a call
+//! only the names the kernel reported are looked at again, so a warm call costs the same
+//! in a workspace of ten files or a hundred thousand. A full, bounded rescan happens when
+//! the kernel's event queue overflowed, when a watch cannot be added (then every report is
+//! a rescan), or when the tracked area hit a limit and may have room again.
+//!
+//! Honesty rules: a deletion is reported only when the name was looked up and is gone, or
+//! when a rescan listed its whole directory without it; never because a walk stopped
+//! early. What lies beyond the limits (entries past [`MAX_TRACKED`], directories deeper
+//! than [`MAX_DEPTH`]) is not tracked, and the report says so.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::io::Errno;
+
+use super::fsops::{self, Stamp};
+use super::{Change, EntryKind};
+
+/// Most entries (files, directories, links) tracked per workspace. The default disk quota
+/// gives a workspace about 131,000 inodes, so the limit is reached only past it.
+pub const MAX_TRACKED: usize = 200_000;
+/// Deepest directory level tracked (the workspace itself is level 0).
+pub const MAX_DEPTH: usize = 64;
+/// More touched names than this in one call: a rescan is cheaper than looking at each.
+const MAX_DIRTY: usize = 50_000;
+
+const WATCH: WatchFlags = WatchFlags::CREATE
+    .union(WatchFlags::DELETE)
+    .union(WatchFlags::MODIFY)
+    .union(WatchFlags::ATTRIB)
+    .union(WatchFlags::CLOSE_WRITE)
+    .union(WatchFlags::MOVED_FROM)
+    .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::DONT_FOLLOW)
+    .union(WatchFlags::EXCL_UNLINK)
+    .union(WatchFlags::ONLYDIR);
+
+/// What the kernel said about one tracker since it last asked.
+#[derive(Default)]
+struct Pending {
+    /// Relative paths of the names an event was about, and whether one of the events
+    /// said the name was created (or moved in) there.
+    dirty: BTreeMap<Vec<u8>, bool>,
+    overflow: bool,
+}
+
+#[derive(Default)]
+struct Table {
+    /// Watch descriptor → (tracker, directory's relative path).
+    by_wd: HashMap<i32, (u64, Vec<u8>)>,
+    pending: HashMap<u64, Pending>,
+    next_id: u64,
+}
+
+/// The server's one inotify instance, shared by every session's tracker (the per-user
+/// limit on instances is small; on watches it is large).
+pub struct Watcher {
+    fd: Option<OwnedFd>,
+    table: Mutex<Table>,
+}
+
+impl Watcher {
+    /// A watcher; without inotify (refused, or the limit on instances reached) every
+    /// report is a bounded rescan instead.
+    pub fn new() -> Arc<Watcher> {
+        let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)
+            .map_err(|e| tracing::warn!(error = %e, "no inotify: every workspace report rescans"))
+            .ok();
+        Arc::new(Watcher {
+            fd,
+            table: Mutex::new(Table::default()),
+        })
+    }
+
+    /// A watcher without inotify (tests of the rescan path).
+    #[cfg(test)]
+    fn disabled() -> Arc<Watcher> {
+        Arc::new(Watcher {
+            fd: None,
+            table: Mutex::new(Table::default()),
+        })
+    }
+
+    fn register(&self) -> u64 {
+        let Ok(mut t) = self.table.lock() else {
+            return u64::MAX;
+        };
+        t.next_id += 1;
+        let id = t.next_id;
+        t.pending.insert(id, Pending::default());
+        id
+    }
+
+    /// Watches the open directory `dir` (by its descriptor, never by a path the code
+    /// could redirect) as `rel` of tracker `id`.
+    fn add(&self, id: u64, dir: BorrowedFd<'_>, rel: &[u8]) -> Option<i32> {
+        let fd = self.fd.as_ref()?;
+        let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        let wd = inotify::add_watch(fd, path, WATCH).ok()?;
+        if let Ok(mut t) = self.table.lock() {
+            t.by_wd.insert(wd, (id, rel.to_vec()));
+        }
+        Some(wd)
+    }
+
+    fn remove(&self, wd: i32) {
+        if let Some(fd) = &self.fd {
+            let _ = inotify::remove_watch(fd, wd);
+        }
+        if let Ok(mut t) = self.table.lock() {
+            t.by_wd.remove(&wd);
+        }
+    }
+
+    fn unregister(&self, id: u64) {
+        let wds: Vec<i32> = match self.table.lock() {
+            Ok(mut t) => {
+                t.pending.remove(&id);
+                t.by_wd
+                    .iter()
+                    .filter(|(_, (owner, _))| *owner == id)
+                    .map(|(wd, _)| *wd)
+                    .collect()
+            }
+            Err(_) => return,
+        };
+        for wd in wds {
+            self.remove(wd);
+        }
+    }
+
+    /// Reads every queued event and files it under its tracker.
+    fn drain(&self) {
+        let Some(fd) = &self.fd else { return };
+        let Ok(mut t) = self.table.lock() else { return };
+        let mut buf = [MaybeUninit::<u8>::uninit(); 16 << 10];
+        let mut reader = inotify::Reader::new(fd, &mut buf);
+        loop {
+            let event = match reader.next() {
+                Ok(e) => e,
+                Err(Errno::INTR) => continue,
+                Err(_) => break, // WOULDBLOCK: nothing more for now
+            };
+            let flags = event.events();
+            if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+                for p in t.pending.values_mut() {
+                    p.overflow = true;
+                }
+                continue;
+            }
+            if flags.contains(ReadFlags::IGNORED) {
+                t.by_wd.remove(&event.wd());
+                continue;
+            }
+            let Some((id, dir)) = t.by_wd.get(&event.wd()).cloned() else {
+                continue;
+            };
+            let path = match event.file_name() {
+                Some(name) if !name.to_bytes().is_empty() => join(&dir, name.to_bytes()),
+                _ if dir.is_empty() => continue, // the workspace itself
+                _ => dir,
+            };
+            let created = flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO);
+            if let Some(p) = t.pending.get_mut(&id) {
+                if p.dirty.len() < MAX_DIRTY {
+                    *p.dirty.entry(path).or_default() |= created;
+                } else {
+                    p.overflow = true;
+                }
+            }
+        }
+    }
+
+    fn take(&self, id: u64) -> Pending {
+        self.table
+            .lock()
+            .ok()
+            .and_then(|mut t| t.pending.get_mut(&id).map(std::mem::take))
+            .unwrap_or(Pending {
+                overflow: true,
+                ..Pending::default()
+            })
+    }
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    if dir.is_empty() {
+        return name.to_vec();
+    }
+    let mut p = Vec::with_capacity(dir.len() + 1 + name.len());
+    p.extend_from_slice(dir);
+    p.push(b'/');
+    p.extend_from_slice(name);
+    p
+}
+
+fn parent_of(path: &[u8]) -> (&[u8], &[u8]) {
+    match memchr::memrchr(b'/', path) {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&[], path),
+    }
+}
+
+fn depth_of(path: &[u8]) -> usize {
+    if path.is_empty() {
+        0
+    } else {
+        memchr::memchr_iter(b'/', path).count() + 1
+    }
+}
+
+/// One change, by raw path (shown escaped only when the report is built).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawChange {
+    pub path: Vec<u8>,
+    pub change: Change,
+    pub kind: EntryKind,
+    pub size: u64,
+}
+
+/// What one report found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Every change, in path order (files, links and others; not directories: a new
+    /// directory shows through what is in it).
+    pub changes: Vec<RawChange>,
+    /// Why changes may be missing (parts of the workspace are beyond what is tracked).
+    pub incomplete: Option<String>,
+}
+
+/// One workspace's tracked state.
+pub struct Tracker {
+    root: PathBuf,
+    watcher: Arc<Watcher>,
+    id: u64,
+    entries: BTreeMap<Vec<u8>, Stamp>,
+    /// Directory → its watch.
+    wds: HashMap<Vec<u8>, i32>,
+    /// Directories whose every entry is tracked: only there can a name missing from a
+    /// listing be called deleted, or a name not tracked before be called created.
+    complete: BTreeSet<Vec<u8>>,
+    /// A watch could not be added: every report rescans.
+    polling: bool,
+    /// Why the tracked state is not the whole workspace.
+    limit: Option<String>,
+    /// [`MAX_TRACKED`] and [`MAX_DEPTH`] (smaller in tests).
+    max_tracked: usize,
+    max_depth: usize,
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        self.watcher.unregister(self.id);
+    }
+}
+
+impl Tracker {
+    /// Starts tracking the workspace at `root` (a directory, or `/proc/self/fd/N` of one)
+    /// from what is in it now.
+    pub fn new(root: &Path, watcher: Arc<Watcher>) -> Tracker {
+        Tracker::with_limits(root, watcher, MAX_TRACKED, MAX_DEPTH)
+    }
+
+    fn with_limits(
+        root: &Path,
+        watcher: Arc<Watcher>,
+        max_tracked: usize,
+        max_depth: usize,
+    ) -> Tracker {
+        let id = watcher.register();
+        let mut t = Tracker {
+            root: root.to_path_buf(),
+            polling: watcher.fd.is_none(),
+            watcher,
+            id,
+            entries: BTreeMap::new(),
+            wds: HashMap::new(),
+            complete: BTreeSet::new(),
+            limit: None,
+            max_tracked,
+            max_depth,
+        };
+        let _ = t.rescan();
+        t
+    }
+
+    /// Every tracked regular file with its size, in path order, from `after` (exclusive).
+    pub fn files_after<'a>(
+        &'a self,
+        after: Option<&'a [u8]>,
+    ) -> impl Iterator<Item = (&'a [u8], u64)> + 'a {
+        use std::ops::Bound;
+        let start = match after {
+            Some(p) => Bound::Excluded(p.to_vec()),
+            None => Bound::Unbounded,
+        };
+        self.entries
+            .range((start, Bound::Unbounded))
+            .filter(|(_, s)| s.kind == EntryKind::File)
+            .map(|(p, s)| (p.as_slice(), s.size))
+    }
+
+    /// Why the tracked state may not be the whole workspace.
+    pub fn limit(&self) -> Option<&str> {
+        self.limit.as_deref()
+    }
+
+    /// What changed since the last report (or since tracking began).
+    pub fn report(&mut self) -> Report {
+        let mut changes = Vec::new();
+        let room_again = self.limit.as_deref().is_some_and(|l| {
+            l.starts_with("more than") && self.entries.len() < self.max_tracked * 9 / 10
+        });
+        if self.polling || room_again {
+            changes = self.rescan();
+        } else {
+            self.watcher.drain();
+            let pending = self.watcher.take(self.id);
+            if pending.overflow {
+                changes = self.rescan();
+            } else if let Some(root) = self.open_root() {
+                for (path, created) in &pending.dirty {
+                    self.refresh(root.as_fd(), path, *created, &mut changes);
+                }
+            }
+        }
+        changes.sort_by(|a, b| a.path.cmp(&b.path));
+        changes.dedup_by(|a, b| a.path == b.path);
+        Report {
+            changes,
+            incomplete: self.limit.clone(),
+        }
+    }
+
+    fn open_root(&mut self) -> Option<OwnedFd> {
+        match rustix::fs::open(
+            &self.root,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                self.limit = Some(format!("the workspace could not be opened ({e})"));
+                None
+            }
+        }
+    }
+
+    /// Looks at one name the kernel reported (`created`: an event said it was created or
+    /// moved in), and brings the tracked state in line.
+    fn refresh(
+        &mut self,
+        root: BorrowedFd<'_>,
+        path: &[u8],
+        created: bool,
+        out: &mut Vec<RawChange>,
+    ) {
+        let (parent, name) = parent_of(path);
+        if depth_of(path) > self.max_depth {
+            return;
+        }
+        if !parent.is_empty() && self.entries.get(parent).map(|s| s.kind) != Some(EntryKind::Dir) {
+            return; // an ancestor is gone or untracked: its own event covers it
+        }
+        if !self.entries.contains_key(path) && !created && !self.complete.contains(parent) {
+            return; // an entry that was never tracked: not known to be new
+        }
+        let Ok(dir) = fsops::open_dir(root, parent) else {
+            return;
+        };
+        let now = match fsops::stat_at(dir.as_fd(), name) {
+            Ok(s) => s,
+            Err(Errno::NOENT) => {
+                self.forget(path, out);
+                return;
+            }
+            Err(_) => return,
+        };
+        let old = self.entries.get(path).copied();
+        match (old, now.kind) {
+            (Some(o), EntryKind::Dir) if o.kind == EntryKind::Dir && o.ino == now.ino => {
+                self.entries.insert(path.to_vec(), now);
+            }
+            (old, EntryKind::Dir) => {
+                if old.is_some() {
+                    self.forget(path, out);
+                }
+                if depth_of(path) >= self.max_depth {
+                    let why = self.too_deep();
+                    self.limit.get_or_insert(why);
+                    self.complete.remove(parent);
+                    return;
+                }
+                if self.entries.len() >= self.max_tracked {
+                    self.note_full();
+                    self.complete.remove(parent);
+                    return;
+                }
+                self.entries.insert(path.to_vec(), now);
+                self.walk(root, path, Some(out));
+            }
+            (old, _) => {
+                if old.is_some_and(|o| o.kind == EntryKind::Dir) {
+                    self.forget(path, out);
+                }
+                let change = match self.entries.get(path) {
+                    None => Change::Created,
+                    Some(o) if *o != now => Change::Modified,
+                    Some(_) => return,
+                };
+                if change == Change::Created && self.entries.len() >= self.max_tracked {
+                    self.note_full();
+                    self.complete.remove(parent);
+                    return;
+                }
+                self.entries.insert(path.to_vec(), now);
+                out.push(RawChange {
+                    path: path.to_vec(),
+                    change,
+                    kind: now.kind,
+                    size: now.size,
+                });
+            }
+        }
+    }
+
+    /// Drops `path` and everything tracked beneath it, reporting the deletions.
+    fn forget(&mut self, path: &[u8], out: &mut Vec<RawChange>) {
+        let mut gone = Vec::new();
+        if self.entries.contains_key(path) {
+            gone.push(path.to_vec());
+        }
+        let lo = join(path, b"");
+        let mut lo_slash = lo.clone();
+        lo_slash.push(b'/');
+        let mut hi = lo.clone();
+        hi.push(b'0'); // the byte after '/'
+        gone.extend(self.entries.range(lo_slash..hi).map(|(p, _)| p.clone()));
+        for p in gone {
+            if let Some(s) = self.entries.remove(&p) {
+                if s.kind == EntryKind::Dir {
+                    self.complete.remove(&p);
+                    if let Some(wd) = self.wds.remove(&p) {
+                        self.watcher.remove(wd);
+                    }
+                } else {
+                    out.push(RawChange {
+                        path: p,
+                        change: Change::Deleted,
+                        kind: s.kind,
+                        size: 0,
+                    });
+                }
+            }
+        }
+    }
+
+    fn note_full(&mut self) {
+        self.limit = Some(format!(
+            "more than {} entries: changes beyond them are not reported",
+            self.max_tracked
+        ));
+    }
+
+    fn too_deep(&self) -> String {
+        format!(
+            "deeper than {} levels: changes below are not reported",
+            self.max_depth
+        )
+    }
+
+    /// Lists the directory `start` (already tracked) and everything beneath it, breadth
+    /// first, watching each directory before listing it. New non-directories are reported
+    /// as created into `out`; directories listed in full are marked complete.
+    fn walk(&mut self, root: BorrowedFd<'_>, start: &[u8], mut out: Option<&mut Vec<RawChange>>) {
+        let mut queue = std::collections::VecDeque::from([start.to_vec()]);
+        while let Some(rel) = queue.pop_front() {
+            let Ok(dir) = fsops::open_dir(root, &rel) else {
+                continue;
+            };
+            if !self.polling {
+                match self.watcher.add(self.id, dir.as_fd(), &rel) {
+                    Some(wd) => {
+                        self.wds.insert(rel.clone(), wd);
+                    }
+                    None => self.polling = true,
+                }
+            }
+            let Ok(names) = fsops::list(dir.as_fd()) else {
+                continue;
+            };
+            let depth = depth_of(&rel) + 1;
+            let mut whole = true;
+            for (name, _) in names {
+                if self.entries.len() >= self.max_tracked {
+                    self.note_full();
+                    return;
+                }
+                let Ok(stamp) = fsops::stat_at(dir.as_fd(), &name) else {
+                    whole = false;
+                    continue;
+                };
+                let path = join(&rel, &name);
+                if stamp.kind == EntryKind::Dir {
+                    if depth >= self.max_depth {
+                        whole = false;
+                        let why = self.too_deep();
+                        self.limit.get_or_insert(why);
+                        continue;
+                    }
+                    queue.push_back(path.clone());
+                } else if let Some(out) = out.as_deref_mut()
+                    && !self.entries.contains_key(&path)
+                {
+                    out.push(RawChange {
+                        path: path.clone(),
+                        change: Change::Created,
+                        kind: stamp.kind,
+                        size: stamp.size,
+                    });
+                }
+                self.entries.insert(path, stamp);
+            }
+            if whole {
+                self.complete.insert(rel);
+            }
+        }
+    }
+
+    /// Walks the whole workspace again and reports the difference: a creation only where
+    /// the directory was complete before (or is itself new), a deletion only where it is
+    /// complete now (or is itself gone).
+    fn rescan(&mut self) -> Vec<RawChange> {
+        let Some(root) = self.open_root() else {
+            return Vec::new();
+        };
+        let old = std::mem::take(&mut self.entries);
+        let old_complete = std::mem::take(&mut self.complete);
+        for (_, wd) in self.wds.drain() {
+            self.watcher.remove(wd);
+        }
+        // Events queued before the watches were dropped are about the old state.
+        let _ = self.watcher.take(self.id);
+        self.polling = self.watcher.fd.is_none();
+        self.limit = None;
+        self.walk(root.as_fd(), b"", None);
+        let mut out = Vec::new();
+        for (path, now) in &self.entries {
+            if now.kind == EntryKind::Dir {
+                continue;
+            }
+            let change = match old.get(path) {
+                None if known_absent(path, &old, &old_complete) => Change::Created,
+                None => continue,
+                Some(o) if o.kind == EntryKind::Dir => Change::Created,
+                Some(o) if o != now => Change::Modified,
+                Some(_) => continue,
+            };
+            out.push(RawChange {
+                path: path.clone(),
+                change,
+                kind: now.kind,
+                size: now.size,
+            });
+        }
+        for (path, was) in &old {
+            if was.kind == EntryKind::Dir {
+                continue;
+            }
+            let gone = match self.entries.get(path) {
+                Some(now) => now.kind == EntryKind::Dir,
+                None => {
+                    known_absent(path, &self.entries, &self.complete)
+                        || looked_up_gone(root.as_fd(), path)
+                }
+            };
+            if gone {
+                out.push(RawChange {
+                    path: path.clone(),
+                    change: Change::Deleted,
+                    kind: was.kind,
+                    size: 0,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Whether a tracked path the walk did not reach (it stopped at a limit) is gone, by
+/// looking it up.
+fn looked_up_gone(root: BorrowedFd<'_>, path: &[u8]) -> bool {
+    let (parent, name) = parent_of(path);
+    match fsops::open_dir(root, parent) {
+        Ok(dir) => matches!(fsops::stat_at(dir.as_fd(), name), Err(Errno::NOENT)),
+        Err(e) => matches!(e, Errno::NOENT | Errno::NOTDIR | Errno::LOOP),
+    }
+}
+
+/// Whether `path`, not in `entries`, is known to be absent from the workspace that state
+/// describes: its directory is complete there, or that directory is itself known absent
+/// (or not a directory). With the old state: known to be new; with the new: known gone.
+fn known_absent(
+    path: &[u8],
+    entries: &BTreeMap<Vec<u8>, Stamp>,
+    complete: &BTreeSet<Vec<u8>>,
+) -> bool {
+    let mut cur = path;
+    loop {
+        let (parent, _) = parent_of(cur);
+        if complete.contains(parent) {
+            return true;
+        }
+        if parent.is_empty() {
+            return false;
+        }
+        match entries.get(parent) {
+            Some(s) if s.kind == EntryKind::Dir => return false,
+            Some(_) => return true,
+            None => cur = parent,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
