@@ -425,7 +425,13 @@ fn two_clients_with_the_same_session_name_see_different_workspaces() {
     let (id, reply) = b.request_with("resources/read", json!({"uri": uri}), |_| {});
     assert!(reply.response(id).get("error").is_some(), "{reply:?}");
     let read = a.request("resources/read", json!({"uri": uri}));
-    assert_eq!(read["contents"][0]["text"], "from A");
+    // A text file comes back inside provenance delimiters (see README).
+    assert_eq!(
+        read["contents"][0]["text"],
+        format!(
+            "<provenance type=\"workspace_file\" source=\"{uri}\" trust=\"untrusted\">\nfrom A\n</provenance>"
+        )
+    );
 
     // B's reset of its own "default" leaves A's alone.
     let r = b.call("reset_session", json!({"session": "default"}));

@@ -436,9 +436,11 @@ async fn new_images_come_back_as_image_content_and_files_as_resources() {
         .await
         .unwrap();
     match &read.contents[0] {
-        rmcp::model::ResourceContents::TextResourceContents { text, .. } => {
-            assert_eq!(text, "a,b\n1,2\n")
-        }
+        // A text file comes back inside provenance delimiters (see README).
+        rmcp::model::ResourceContents::TextResourceContents { text, .. } => assert_eq!(
+            text,
+            "<provenance type=\"workspace_file\" source=\"warden://sessions/img/files/table.csv\" trust=\"untrusted\">\na,b\n1,2\n\n</provenance>"
+        ),
         other => panic!("{other:?}"),
     }
     server.stop().await;
