@@ -5,7 +5,6 @@
 //! fewer samples. Prints p50/p95 in milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
@@ -69,7 +68,7 @@ async fn main() {
         .prefix("warden-bench-")
         .tempdir()
         .unwrap();
-    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    warden::os::set_mode(data.path(), 0o711).unwrap();
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_warden"));
     cmd.arg("serve")
         .env("SANDBOX_DATA_DIR", data.path())
