@@ -275,41 +275,58 @@ async fn declined_refused_or_cancelled_consent_grants_nothing() {
     }
 }
 
+/// Both modes: as the login user the forbidden places are that user's own (`~/.ssh`,
+/// `~/.config`, the key itself), the data directory and the audit log inside it.
 #[tokio::test]
 async fn forbidden_paths_are_refused_without_asking() {
-    let h = Harness::start(Answer::Approve, &[]).await;
-    let sneaky = tempfile::tempdir().unwrap();
-    let link = sneaky.path().join("looks-harmless");
-    std::os::unix::fs::symlink("/etc", &link).unwrap();
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    for path in [
-        PathBuf::from("/"),
-        PathBuf::from("/etc"),
-        PathBuf::from("/proc/self"),
-        PathBuf::from("/root"),
-        PathBuf::from(format!("{home}/.ssh")),
-        link,
-        sneaky.path().join("../../etc"),
-        h._data.path().to_path_buf(),
-    ] {
-        let (is_error, r) = h.grant(&path, "read").await;
-        assert!(is_error, "{}: {r}", path.display());
-        assert_eq!(r["granted"], false);
-        let msg = r["message"].as_str().unwrap();
+    for who in both_modes() {
+        let h = Harness::start_as(who, Answer::Approve, &[], "enforce").await;
+        let canaries = Canaries::plant(who);
+        let sneaky = tempfile::tempdir().unwrap();
+        let link = sneaky.path().join("looks-harmless");
+        std::os::unix::fs::symlink("/etc", &link).unwrap();
+        let key_link = sneaky.path().join("notes.txt");
+        std::os::unix::fs::symlink(&canaries.ssh_key, &key_link).unwrap();
+        let home = match who {
+            As::User => super::login_user().unwrap().home,
+            As::Root => PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())),
+        };
+        for path in [
+            PathBuf::from("/"),
+            PathBuf::from("/etc"),
+            PathBuf::from("/proc/self"),
+            PathBuf::from("/root"),
+            home.join(".ssh"),
+            home.join(".config"),
+            canaries.ssh_key.clone(),
+            key_link,
+            link,
+            sneaky.path().join("../../etc"),
+            h._data.path().to_path_buf(),
+            h._data.path().join("audit"),
+        ] {
+            for access in ["read", "write"] {
+                let (is_error, r) = h.grant(&path, access).await;
+                assert!(is_error, "{who:?} {access} {}: {r}", path.display());
+                assert_eq!(r["granted"], false);
+                let msg = r["message"].as_str().unwrap();
+                assert!(
+                    msg.contains("refused without asking"),
+                    "{who:?} {access} {}: {msg}",
+                    path.display()
+                );
+            }
+        }
         assert!(
-            msg.contains("refused without asking"),
-            "{}: {msg}",
-            path.display()
+            h.asked().is_empty(),
+            "{who:?}: the person was asked: {:?}",
+            h.asked()
         );
+        let r = h.run("print(open('/etc/hostname').read())").await;
+        assert_eq!(r["status"], "error");
+        canaries.assert_untouched(&format!("{who:?}"));
+        h.client.cancel().await.unwrap();
     }
-    assert!(
-        h.asked().is_empty(),
-        "the person was asked: {:?}",
-        h.asked()
-    );
-    let r = h.run("print(open('/etc/hostname').read())").await;
-    assert_eq!(r["status"], "error");
-    h.client.cancel().await.unwrap();
 }
 
 #[tokio::test]
@@ -537,6 +554,12 @@ fn operator_grants_that_could_rewrite_each_other_stop_the_server() {
 /// other hard links.
 #[tokio::test]
 async fn the_runtime_the_binary_and_hard_links_are_never_grantable() {
+    for who in both_modes() {
+        runtime_never_grantable(who).await;
+    }
+}
+
+async fn runtime_never_grantable(who: As) {
     let scratch = tempfile::tempdir().unwrap();
     std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let venv = scratch.path().join("venv");
@@ -550,10 +573,10 @@ async fn the_runtime_the_binary_and_hard_links_are_never_grantable() {
     );
     let (_keep, dir) = shared_dir("x");
     std::fs::hard_link(dir.join("export.csv"), dir.join("second-name.csv")).unwrap();
-    let data = data_dir();
+    let data = data_dir_for(who);
     let python = venv.join("bin/python");
     let cmd = server_command_as(
-        As::Root,
+        who,
         Net::Host,
         &[("SANDBOX_PYTHON", python.to_str().unwrap())],
         &[],
@@ -568,13 +591,18 @@ async fn the_runtime_the_binary_and_hard_links_are_never_grantable() {
         .spawn()
         .unwrap();
     let client = person.clone().serve(transport).await.unwrap();
-    let bin_dir = Path::new(super::BIN).parent().unwrap().to_path_buf();
+    let bin = match who {
+        As::Root => PathBuf::from(super::BIN),
+        As::User => super::user_bin(),
+    };
+    let bin_dir = bin.parent().unwrap().to_path_buf();
     for path in [
         scratch.path().to_path_buf(),
         venv.clone(),
         venv.join("lib"),
         bin_dir,
         dir.join("export.csv"),
+        bin,
     ] {
         let Value::Object(args) = json!({"path": path, "access": "write", "reason": "r"}) else {
             unreachable!()
@@ -584,11 +612,11 @@ async fn the_runtime_the_binary_and_hard_links_are_never_grantable() {
             .await
             .unwrap();
         let r = r.structured_content.unwrap();
-        assert_eq!(r["granted"], false, "{}: {r}", path.display());
+        assert_eq!(r["granted"], false, "{who:?} {}: {r}", path.display());
         let msg = r["message"].as_str().unwrap();
         assert!(
             msg.contains("refused without asking"),
-            "{}: {msg}",
+            "{who:?} {}: {msg}",
             path.display()
         );
     }

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{BIN, Net, Server};
+use super::{As, BIN, Net, Server, both_modes};
 
 fn probe<'a>(report: &'a Value, id: &str) -> &'a Value {
     report["probes"]
@@ -15,9 +15,16 @@ fn probe<'a>(report: &'a Value, id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("probe {id} missing from {report}"))
 }
 
+/// Every probe, each judged from the host, with the server as root and as the login user.
 #[tokio::test]
 async fn every_probe_is_blocked_on_this_machine() {
-    let server = Server::start(&[]).await;
+    for who in both_modes() {
+        every_probe_blocked(who).await;
+    }
+}
+
+async fn every_probe_blocked(who: As) {
+    let server = Server::start_as(who, Net::Host, &[]).await;
     let raw = server
         .call("selftest", serde_json::json!({}))
         .await
@@ -27,7 +34,7 @@ async fn every_probe_is_blocked_on_this_machine() {
     assert_eq!(
         report["failing_required"],
         serde_json::json!([]),
-        "{report}"
+        "{who:?}: {report}"
     );
     assert_eq!(
         report["filesystem_isolation"]["status"], "blocked",
@@ -66,7 +73,11 @@ async fn every_probe_is_blocked_on_this_machine() {
         "proc.memfd_exec",
         "mem.rwx",
     ] {
-        assert_eq!(probe(&report, id)["status"], "blocked", "{id}: {report}");
+        assert_eq!(
+            probe(&report, id)["status"],
+            "blocked",
+            "{who:?} {id}: {report}"
+        );
     }
     for wall in ["namespaces", "world", "disk_quota", "w_xor_x"] {
         assert!(
@@ -75,7 +86,7 @@ async fn every_probe_is_blocked_on_this_machine() {
                 .unwrap()
                 .iter()
                 .any(|w| w["name"] == wall && w["enforced"] == true),
-            "{wall}: {report}"
+            "{who:?} {wall}: {report}"
         );
     }
     // What this machine enforces, from the helper's walls; every gap has its reason.

@@ -2,7 +2,9 @@
 //! the host: a bystander process of the worker's own uid keeps its limits, priority and
 //! CPUs; no program but the interpreter runs (memfd, RWX memory); a `.pth` planted in
 //! the interpreter's venv never runs outside the sandbox; the worker dies with a killed
-//! server. Every test runs with the server as root and as the login user.
+//! server; nothing outside the world can be stated, watched or listed, and the host sees
+//! the world hold only what the plan names. Every test runs with the server as root and
+//! as the login user.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -382,6 +384,8 @@ for p in [{key:?}, {bashrc:?}, "/etc/shadow", "/etc/passwd", "/home", "/root", {
         print("absent", e.errno, p)
 fd = libc.inotify_init1(0)
 print("inotify", fd, ctypes.get_errno())
+fa = libc.fanotify_init(0x200, 0)  # FAN_REPORT_FID: what an unprivileged process may ask
+print("fanotify", fa, ctypes.get_errno())
 pids = sorted(int(e) for e in os.listdir("/proc") if e.isdigit())
 print("pids", pids)
 print("walk", sorted(os.listdir("/workspace")))
@@ -397,6 +401,7 @@ print("walk", sorted(os.listdir("/workspace")))
         assert!(!out.contains("STAT_OK"), "{who:?}: {r}");
         assert_eq!(out.matches("absent 2 ").count(), 10, "{who:?}: {out}");
         assert!(out.contains("inotify -1 1\n"), "{who:?}: {out}");
+        assert!(out.contains("fanotify -1 1\n"), "{who:?}: {out}");
         assert!(out.contains("pids [1]\n"), "{who:?}: {out}");
         assert!(
             out.contains("walk []\n"),
@@ -446,6 +451,164 @@ for name, fn in attempts:
         assert!(!out.contains(canaries.secret.trim()), "{who:?}: {r}");
         assert_eq!(out.matches(" denied ").count(), 8, "{who:?}: {out}");
         canaries.assert_untouched(&format!("{who:?}"));
+        server.stop().await;
+    }
+}
+
+/// The interpreter of a server's only worker: the descendant that is PID 1 of a PID
+/// namespace of its own (`NSpid: <host pid> 1`).
+fn world_init(server_pid: u32) -> Option<u32> {
+    descendants(server_pid)
+        .into_iter()
+        .map(|p| p.pid)
+        .find(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            status
+                .lines()
+                .find(|l| l.starts_with("NSpid:"))
+                .is_some_and(|l| {
+                    let ids: Vec<&str> = l.split_whitespace().skip(1).collect();
+                    ids.len() == 2 && ids[1] == "1"
+                })
+        })
+}
+
+/// Names of the entries of a directory, sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Item 1 of #8, seen from the host: the worker's root (`/proc/PID/root`) holds only
+/// the runtime, `/workspace`, `/tmp`, a `/dev` of five nodes (and the usual links to
+/// `/proc/self/fd`), the loader's and time zone's
+/// files of `/etc` and its own `/proc`; its mount table shows the runtime read-only,
+/// `/workspace` and `/tmp` as size-capped tmpfs, and no sysfs. The result reports the
+/// workspace's path.
+#[tokio::test]
+async fn the_world_as_the_host_sees_it_holds_only_the_runtime_and_the_session() {
+    const TOP: &[&str] = &[
+        "bin",
+        "dev",
+        "etc",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "proc",
+        "sbin",
+        "tmp",
+        "usr",
+        "workspace",
+    ];
+    for who in both_modes() {
+        let server = start(who, &[("SANDBOX_WARM_WORKERS", "0")]).await;
+        let r = server
+            .run("w", "import os; print(os.getcwd(), os.environ.get('HOME'))")
+            .await;
+        assert_eq!(stdout(&r), "/workspace /workspace\n", "{who:?}: {r}");
+        assert_eq!(r["workspace"], "/workspace", "{who:?}: {r}");
+        let pid = world_init(server.pid).unwrap_or_else(|| panic!("{who:?}: no worker found"));
+        let root = std::path::PathBuf::from(format!("/proc/{pid}/root"));
+        let top = entries(&root);
+        for name in &top {
+            assert!(
+                TOP.contains(&name.as_str()),
+                "{who:?}: /{name} in the world: {top:?}"
+            );
+        }
+        for name in ["dev", "proc", "tmp", "usr", "workspace"] {
+            assert!(
+                top.iter().any(|t| t == name),
+                "{who:?}: no /{name}: {top:?}"
+            );
+        }
+        let dev = root.join("dev");
+        let nodes: Vec<String> = entries(&dev)
+            .into_iter()
+            .filter(|n| !dev.join(n).is_symlink())
+            .collect();
+        assert_eq!(
+            nodes,
+            ["full", "null", "random", "urandom", "zero"],
+            "{who:?}"
+        );
+        for (link, to) in [
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ] {
+            assert_eq!(
+                std::fs::read_link(dev.join(link)).ok(),
+                Some(std::path::PathBuf::from(to)),
+                "{who:?}: /dev/{link}"
+            );
+        }
+        assert_eq!(entries(&dev).len(), 9, "{who:?}: {:?}", entries(&dev));
+        for name in entries(&root.join("etc")) {
+            assert!(
+                ["alternatives", "ld.so.cache", "localtime", "matplotlibrc"]
+                    .contains(&name.as_str()),
+                "{who:?}: /etc/{name} in the world"
+            );
+        }
+        // mountinfo: id parent major:minor root mount-point options ... - fstype source super
+        let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+        let mounts: Vec<(String, String, String, String)> = mountinfo
+            .lines()
+            .map(|l| {
+                let (head, tail) = l.split_once(" - ").unwrap();
+                let head: Vec<&str> = head.split_whitespace().collect();
+                let tail: Vec<&str> = tail.split_whitespace().collect();
+                (
+                    head[4].to_string(),
+                    head[5].to_string(),
+                    tail[0].to_string(),
+                    tail.get(2).copied().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        let at = |point: &str| {
+            mounts
+                .iter()
+                .find(|m| m.0 == point)
+                .unwrap_or_else(|| panic!("{who:?}: nothing mounted at {point}: {mountinfo}"))
+        };
+        for (point, opts, _, _) in &mounts {
+            assert!(
+                !point.starts_with("/home") && !point.starts_with("/root") && point != "/sys",
+                "{who:?}: {point} mounted: {mountinfo}"
+            );
+            if point == "/usr" || point == "/" {
+                assert!(
+                    opts.split(',').any(|o| o == "ro"),
+                    "{who:?}: {point} {opts}"
+                );
+            }
+        }
+        assert!(
+            mounts.iter().all(|m| m.2 != "sysfs"),
+            "{who:?}: {mountinfo}"
+        );
+        assert_eq!(at("/proc").2, "proc", "{who:?}");
+        for point in ["/workspace", "/tmp"] {
+            let (_, opts, fstype, sup) = at(point);
+            assert_eq!(fstype, "tmpfs", "{who:?}: {point}");
+            assert!(
+                opts.split(',').any(|o| o == "rw"),
+                "{who:?}: {point} {opts}"
+            );
+            assert!(
+                sup.contains("size="),
+                "{who:?}: {point} is not capped: {sup}"
+            );
+        }
         server.stop().await;
     }
 }
