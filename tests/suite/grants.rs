@@ -367,17 +367,30 @@ async fn operator_pre_approval_opens_a_path_for_every_session_without_asking() {
     h.client.cancel().await.unwrap();
 }
 
-#[test]
-fn a_forbidden_pre_approval_stops_the_server_at_start() {
-    let out = std::process::Command::new(super::BIN)
-        .args(["serve", "--allow-read", "/etc"])
-        .env("SANDBOX_DATA_DIR", data_dir().path())
-        .env("SANDBOX_PYTHON", "/usr/bin/python3")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("can never be granted"), "{err}");
+/// A server started by `who` with these arguments, to its end (stdin closed).
+async fn serve_output(who: As, args: &[&str]) -> std::process::Output {
+    let data = data_dir_for(who);
+    let mut cmd = server_command_as(who, Net::Host, &[], args, data.path());
+    cmd.stdin(Stdio::null());
+    cmd.output().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_forbidden_pre_approval_stops_the_server_at_start() {
+    for who in both_modes() {
+        // As the login user, that user's own ~/.ssh; as root, a .ssh directory anywhere.
+        let canaries = Canaries::plant(who);
+        let ssh = canaries.ssh_key.parent().unwrap();
+        for path in ["/etc", ssh.to_str().unwrap()] {
+            let out = serve_output(who, &["--allow-read", path]).await;
+            assert!(!out.status.success(), "{who:?} {path}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("can never be granted"),
+                "{who:?} {path}: {err}"
+            );
+        }
+    }
 }
 
 /// The Python MCP SDK as a second, independent client with an elicitation callback.
@@ -531,22 +544,25 @@ for name, fn in [("read", lambda: open(os.path.join(d, "key")).read()),
 }
 
 /// `--allow-read F --allow-write dir(F)`: the operator's grants obey the same rule.
-#[test]
-fn operator_grants_that_could_rewrite_each_other_stop_the_server() {
-    let (_keep, dir) = shared_dir("x");
-    let file = dir.join("export.csv");
-    let out = std::process::Command::new(super::BIN)
-        .arg("serve")
-        .args(["--allow-read", file.to_str().unwrap()])
-        .args(["--allow-write", dir.to_str().unwrap()])
-        .env("SANDBOX_DATA_DIR", data_dir().path())
-        .env("SANDBOX_PYTHON", "/usr/bin/python3")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot be granted together with"), "{err}");
+#[tokio::test]
+async fn operator_grants_that_could_rewrite_each_other_stop_the_server() {
+    for who in both_modes() {
+        let (_keep, dir) = shared_dir("x");
+        let file = dir.join("export.csv");
+        let args = [
+            "--allow-read",
+            file.to_str().unwrap(),
+            "--allow-write",
+            dir.to_str().unwrap(),
+        ];
+        let out = serve_output(who, &args).await;
+        assert!(!out.status.success(), "{who:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("cannot be granted together with"),
+            "{who:?}: {err}"
+        );
+    }
 }
 
 /// What the sandbox itself runs can never be granted: the interpreter's venv (a write
