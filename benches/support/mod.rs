@@ -105,8 +105,13 @@ pub struct Client {
 impl Client {
     /// The release warden binary, `serve` over stdio, with `env` settings.
     pub async fn warden(env: &[(&str, &str)]) -> Client {
+        Client::warden_at(Path::new(env!("CARGO_BIN_EXE_warden")), env).await
+    }
+
+    /// Another warden binary (an earlier build, to compare), `serve` over stdio.
+    pub async fn warden_at(bin: &Path, env: &[(&str, &str)]) -> Client {
         let data = data_dir();
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_warden"));
+        let mut cmd = tokio::process::Command::new(bin);
         cmd.arg("serve")
             .env("SANDBOX_DATA_DIR", data.path())
             .env("SANDBOX_PYTHON", PYTHON)
