@@ -6,8 +6,9 @@
 //! - [`linux`]: the plan of a worker's private world (pure, every platform) and, on
 //!   Linux, the walls (namespaces, Landlock, seccomp, privileges) and the helper stage
 //!   that installs them before exec.
-//! - [`macos`]: the policy as a Seatbelt profile (a pure builder; the macOS glue that
-//!   applies it is not in this build, so a macOS helper refuses to start a worker).
+//! - [`macos`]: the policy as a deny-default Seatbelt profile and the `sandbox-exec`
+//!   command line (pure builders, tested everywhere); `macos_helper` (macOS) applies
+//!   them.
 //! - [`helper`] (Unix): what the server and every platform's helper agree on.
 //! - [`report`]: which walls stand, as the helper saw them.
 //! - [`rlimits`]: the resource limits per operating system (pure) and applying them.
@@ -19,6 +20,8 @@
 pub mod helper;
 pub mod linux;
 pub mod macos;
+#[cfg(target_os = "macos")]
+pub mod macos_helper;
 pub mod platform;
 pub mod policy;
 pub mod python;
@@ -41,7 +44,11 @@ pub fn run_helper_main() -> ! {
     {
         linux::helper::run_helper_main()
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_os = "macos")]
+    {
+        macos_helper::run_helper_main()
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
         helper::exit_refused(helper::refuse(
             "host_sandbox",

@@ -75,7 +75,7 @@ pub fn host_capabilities(os: HostOs) -> Vec<Capability> {
             ),
             gap(
                 "seccomp",
-                "not on macOS: there is no system-call filter; the Seatbelt profile refuses new processes (process-fork), exec of anything but the interpreter, sockets other than a private AF_UNIX pair, and signals to other processes, but every other system call stays reachable",
+                "not on macOS: there is no system-call filter; the Seatbelt profile refuses new processes (process-fork), exec of anything but the interpreter, network connections, Mach services, and signals to or information about other processes, but every other system call stays reachable (the worker may, for one, leave its process group; the server still kills it by pid)",
             ),
             gap(
                 "namespaces",
@@ -94,9 +94,53 @@ pub fn host_capabilities(os: HostOs) -> Vec<Capability> {
     }
 }
 
+/// Why selftest's probe `id` tests nothing on `os` (its mechanism does not exist there),
+/// or `None` where it applies. Such a probe still runs and is shown, but is not required.
+/// Pure.
+pub fn probe_not_applicable(os: HostOs, id: &str) -> Option<&'static str> {
+    if os != HostOs::MacOs {
+        return None;
+    }
+    Some(match id {
+        "priv.no_new_privs" => "not applicable on macOS: there is no no_new_privs flag",
+        "priv.capabilities" => "not applicable on macOS: there are no Linux capabilities",
+        "fs.inotify" => "not applicable on macOS: there is no inotify",
+        "proc.memfd_exec" => "not applicable on macOS: there is no memfd_create",
+        "proc.enumerate" => {
+            "not applicable on macOS: the probe lists /proc, which macOS does not have (the profile allows no sysctl of other processes)"
+        }
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn linux_only_probes_are_not_required_on_macos_and_say_why() {
+        for id in [
+            "priv.no_new_privs",
+            "priv.capabilities",
+            "fs.inotify",
+            "proc.memfd_exec",
+            "proc.enumerate",
+        ] {
+            let why = probe_not_applicable(HostOs::MacOs, id).unwrap();
+            assert!(why.starts_with("not applicable on macOS"), "{why}");
+            assert_eq!(probe_not_applicable(HostOs::Linux, id), None);
+        }
+        for id in [
+            "fs.canary_read",
+            "fs.write_outside",
+            "net.loopback_listener",
+            "proc.fork",
+            "proc.signal_server",
+            "priv.not_root",
+        ] {
+            assert_eq!(probe_not_applicable(HostOs::MacOs, id), None, "{id}");
+        }
+    }
 
     #[test]
     fn linux_lists_no_static_gap_its_helper_reports_every_wall() {

@@ -280,8 +280,8 @@ pub fn worker_env(
 }
 
 /// A small, fixed policy for the builders' unit tests: the interpreter, one read-only
-/// tree and one read-only file, a workspace and a temporary directory.
-#[cfg(test)]
+/// tree and one read-only file, a workspace and a temporary directory (Landlock's tests).
+#[cfg(all(test, target_os = "linux"))]
 pub(crate) fn example_policy(network: NetworkMode) -> WorkerPolicy {
     WorkerPolicy {
         mode: SandboxMode::Require,

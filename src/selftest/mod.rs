@@ -13,6 +13,7 @@ use serde_json::json;
 
 use crate::backend::{Enforcement, Outcome, RunOutput, Worker};
 use crate::config::{NetworkMode, SandboxMode, TIMEOUT_CAP_S};
+use crate::sandbox::platform::{HostOs, probe_not_applicable};
 use crate::sandbox::report::WallStatus;
 use crate::session::{Ephemeral, SessionManager};
 
@@ -250,7 +251,12 @@ async fn run_probes(
             *cpu_count = attempt.data.as_deref().and_then(|d| d.parse().ok());
             continue;
         }
-        probes.push(judge(&attempt, &host));
+        let mut result = judge(&attempt, &host);
+        if let Some(why) = probe_not_applicable(HostOs::current(), &attempt.probe) {
+            result.required = false;
+            result.details = format!("{why} ({})", result.details);
+        }
+        probes.push(result);
     }
     if !matches!(run.outcome, Outcome::Finished(_)) {
         probes.push(ProbeResult {

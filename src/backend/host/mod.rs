@@ -1,6 +1,7 @@
-//! The host backend: one sandboxed, persistent Python worker process per session, in a
-//! private world of its own and confined by the walls in [`crate::sandbox`] (namespaces,
-//! Landlock, seccomp, rlimits, privilege drop). This module owns what only the host
+//! The host backend: one sandboxed, persistent Python worker process per session,
+//! confined by the walls in [`crate::sandbox`] (Linux: a private world of its own,
+//! Landlock, seccomp, rlimits, privilege drop; macOS: a Seatbelt profile, rlimits,
+//! privilege drop). This module owns what only the host
 //! needs: the resolved interpreter, the per-instance uid range (a uid of its own per
 //! session when the server is root), the sessions' workspaces (a size-capped tmpfs each,
 //! held by the workspace keeper: [`crate::sandbox::store`]), and the helper spawn

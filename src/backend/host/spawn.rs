@@ -75,13 +75,15 @@ pub fn kill_group(pid: i32) {
     crate::os::kill_group(pid);
 }
 
-/// `signal` to the process group led by `pid` (never to group 0 or 1).
+/// `signal` to the process group led by `pid` (never to group 0 or 1), and to `pid`
+/// itself: on macOS that is the interpreter, which nothing stops from leaving the group.
 fn signal_group(pid: i32, signal: rustix::process::Signal) {
     if pid > 1
         && let Some(pid) = rustix::process::Pid::from_raw(pid)
     {
         // ESRCH (already gone) is fine.
         let _ = rustix::process::kill_process_group(pid, signal);
+        let _ = rustix::process::kill_process(pid, signal);
     }
 }
 
