@@ -26,7 +26,8 @@ fn no_unshare_filter() -> BpfProgram {
     .unwrap()
 }
 
-async fn start_without_namespaces(who: As, mode: &str) -> Server {
+/// A server that cannot make namespaces (see the module doc), in `mode`.
+pub async fn start_without_namespaces(who: As, mode: &str) -> Server {
     let data = data_dir_for(who);
     let mut cmd = server_command_as(who, Net::Host, &[("HOST_SANDBOX", mode)], &[], data.path());
     let filter = no_unshare_filter();

@@ -3,7 +3,8 @@
 //! CPUs; no program but the interpreter runs (memfd, RWX memory); a `.pth` planted in
 //! the interpreter's venv never runs outside the sandbox; the worker dies with a killed
 //! server; nothing outside the world can be stated, watched or listed, and the host sees
-//! the world hold only what the plan names. Every test runs with the server as root and
+//! the world hold only what the plan names; without namespaces (the fallback) the
+//! seccomp walls and W^X hold just the same. Every test runs with the server as root and
 //! as the login user.
 
 use std::os::unix::fs::PermissionsExt;
@@ -96,17 +97,11 @@ impl Drop for Bystander {
     }
 }
 
-/// Finding 3: with one uid for everything, sandboxed code changed the limits and
-/// scheduling of other processes of that uid (it killed the server through RLIMIT_CPU).
-#[tokio::test]
-async fn limits_and_scheduling_of_other_processes_stay_out_of_reach() {
-    for who in both_modes() {
-        let server = start(who, &[]).await;
-        let uid = uid_of(&server, "s").await;
-        let mut bystander = Bystander::start(uid);
-        let before = bystander.state();
-        let code = format!(
-            r#"import ctypes, os, resource
+/// Code that attacks the limits, priority, scheduling and CPUs of process `b` and reads
+/// the server's (`s`) limits, then does the same to itself; one line per attempt.
+fn limits_attack(b: u32, s: u32) -> String {
+    format!(
+        r#"import ctypes, os, resource
 libc = ctypes.CDLL(None, use_errno=True)
 B, S = {b}, {s}
 def attempt(name, fn):
@@ -126,26 +121,42 @@ attempt("setpriority_user", lambda: os.setpriority(os.PRIO_USER, 2147483000, 19)
 attempt("setaffinity_bystander", lambda: os.sched_setaffinity(B, {{0}}))
 attempt("setscheduler_bystander", lambda: os.sched_setscheduler(B, os.SCHED_IDLE, os.sched_param(0)))
 attempt("ioprio_bystander", lambda: libc.syscall(251, 1, B, (3 << 13) | 7))
+attempt("kill_bystander", lambda: os.kill(B, 9))
 attempt("prlimit_self", lambda: resource.prlimit(0, resource.RLIMIT_NOFILE))
 attempt("setpriority_self", lambda: os.setpriority(os.PRIO_PROCESS, 0, 1))
 attempt("setaffinity_self", lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))
 "#,
-            b = bystander.pid(),
-            s = server.pid,
-        );
+    )
+}
+
+/// What [`limits_attack`] must print when the walls hold: only its own changes done.
+fn assert_limits_held(who: As, r: &serde_json::Value) {
+    let out = stdout(r);
+    let done: Vec<&str> = out.lines().filter(|l| l.ends_with("DONE")).collect();
+    assert_eq!(
+        done,
+        vec![
+            "prlimit_self DONE",
+            "setpriority_self DONE",
+            "setaffinity_self DONE"
+        ],
+        "{who:?}: {r}"
+    );
+    assert_eq!(out.matches(" denied ").count(), 9, "{who:?}: {out}");
+}
+
+/// Finding 3: with one uid for everything, sandboxed code changed the limits and
+/// scheduling of other processes of that uid (it killed the server through RLIMIT_CPU).
+#[tokio::test]
+async fn limits_and_scheduling_of_other_processes_stay_out_of_reach() {
+    for who in both_modes() {
+        let server = start(who, &[]).await;
+        let uid = uid_of(&server, "s").await;
+        let mut bystander = Bystander::start(uid);
+        let before = bystander.state();
+        let code = limits_attack(bystander.pid(), server.pid);
         let r = server.run("s", &code).await;
-        let out = stdout(&r);
-        let done: Vec<&str> = out.lines().filter(|l| l.ends_with("DONE")).collect();
-        assert_eq!(
-            done,
-            vec![
-                "prlimit_self DONE",
-                "setpriority_self DONE",
-                "setaffinity_self DONE"
-            ],
-            "{who:?}: {r}"
-        );
-        assert_eq!(out.matches(" denied ").count(), 8, "{who:?}: {out}");
+        assert_limits_held(who, &r);
         assert!(bystander.alive(), "{who:?}: the bystander died");
         assert_eq!(
             bystander.state(),
@@ -165,14 +176,9 @@ attempt("setaffinity_self", lambda: os.sched_setaffinity(0, os.sched_getaffinity
     }
 }
 
-/// Finding 5: any readable ELF copied into a memfd ran through /proc/self/fd/N, and
-/// native code ran from an RWX mapping. The ELF here is the interpreter itself (readable
-/// in every mode); judged from the host: the marker file it would write does not exist.
-#[tokio::test]
-async fn no_program_but_the_interpreter_runs_from_memfds_or_writable_memory() {
-    for who in both_modes() {
-        let server = start(who, &[]).await;
-        let code = r#"import ctypes, mmap, os
+/// Code that tries to run a program from a memfd (plain, sealed, executable) and native
+/// code from RWX memory, `mprotect` and a ctypes callback; one line per attempt.
+const EXEC_ATTACK: &str = r#"import ctypes, mmap, os
 libc = ctypes.CDLL(None, use_errno=True)
 import sys
 elf = open(sys.executable, "rb").read()
@@ -221,29 +227,50 @@ try:
 except MemoryError:
     print("ctypes callback refused")
 "#;
-        let r = server.run("x", code).await;
-        let out = stdout(&r);
-        assert!(!out.contains("EXEC_OK"), "{who:?}: {r}");
-        assert!(!out.contains("NATIVE_CODE_EXECUTED"), "{who:?}: {r}");
-        assert!(
-            find_files(server.data_dir.path(), "pwned_memfd").is_empty()
-                && !r["files"].to_string().contains("pwned_memfd"),
-            "{who:?}: a memfd program wrote its marker: {r}"
-        );
-        for expect in [
-            "plain memfd denied 1",
-            "exec_flag memfd denied 1",
-            "sealed fchmod denied 1",
-            "sealed exec denied 13",
-            "rwx denied 13",
-            "mprotect denied 13",
-            "ctypes callback refused",
-        ] {
-            assert!(out.contains(expect), "{who:?}: {expect:?} missing: {r}");
-        }
+
+/// Finding 5: any readable ELF copied into a memfd ran through /proc/self/fd/N, and
+/// native code ran from an RWX mapping. The ELF here is the interpreter itself (readable
+/// in every mode); judged from the host: the marker file it would write does not exist.
+#[tokio::test]
+async fn no_program_but_the_interpreter_runs_from_memfds_or_writable_memory() {
+    for who in both_modes() {
+        let server = start(who, &[]).await;
+        let r = server.run("x", EXEC_ATTACK).await;
+        assert_exec_held(who, &server, &r, true);
         let r = server.run("x", "print('alive')").await;
         assert_eq!(stdout(&r), "alive\n", "{who:?}: {r}");
         server.stop().await;
+    }
+}
+
+/// What [`EXEC_ATTACK`] must print when the walls hold, and no marker of a memfd program
+/// on the host. `world`: also the ctypes callback refused (every writable place of the
+/// world is `noexec`).
+fn assert_exec_held(who: As, server: &Server, r: &serde_json::Value, world: bool) {
+    let out = stdout(r);
+    assert!(!out.contains("EXEC_OK"), "{who:?}: {r}");
+    assert!(
+        !out.contains("NATIVE_CODE_EXECUTED rwx") && !out.contains("NATIVE_CODE_EXECUTED mprotect"),
+        "{who:?}: {r}"
+    );
+    assert!(
+        find_files(server.data_dir.path(), "pwned_memfd").is_empty()
+            && !r["files"].to_string().contains("pwned_memfd"),
+        "{who:?}: a memfd program wrote its marker: {r}"
+    );
+    for expect in [
+        "plain memfd denied 1",
+        "exec_flag memfd denied 1",
+        "sealed fchmod denied 1",
+        "sealed exec denied 13",
+        "rwx denied 13",
+        "mprotect denied 13",
+    ] {
+        assert!(out.contains(expect), "{who:?}: {expect:?} missing: {r}");
+    }
+    if world {
+        assert!(!out.contains("NATIVE_CODE_EXECUTED"), "{who:?}: {r}");
+        assert!(out.contains("ctypes callback refused"), "{who:?}: {r}");
     }
 }
 
@@ -609,6 +636,53 @@ async fn the_world_as_the_host_sees_it_holds_only_the_runtime_and_the_session() 
                 "{who:?}: {point} is not capped: {sup}"
             );
         }
+        server.stop().await;
+    }
+}
+
+/// Item 4 "on both paths": where no namespace can be made (the fallback of #8 item 7,
+/// best-effort), the seccomp additions and W^X hold just the same: the worker shares a
+/// PID namespace with a bystander of its own uid, which keeps its limits, priority,
+/// scheduling and CPUs and is not killed; no inotify or fanotify; no memfd program, no
+/// RWX or mprotect'ed code.
+#[tokio::test]
+async fn without_namespaces_the_seccomp_walls_still_hold() {
+    for who in both_modes() {
+        let server = super::fail_closed::start_without_namespaces(who, "best-effort").await;
+        let uid = uid_of(&server, "s").await;
+        let mut bystander = Bystander::start(uid);
+        let before = bystander.state();
+        let r = server
+            .run("s", &limits_attack(bystander.pid(), server.pid))
+            .await;
+        assert!(
+            r["warnings"]
+                .to_string()
+                .contains("sandbox wall 'namespaces' is not enforced"),
+            "{who:?}: not the fallback: {r}"
+        );
+        assert_limits_held(who, &r);
+        assert!(bystander.alive(), "{who:?}: the bystander died");
+        assert_eq!(
+            bystander.state(),
+            before,
+            "{who:?}: the bystander was changed"
+        );
+        let r = server
+            .run(
+                "s",
+                "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n\
+                 print('inotify', libc.inotify_init1(0), ctypes.get_errno())\n\
+                 print('fanotify', libc.fanotify_init(0x200, 0), ctypes.get_errno())",
+            )
+            .await;
+        assert_eq!(stdout(&r), "inotify -1 1\nfanotify -1 1\n", "{who:?}: {r}");
+        let r = server.run("x", EXEC_ATTACK).await;
+        assert_exec_held(who, &server, &r, false);
+        eprintln!(
+            "{who:?} without namespaces: {}",
+            stdout(&r).trim().replace('\n', "; ")
+        );
         server.stop().await;
     }
 }
