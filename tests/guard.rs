@@ -1489,6 +1489,97 @@ const FAMILY_CASES: &[(&str, &str, &str, &str)] = &[
         "module_reexport",
         "import numpy as np\nprint(np.float64(1).dtype)",
     ),
+    // Found by tools/guard_audit.py --uncovered in the data stack.
+    (
+        "sympy's lambdify pastes a string into generated source",
+        "import sympy\nf = sympy.lambdify([], \"__import__('os').getcwd()\")",
+        "blocked_builtin",
+        "import sympy\nx = sympy.Symbol('x')\nf = sympy.lambdify(x, x**2 + 1)\nprint(f(2))",
+    ),
+    (
+        "sympy's lambdify with a string built at run time",
+        "import sympy\ne = 'x' + op\nf = sympy.lambdify([], e)",
+        "code_string",
+        "import sympy\nf = sympy.lambdify('x', 'x**2 + 1')\nprint(f(2))",
+    ),
+    (
+        "numpy's ufunc unpickler returns any module attribute",
+        "import numpy as np\nf = np.core._ufunc_reconstruct('os', 'system')",
+        "reflection",
+        "import numpy as np\nprint(np.add.reduce([1, 2]))",
+    ),
+    (
+        "numpy's module loader runs a file of any name",
+        "from numpy.compat import npy_load_module\nm = npy_load_module('m', 'notes.txt')",
+        "unsafe_loader",
+        "import numpy as np\nprint(np.loadtxt(['1 2']))",
+    ),
+    (
+        "numpy.testing.runstring execs its argument",
+        "import numpy.testing as nt\nnt.runstring(code, {})",
+        "code_string",
+        "import numpy.testing as nt\nnt.assert_allclose([1.0], [1.0])",
+    ),
+    (
+        "numpy.lookfor imports the module it is given",
+        "import numpy as np\nnp.lookfor('x', module=name)",
+        "reflection",
+        "import numpy as np\nnp.lookfor('mean', module='numpy')",
+    ),
+    (
+        "pandas string dispatch calls the method a string names",
+        "import pandas as pd\ns = pd.Series([1, 2])\nm = s.agg('__getattribute__', 0, name)",
+        "reflection",
+        "import pandas as pd\ns = pd.Series([1, 2])\nprint(s.agg(['sum', 'mean']), s.apply(abs))",
+    ),
+    (
+        "pandas string dispatch with a name built at run time",
+        "import pandas as pd\ndf = pd.DataFrame({'a': [1]})\ndf.agg('ev' + 'al', 'a + 1')",
+        "reflection",
+        "import pandas as pd\ndf = pd.DataFrame({'a': [1]})\nprint(df.agg({'a': 'sum'}))",
+    ),
+    (
+        "pandas interchange reads raw memory addresses",
+        "import pandas as pd\ndf = pd.api.interchange.from_dataframe(obj)",
+        "native_code",
+        "import pandas as pd\nprint(pd.DataFrame({'a': [1]}).to_numpy())",
+    ),
+    (
+        "a class offering pandas raw buffers",
+        "class Fake:\n    def __dataframe__(self, allow_copy=True):\n        return self\n",
+        "dunder_name",
+        "class Frame:\n    def __len__(self):\n        return 0\n",
+    ),
+    (
+        "matplotlib settings from a file the guard cannot read",
+        "import matplotlib\nmatplotlib.rc_file('settings.txt')",
+        "config_key",
+        "import matplotlib\nmatplotlib.rcParams['lines.linewidth'] = 2",
+    ),
+    (
+        "a matplotlib style that is a file",
+        "import matplotlib.pyplot as plt\nplt.style.use('mystyle.txt')",
+        "config_key",
+        "import matplotlib.pyplot as plt\nplt.style.use('ggplot')\nplt.style.use({'axes.grid': True})",
+    ),
+    (
+        "Ghostscript started directly",
+        "from PIL import EpsImagePlugin\nEpsImagePlugin.Ghostscript(tile, size, fp)",
+        "process_spawn",
+        "from PIL import Image\nim = Image.new('RGB', (2, 2))\nprint(im.size)",
+    ),
+    (
+        "sympy compiles and runs C",
+        "from sympy.utilities._compilation import compile_run_strings",
+        "blocked_module",
+        "import sympy\nprint(sympy.ccode(sympy.Symbol('x') ** 2))",
+    ),
+    (
+        "sympy's LLVM JIT",
+        "from sympy.printing.llvmjitcode import llvm_callable",
+        "blocked_module",
+        "import sympy\nprint(sympy.Symbol('x') + 1)",
+    ),
 ];
 
 #[test]

@@ -21,9 +21,12 @@ functions and methods that:
 
 A finding is covered when its module is blocked, or the policy names it (by
 qualified or last name) as a capability or a mode, or the generated
-re-exports block its name. Everything else is printed for review: most are
-internal helpers that user code cannot steer, some are not, and those go into
-policies/default.toml.
+re-exports block its name, or policies/audit-reviewed.toml records it as read
+and judged (with the reason). Everything else is printed for review: most are
+internal helpers that user code cannot steer, some are not; those go into
+policies/default.toml, the others into policies/audit-reviewed.toml.
+getattr/setattr with a name built from a literal prefix that does not start
+with `_` (`f"set_{k}"`) is not reported: it can only name public attributes.
 
     /usr/bin/python3 -I tools/guard_audit.py               # every finding
     /usr/bin/python3 -I tools/guard_audit.py --uncovered   # only what the policy misses
@@ -96,9 +99,25 @@ def families_of(call):
             if receivers is None or receiver_name(f.value) in receivers:
                 out.add(family)
     if isinstance(f, ast.Name) and f.id in ("getattr", "setattr", "delattr") and len(call.args) >= 2:
-        if not isinstance(call.args[1], ast.Constant):
+        if not isinstance(call.args[1], ast.Constant) and not public_prefix(call.args[1]):
             out.add("reflection")
     return out
+
+
+def public_prefix(name):
+    """True for a name built with a literal prefix that does not start with
+    `_` (`f"set_{k}"`, `"get_" + k`): it can only name public attributes
+    with that prefix, never a dunder or a private one."""
+    first = None
+    if isinstance(name, ast.JoinedStr) and name.values:
+        first = name.values[0]
+    elif isinstance(name, ast.BinOp) and isinstance(name.op, ast.Add):
+        first = name.left
+    elif (isinstance(name, ast.BinOp) and isinstance(name.op, ast.Mod)
+          and isinstance(name.left, ast.Constant)):
+        first = ast.Constant(name.left.value.split("%", 1)[0]) if isinstance(name.left.value, str) else None
+    return (isinstance(first, ast.Constant) and isinstance(first.value, str)
+            and first.value != "" and not first.value.startswith("_"))
 
 
 class Finder(ast.NodeVisitor):
@@ -140,10 +159,13 @@ def source_of(module):
 
 
 def covered(qualified, policy):
-    blocked, caps, modes, reexports = policy
+    blocked, caps, modes, reexports, reviewed = policy
     parts = qualified.split(".")
     if guard_reexports.is_blocked(qualified, blocked):
         return "blocked module"
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in reviewed:
+            return "reviewed"
     for i in range(len(parts), 0, -1):
         name = ".".join(parts[:i])
         if name in caps or name in modes:
@@ -171,7 +193,14 @@ def load_policy(path):
         with open(rpath, "rb") as f:
             for r in tomllib.load(f).get("reexport", []):
                 reexports[r["name"]] = r["distinctive"]
-    return blocked, caps, modes, reexports
+    # Findings read and judged harmless (or left to the OS layer), with why.
+    reviewed = set()
+    vpath = os.path.join(os.path.dirname(path), "audit-reviewed.toml")
+    if os.path.exists(vpath):
+        with open(vpath, "rb") as f:
+            for r in tomllib.load(f).get("reviewed", []):
+                reviewed.update(r["functions"])
+    return blocked, caps, modes, reexports, reviewed
 
 
 def main():

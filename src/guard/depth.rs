@@ -37,6 +37,24 @@ struct Level {
     chain: usize,
 }
 
+/// Limits under which parsing and walking stay shallow enough for the
+/// caller's own stack (a 2 MiB thread): the guard then checks inline instead
+/// of handing the source to a parse thread and waiting for it to be
+/// scheduled. Ordinary code stays far below them; `guard::tests` checks the
+/// deepest shapes they admit on a 256 KiB stack in a debug build.
+pub const SMALL_STACK: DepthLimits = DepthLimits {
+    max_nesting: 24,
+    max_chain: 128,
+};
+
+/// [`SMALL_STACK`], never above the policy's own limits.
+pub fn small_stack_limits(policy: DepthLimits) -> DepthLimits {
+    DepthLimits {
+        max_nesting: policy.max_nesting.min(SMALL_STACK.max_nesting),
+        max_chain: policy.max_chain.min(SMALL_STACK.max_chain),
+    }
+}
+
 const KEYWORDS_THAT_NEST: &[&str] = &["lambda", "not", "await", "if", "else", "yield"];
 
 /// Scans `src`; `Ok(())` means parsing and walking it stays within bounded depth.

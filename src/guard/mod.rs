@@ -37,6 +37,7 @@ mod strings;
 mod tripwire;
 mod walk;
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -261,7 +262,8 @@ impl Guard {
             max_nesting: limits.max_nesting_depth,
             max_chain: limits.max_expression_chain,
         };
-        if let Err(e) = depth::scan(&text, scan_limits) {
+        let small = depth::scan(&text, depth::small_stack_limits(scan_limits)).is_ok();
+        if !small && let Err(e) = depth::scan(&text, scan_limits) {
             let at = index.position(e.offset);
             return refusal(
                 "nesting_too_deep",
@@ -278,11 +280,30 @@ impl Guard {
                 .map(|p| absolute(p))
                 .collect::<Vec<_>>(),
         );
-        let policy = Arc::clone(&self.policy);
-        let owned = text.clone().into_owned();
-        let outcome = self
-            .pool
-            .run(move || parse_and_walk(&owned, &policy, &roots));
+        let inline = if small {
+            // Shallow code is checked on this thread: a hand-off to a parse
+            // thread costs a wake-up, which on a loaded machine is more than
+            // the check itself.
+            catch_unwind(AssertUnwindSafe(|| {
+                parse_and_walk(&text, &self.policy, &roots, true)
+            }))
+            .map_err(|_| "the guard failed on this input".to_string())
+            .transpose()
+        } else {
+            None
+        };
+        let outcome = match inline {
+            Some(outcome) => outcome,
+            None => {
+                let policy = Arc::clone(&self.policy);
+                let owned = text.clone().into_owned();
+                self.pool
+                    .run(move || parse_and_walk(&owned, &policy, &roots, false))
+                    .and_then(|o| {
+                        o.ok_or_else(|| "the guard's walk stopped on a parse thread".to_string())
+                    })
+            }
+        };
         match outcome {
             Err(message) => Verdict {
                 decision: Decision::Blocked,
@@ -306,13 +327,22 @@ impl Guard {
     }
 }
 
-fn parse_and_walk(text: &str, policy: &Policy, roots: &paths::Roots) -> Outcome {
+/// Parses and walks `text`; `None` when `small_stack` was asked for and a
+/// code string in it needs a parse thread's stack.
+fn parse_and_walk(
+    text: &str,
+    policy: &Policy,
+    roots: &paths::Roots,
+    small_stack: bool,
+) -> Option<Outcome> {
     match walk::parse_suite(text) {
-        Ok(module) => Outcome::Findings(walk::walk(&module.body, policy, roots)),
-        Err(e) => Outcome::Syntax {
+        Ok(module) => walk::walk(&module.body, policy, roots, small_stack)
+            .ok()
+            .map(Outcome::Findings),
+        Err(e) => Some(Outcome::Syntax {
             offset: e.location.start().to_usize(),
             message: format!("syntax error: {}", e.error),
-        },
+        }),
     }
 }
 
@@ -387,4 +417,143 @@ fn refusal(
 /// current directory; falls back to the path as given.
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// The largest `n` for which `shape(n)` still passes the small-stack scan
+    /// (so the guard checks it on the caller's thread).
+    fn deepest_small(shape: &dyn Fn(usize) -> String) -> String {
+        let passes = |n: usize| depth::scan(&shape(n), depth::SMALL_STACK).is_ok();
+        assert!(passes(1), "{}", shape(1));
+        let mut n = 1;
+        while n < 5000 && passes(n + 1) {
+            n += 1;
+        }
+        shape(n)
+    }
+
+    fn nest(open: &str, inner: &str, close: &str, n: usize) -> String {
+        format!("{}{inner}{}", open.repeat(n), close.repeat(n))
+    }
+
+    /// Every shape that nests the tree, at the deepest the small-stack scan
+    /// admits, alone, inside the deepest brackets, and as a pandas query
+    /// string inside them (a code string is parsed on the same stack).
+    fn small_stack_worst_cases() -> Vec<String> {
+        let shapes: Vec<Box<dyn Fn(usize) -> String>> = vec![
+            Box::new(|n| format!("x = {}\n", nest("(", "1", ")", n))),
+            Box::new(|n| format!("x = {}\n", nest("[", "", "]", n))),
+            Box::new(|n| format!("x = {}\n", nest("{", "1", "}", n))),
+            Box::new(|n| format!("x = a{}\n", ".b".repeat(n))),
+            Box::new(|n| format!("x = f{}\n", "()".repeat(n))),
+            Box::new(|n| format!("x = a{}\n", "[0]".repeat(n))),
+            Box::new(|n| format!("x = 1{}\n", "+1".repeat(n))),
+            Box::new(|n| format!("x = 2{}\n", "**2".repeat(n))),
+            Box::new(|n| format!("x = {}y\n", "not ".repeat(n))),
+            Box::new(|n| format!("x = {}1\n", "-".repeat(n))),
+            Box::new(|n| format!("x = {}1\n", "lambda: ".repeat(n))),
+            Box::new(|n| format!("x = {}1\n", "1 if c else ".repeat(n))),
+            Box::new(|n| format!("x = {}f\n", "a < ".repeat(n))),
+            Box::new(|n| format!("x = {}\n", nest("(a := ", "1", ")", n))),
+            Box::new(|n| format!("x = {}\n", nest("f\"{", "1", "}\"", n))),
+            Box::new(|n| format!("async def g():\n    return {}1\n", "await ".repeat(n))),
+            Box::new(|n| {
+                let mut s = String::new();
+                for i in 0..n {
+                    s.push_str(&" ".repeat(i));
+                    s.push_str("if a:\n");
+                }
+                s.push_str(&" ".repeat(n));
+                s.push_str("pass\n");
+                s
+            }),
+            Box::new(|n| format!("if a: pass\n{}", "elif a: pass\n".repeat(n))),
+        ];
+        let mut out = Vec::new();
+        for shape in &shapes {
+            let alone = deepest_small(shape.as_ref());
+            let body = alone.trim_end().to_string();
+            out.push(alone);
+            // The same shape inside the deepest brackets the scan admits.
+            let wrapped = |n: usize| format!("y = {}\n{body}\n", nest("(", "1", ")", n));
+            out.push(deepest_small(&wrapped));
+            // And as a query string, parsed as code on the same stack.
+            let query = body.strip_prefix("x = ").unwrap_or(&body).replace('"', "'");
+            if !query.contains('\n') {
+                let q = |n: usize| {
+                    format!(
+                        "r = df.query({}\"{query}\"{})\n",
+                        "(".repeat(n),
+                        ")".repeat(n)
+                    )
+                };
+                out.push(deepest_small(&q));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn code_checked_on_the_callers_stack_fits_a_small_stack() {
+        let guard = Guard::with_default_policy().unwrap();
+        let cases = small_stack_worst_cases();
+        assert!(cases.len() > 40);
+        // A debug build's frames are several times a release build's, and
+        // the callers (tokio's blocking threads, `warden check`) have 2 MiB
+        // or more: 512 KiB here leaves a wide margin.
+        let worker = std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || {
+                let ctx = CheckContext {
+                    workspace: PathBuf::from("/tmp/w"),
+                    allowed_roots: vec![],
+                };
+                for src in &cases {
+                    let v = guard.check(src.as_bytes(), &ctx);
+                    assert!(
+                        v.findings.iter().all(|f| f.rule != "internal_error"),
+                        "{src}: {v:?}"
+                    );
+                }
+            })
+            .unwrap();
+        worker.join().unwrap();
+    }
+
+    #[test]
+    fn deep_code_still_goes_to_a_parse_thread_and_is_judged() {
+        let guard = Guard::with_default_policy().unwrap();
+        let ctx = CheckContext {
+            workspace: PathBuf::from("/tmp/w"),
+            allowed_roots: vec![],
+        };
+        // Deeper than the small-stack scan, within the policy's limits.
+        let deep = format!("x = {}\n", nest("(", "eval('1')", ")", 60));
+        assert!(depth::scan(&deep, depth::SMALL_STACK).is_err());
+        let v = guard.check(deep.as_bytes(), &ctx);
+        assert_eq!(v.decision, Decision::Blocked);
+        assert!(
+            v.findings.iter().any(|f| f.rule == "blocked_builtin"),
+            "{v:?}"
+        );
+        // A shallow source whose code string is deeper: the walk on the
+        // caller's stack stops and the parse thread judges the whole source.
+        let q = format!(
+            "r = df.query(\"{}\")\n",
+            nest("(", "__import__('os')", ")", 60)
+        );
+        assert!(depth::scan(&q, depth::SMALL_STACK).is_ok());
+        let v = guard.check(q.as_bytes(), &ctx);
+        assert_eq!(v.decision, Decision::Blocked, "{v:?}");
+        assert!(
+            v.findings
+                .iter()
+                .any(|f| f.rule == "blocked_builtin" && f.message.contains("`.query` string")),
+            "{v:?}"
+        );
+    }
 }

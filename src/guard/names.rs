@@ -15,6 +15,18 @@ pub fn nfkc(name: &str) -> Cow<'_, str> {
     }
 }
 
+/// Whether the NFKC form of `s` is the ASCII name `target`, without
+/// normalising long strings: NFKC never joins characters into ASCII ones
+/// (canonical composition only yields non-ASCII characters), so a string
+/// whose form is `target` has at most `target.len()` characters, of at
+/// most 4 bytes each.
+pub fn nfkc_is(s: &str, target: &str) -> bool {
+    if s.is_ascii() {
+        return s == target;
+    }
+    s.len() <= 4 * target.len() && nfkc(s) == target
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -26,5 +38,14 @@ mod tests {
         assert_eq!(nfkc("ﬁle"), "file");
         assert_eq!(nfkc("𝐞𝐯𝐚𝐥"), "eval");
         assert!(matches!(nfkc("plain"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn nfkc_is_matches_every_spelling_and_nothing_longer() {
+        assert!(nfkc_is("__match_args__", "__match_args__"));
+        assert!(nfkc_is("__ｍａｔｃｈ_args__", "__match_args__"));
+        assert!(nfkc_is("＿＿𝐦𝐚𝐭𝐜𝐡＿ａｒｇｓ＿＿", "__match_args__"));
+        assert!(!nfkc_is("__match_args__ ", "__match_args__"));
+        assert!(!nfkc_is(&"é".repeat(100), "__match_args__"));
     }
 }

@@ -2,7 +2,10 @@
 //! and its compiled, lookup-ready form. Building a [`Policy`] is pure: text in,
 //! sets and regexes out, with an error that names the bad field.
 
-use std::collections::{HashMap, HashSet};
+// The policy's tables hash with FxHash: their keys are fixed by the policy,
+// so a lookup costs the same whatever name the code asks for (no flooding),
+// and FxHash is several times cheaper than SipHash on short names.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use regex::bytes::{RegexSet, RegexSetBuilder};
 use serde::Deserialize;
@@ -79,6 +82,9 @@ struct CapabilityFile {
     keyword: Option<String>,
     #[serde(default = "yes")]
     by_name: bool,
+    /// For `literal = "one_of"`: the literal values that are allowed.
+    #[serde(default)]
+    values: Vec<String>,
 }
 
 /// An argument that switches a function into a dangerous mode.
@@ -257,6 +263,18 @@ pub enum Literal {
     Template,
     /// Field names of a generated class: each checked like `obj.name`.
     Fields,
+    /// Python code when it is a string (checked like `code`), anything
+    /// else when it is not one (`lambdify(x, x**2)` takes an expression,
+    /// `lambdify(x, "x**2")` pastes the string into generated source).
+    CodeIfString,
+    /// An attribute name when it is a string (`df.agg("sum")` calls
+    /// `getattr(df, "sum")()`): the string, and every string in a list,
+    /// tuple or dict display given instead, checked like `obj.name`; a
+    /// string built at run time is refused, anything else passes.
+    AttributeIfString,
+    /// One of the entry's `values` (a built-in style name); a literal dict
+    /// passes too (its keys are checked as configuration keys).
+    OneOf,
 }
 
 /// One capability entry, compiled.
@@ -270,6 +288,8 @@ pub struct Capability {
     pub literal: Literal,
     pub position: Option<usize>,
     pub keyword: Option<String>,
+    /// The allowed literals of a `one_of` entry.
+    pub values: Vec<String>,
 }
 
 /// An argument that must keep a function in its safe mode.
@@ -324,10 +344,10 @@ impl<T> Default for ByName<T> {
     fn default() -> Self {
         ByName {
             entries: Vec::new(),
-            names: HashSet::new(),
-            qualified: HashMap::new(),
-            last: HashMap::new(),
-            bare: HashMap::new(),
+            names: HashSet::default(),
+            qualified: HashMap::default(),
+            last: HashMap::default(),
+            bare: HashMap::default(),
         }
     }
 }
@@ -404,7 +424,8 @@ pub struct Policy {
     /// Keyword arguments that must be literally falsy (`allow_pickle`).
     pub dangerous_keywords: HashMap<String, Dangerous>,
     pub reflection_builtins: HashSet<String>,
-    pub attribute_getters: HashSet<String>,
+    /// Last components of the attribute getters (`operator.attrgetter`).
+    pub getter_names: HashSet<String>,
     /// Methods whose first argument is run as code; only constants pass.
     pub code_string_methods: HashSet<String>,
     /// Functions whose constant string argument is checked as code.
@@ -446,7 +467,7 @@ fn dangerous_map(
     field: &str,
     groups: &[DangerousGroupFile],
 ) -> Result<HashMap<String, Dangerous>, GuardError> {
-    let mut map = HashMap::new();
+    let mut map = HashMap::default();
     for group in groups {
         for n in name_set(field, &group.names)? {
             map.insert(
@@ -462,7 +483,7 @@ fn dangerous_map(
 }
 
 fn name_set(field: &str, names: &[String]) -> Result<HashSet<String>, GuardError> {
-    let mut set = HashSet::with_capacity(names.len());
+    let mut set = HashSet::with_capacity_and_hasher(names.len(), Default::default());
     for n in names {
         let n = n.trim();
         if n.is_empty() {
@@ -592,7 +613,7 @@ impl Policy {
         }
         let mut tripwires = Vec::new();
         let mut patterns = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         for t in file.tripwires {
             if !seen.insert(t.id.clone()) {
                 return Err(invalid("tripwires", format!("duplicate id `{}`", t.id)));
@@ -627,6 +648,13 @@ impl Policy {
             }
         }
         let (patterns, pattern_set) = compile_patterns(&file.patterns)?;
+        let getter_names = name_set(
+            "reflection.attribute_getters",
+            &file.reflection.attribute_getters,
+        )?
+        .iter()
+        .map(|q| q.rsplit('.').next().unwrap_or(q).to_string())
+        .collect();
         Ok(Policy {
             metaclasses: name_set("reflection.metaclasses", &file.reflection.metaclasses)?,
             patterns,
@@ -663,10 +691,7 @@ impl Policy {
             dangerous,
             dangerous_keywords,
             reflection_builtins: name_set("reflection.builtins", &file.reflection.builtins)?,
-            attribute_getters: name_set(
-                "reflection.attribute_getters",
-                &file.reflection.attribute_getters,
-            )?,
+            getter_names,
             code_string_methods: name_set(
                 "reflection.code_string_methods",
                 &file.reflection.code_string_methods,
@@ -754,6 +779,15 @@ fn compile_capabilities(files: &[CapabilityFile]) -> Result<ByName<Capability>, 
                 ),
             ));
         }
+        if (c.literal == Literal::OneOf) == c.values.is_empty() {
+            return Err(invalid(
+                "capabilities",
+                format!(
+                    "`{}`: `values` goes with `literal = \"one_of\"`, and only with it",
+                    c.functions.join(", ")
+                ),
+            ));
+        }
         for name in qualified_names("capabilities.functions", &c.functions)? {
             let entry = Capability {
                 name: name.clone(),
@@ -763,6 +797,7 @@ fn compile_capabilities(files: &[CapabilityFile]) -> Result<ByName<Capability>, 
                 literal: c.literal,
                 position: c.position,
                 keyword: c.keyword.clone(),
+                values: c.values.clone(),
             };
             out.add(&name, c.by_name, entry);
         }
@@ -800,10 +835,10 @@ struct CompiledConfig {
 
 fn compile_config(files: &[ConfigKeysFile]) -> Result<CompiledConfig, GuardError> {
     let mut out = CompiledConfig {
-        keys: HashMap::new(),
-        leaves: HashMap::new(),
+        keys: HashMap::default(),
+        leaves: HashMap::default(),
         groups: Vec::new(),
-        objects: HashSet::new(),
+        objects: HashSet::default(),
     };
     for (i, g) in files.iter().enumerate() {
         check_rule("config_keys.rule", &g.rule)?;

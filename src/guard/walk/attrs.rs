@@ -2,12 +2,12 @@
 //! literal the walk meets may not be.
 
 use super::super::ast::{Expr, ExprContext, const_str, py, start};
-use super::super::names::nfkc;
+use super::super::names::{nfkc, nfkc_is};
 use super::super::paths;
 use super::super::policy::is_dunder;
 use super::super::strings;
 use super::super::tripwire;
-use super::{FORMAT_METHODS, MATCH_ARGS, Walker};
+use super::{Binding, FORMAT_METHODS, MATCH_ARGS, Walker};
 
 /// What is wrong with reading attribute `name` (already NFKC-normalised).
 pub(super) struct AttrProblem {
@@ -61,7 +61,7 @@ impl Walker<'_> {
     pub(super) fn reflection_sensitive(&self, name: &str) -> bool {
         let p = self.policy;
         p.reflection_builtins.contains(name)
-            || self.getter_names.contains(name)
+            || self.policy.getter_names.contains(name)
             || p.blocked_builtins.contains(name)
             || p.code_string_methods.contains(name)
             || p.code_string_functions.contains(name)
@@ -137,17 +137,22 @@ impl Walker<'_> {
     }
 
     fn store_name(&mut self, name: &str, offset: usize) {
-        if !self.bound.contains(name) {
-            self.bound.insert(name.to_string());
-        }
         let literal = self.const_store;
-        if literal && self.block_depth == 1 && self.fn_stack.is_empty() {
-            self.literal_at.entry(name.to_string()).or_insert(offset);
-        }
-        match self.string_names.get_mut(name) {
-            Some(v) => *v &= literal,
+        let first_literal =
+            (literal && self.block_depth == 1 && self.fn_stack.is_empty()).then_some(offset);
+        match self.bindings.get_mut(name) {
+            Some(b) => {
+                b.literal &= literal;
+                b.literal_at = b.literal_at.or(first_literal);
+            }
             None => {
-                self.string_names.insert(name.to_string(), literal);
+                self.bindings.insert(
+                    name.to_string(),
+                    Binding {
+                        literal,
+                        literal_at: first_literal,
+                    },
+                );
             }
         }
         if is_dunder(name) && !self.policy.dunder_allowed(name) {
@@ -161,20 +166,27 @@ impl Walker<'_> {
     }
 
     pub(super) fn bind(&mut self, raw: &str) {
-        self.bind_owned(nfkc(raw).into_owned());
+        let name = nfkc(raw);
+        match self.bindings.get_mut(name.as_ref()) {
+            Some(b) => b.literal = false,
+            None => self.new_binding(name.into_owned()),
+        }
     }
 
     /// A binding that is not a string literal (parameter, import, def, ...).
     pub(super) fn bind_owned(&mut self, name: String) {
-        match self.string_names.get_mut(&name) {
-            Some(v) => *v = false,
-            None => {
-                self.string_names.insert(name.clone(), false);
-            }
+        match self.bindings.get_mut(&name) {
+            Some(b) => b.literal = false,
+            None => self.new_binding(name),
         }
-        if !self.bound.contains(&name) {
-            self.bound.insert(name);
-        }
+    }
+
+    fn new_binding(&mut self, name: String) {
+        let b = Binding {
+            literal: false,
+            literal_at: None,
+        };
+        self.bindings.insert(name, b);
     }
 
     /// Whether `e` is a string the guard can read completely.
@@ -247,7 +259,7 @@ impl Walker<'_> {
             self.check_tripwires(value, offset);
             self.check_patterns(value, offset);
             self.config_string(value, offset);
-            if nfkc(value) == MATCH_ARGS {
+            if nfkc_is(value, MATCH_ARGS) {
                 self.report(
                     "reflection",
                     "reflection",
@@ -418,7 +430,9 @@ impl Walker<'_> {
             let msg = self.module_message(&full, hit);
             self.report("blocked_module", "module", msg, offset);
         }
-        self.check_attr_name(name, offset, &format!("`from {module} import {name}`"));
+        if self.attr_problem(name).is_some() || self.mangled(name).is_some() {
+            self.check_attr_name(name, offset, &format!("`from {module} import {name}`"));
+        }
         let renamed_any = alias
             .asname
             .as_ref()
@@ -439,7 +453,8 @@ impl Walker<'_> {
             .as_ref()
             .is_some_and(|a| nfkc(a.as_str()) != name);
         if renamed
-            && (self.getter_names.contains(name) || self.policy.reflection_builtins.contains(name))
+            && (self.policy.getter_names.contains(name)
+                || self.policy.reflection_builtins.contains(name))
         {
             self.report(
                 "reflection",

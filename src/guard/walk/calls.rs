@@ -53,7 +53,7 @@ impl Walker<'_> {
         if direct_builtin && self.policy.reflection_builtins.contains(name) {
             self.reflection_call(name, c);
         }
-        if self.getter_names.contains(name) {
+        if self.policy.getter_names.contains(name) {
             self.getter_call(name, c);
         }
         if matches!(name, "open" | "FileIO" | "fdopen") && opens_descriptor(c) {

@@ -35,16 +35,16 @@ fn root_name(e: &Expr) -> Option<&str> {
     }
 }
 
-impl Walker<'_> {
+impl<'a> Walker<'a> {
     /// The capabilities `func` may be, by resolved path or by last name.
-    fn capabilities_of(&self, res: &Resolution, last: &str) -> Vec<Capability> {
+    fn capabilities_of(&self, res: &Resolution, last: &str) -> Vec<&'a Capability> {
         let caps = &self.policy.capabilities;
         if caps.is_empty() {
             return Vec::new();
         }
-        let mut out: Vec<Capability> = caps.lookup(&res.paths, last).into_iter().cloned().collect();
+        let mut out = caps.lookup(&res.paths, last);
         if res.unknown && !res.paths.is_empty() {
-            out.extend(caps.lookup(&[], last).into_iter().cloned());
+            out.extend(caps.lookup(&[], last));
         }
         // The same entry may come back by path and by name.
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -54,32 +54,42 @@ impl Walker<'_> {
 
     /// Checks a call against the capabilities and modes it may be.
     pub(super) fn capability_call(&mut self, c: &py::ExprCall) {
-        let Some(last) = callee_name(&c.func).map(|n| nfkc(n).into_owned()) else {
+        let Some(last) = callee_name(&c.func).map(nfkc) else {
             return;
         };
         self.config_call(&last, c);
         let p = self.policy;
-        let root_is_sympy = matches!(root_name(&c.func), Some(r) if self.imports.is_import(r));
-        if !p.capabilities.names.contains(&last) && !p.modes.names.contains(&last) && !root_is_sympy
-        {
-            return;
+        let named =
+            p.capabilities.names.contains(last.as_ref()) || p.modes.names.contains(last.as_ref());
+        if !named {
+            // Only the evaluator-module rule (sympy) can apply: it needs an
+            // imported root and an argument built at run time.
+            let imported_root = matches!(root_name(&c.func), Some(r) if self.imports.is_import(r));
+            if !imported_root || !self.any_computed_argument(c) {
+                return;
+            }
         }
         let res = self.imports.resolve(&c.func);
         for cap in self.capabilities_of(&res, &last) {
-            self.check_capability_call(&cap, c);
+            self.check_capability_call(cap, c);
         }
-        let modes: Vec<Mode> = {
-            let m = &self.policy.modes;
-            let mut out: Vec<Mode> = m.lookup(&res.paths, &last).into_iter().cloned().collect();
-            if res.unknown && !res.paths.is_empty() {
-                out.extend(m.lookup(&[], &last).into_iter().cloned());
-            }
-            out
-        };
+        let m = &p.modes;
+        let mut modes = m.lookup(&res.paths, &last);
+        if res.unknown && !res.paths.is_empty() {
+            modes.extend(m.lookup(&[], &last));
+        }
         for mode in modes {
-            self.check_mode(&mode, c);
+            self.check_mode(mode, c);
         }
         self.computed_string_to_evaluator_module(&res, c);
+    }
+
+    fn any_computed_argument(&self, c: &py::ExprCall) -> bool {
+        c.arguments
+            .args
+            .iter()
+            .chain(c.arguments.keywords.iter().map(|k| &k.value))
+            .any(|a| self.computed_string(a, 0))
     }
 
     /// A name or attribute used as a value, not called: an alias of a
@@ -130,13 +140,7 @@ impl Walker<'_> {
         offset: usize,
     ) {
         let qualified = vec![format!("{module}.{name}")];
-        let caps: Vec<Capability> = self
-            .policy
-            .capabilities
-            .lookup(&qualified, name)
-            .into_iter()
-            .cloned()
-            .collect();
+        let caps = self.policy.capabilities.lookup(&qualified, name);
         for cap in caps {
             if cap.literal == Literal::Never {
                 self.report(
@@ -199,6 +203,27 @@ impl Walker<'_> {
         let offset = start(arg);
         let text = match cap.literal {
             Literal::Fields => return self.check_field_names(cap, arg),
+            Literal::CodeIfString if const_str(arg).is_none() && !self.computed_string(arg, 0) => {
+                return;
+            }
+            Literal::OneOf if literal_keyed_dict(arg) => return,
+            Literal::AttributeIfString if const_str(arg).is_none() => {
+                if self.computed_string(arg, 0) {
+                    self.report(
+                        &cap.rule,
+                        &cap.category,
+                        format!(
+                            "`{}` {}, so a string given to it must be a literal the guard can read",
+                            cap.name, cap.reason
+                        ),
+                        offset,
+                    );
+                }
+                for item in display_items(arg) {
+                    self.check_literal_argument(cap, item);
+                }
+                return;
+            }
             _ => const_str(arg),
         };
         let Some(text) = text else {
@@ -215,10 +240,25 @@ impl Walker<'_> {
             return;
         };
         match cap.literal {
-            Literal::Code => {
+            Literal::Code | Literal::CodeIfString => {
                 self.embedded_code(text, offset, &format!("`{}` string", cap.name));
             }
-            Literal::Attribute => {
+            Literal::OneOf => {
+                if !cap.values.iter().any(|v| v == text) {
+                    self.report(
+                        &cap.rule,
+                        &cap.category,
+                        format!(
+                            "`{}` {}: `{text}` is not one of the names it may take ({})",
+                            cap.name,
+                            cap.reason,
+                            cap.values.join(", ")
+                        ),
+                        offset,
+                    );
+                }
+            }
+            Literal::Attribute | Literal::AttributeIfString => {
                 for part in text.split('.') {
                     self.literal_attribute(cap, part, offset);
                 }
@@ -565,6 +605,23 @@ impl Walker<'_> {
             );
         }
     }
+}
+
+/// The elements of a list, tuple or set display, or the values of a dict
+/// display: where `df.agg(["sum", "mean"])` puts its names.
+fn display_items(e: &Expr) -> Vec<&Expr> {
+    match e {
+        Expr::List(l) => l.elts.iter().collect(),
+        Expr::Tuple(t) => t.elts.iter().collect(),
+        Expr::Set(s) => s.elts.iter().collect(),
+        Expr::Dict(d) => d.items.iter().map(|i| &i.value).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A dict display whose keys are all string literals.
+fn literal_keyed_dict(e: &Expr) -> bool {
+    matches!(e, Expr::Dict(d) if d.items.iter().all(|i| i.key.as_ref().and_then(const_str).is_some()))
 }
 
 /// The `p`-th positional argument, when no `*args` comes before it.

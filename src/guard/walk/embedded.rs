@@ -35,6 +35,14 @@ impl Walker<'_> {
             max_nesting: self.policy.limits.max_nesting_depth,
             max_chain: self.policy.limits.max_expression_chain,
         };
+        // On the caller's stack only one shallow code string may be parsed.
+        if self.small_stack
+            && (self.embed_depth > 0
+                || depth::scan(&text, depth::small_stack_limits(limits)).is_err())
+        {
+            self.needs_big_stack = true;
+            return;
+        }
         if depth::scan(&text, limits).is_err() {
             self.report(
                 "code_string",
@@ -58,8 +66,10 @@ impl Walker<'_> {
         );
         // Strings inside a forward reference are forward references too.
         sub.in_annotation = self.in_annotation;
+        sub.small_stack = self.small_stack;
         sub.body(&body.body);
         self.fold_budget = sub.fold_budget;
+        self.needs_big_stack |= sub.needs_big_stack;
         for f in sub.finish() {
             let message = format!("in the {what}: {}", f.message);
             self.push(&f.rule, &f.category, message, offset, f.tripwire, f.action);

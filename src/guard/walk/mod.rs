@@ -46,6 +46,16 @@ pub struct RawFinding {
     pub action: Action,
 }
 
+/// What this code binds to one name.
+#[derive(Debug, Clone, Copy)]
+struct Binding {
+    /// True while each binding is a plain string literal (a `str.format`
+    /// template the guard has read).
+    literal: bool,
+    /// First offset of an unconditional module-level `name = "literal"`.
+    literal_at: Option<usize>,
+}
+
 /// How an expression is used: the role decides what counts as an alias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -57,22 +67,40 @@ enum Role {
     Receiver,
 }
 
+/// The walk met a code string too deep for the caller's stack (see
+/// [`walk`]): run the whole check again on a parse thread.
+#[derive(Debug)]
+pub struct NeedsBigStack;
+
 /// Walks one module and returns its findings in source order.
-pub fn walk(body: &[Stmt], policy: &Policy, roots: &Roots) -> Vec<RawFinding> {
+///
+/// `small_stack`: the walk runs on the caller's stack because the source
+/// passed the small-stack depth scan; a code string (a query, a string
+/// annotation) that does not pass it too, or a code string inside a code
+/// string, stops the walk with [`NeedsBigStack`] rather than parsing it here.
+pub fn walk(
+    body: &[Stmt],
+    policy: &Policy,
+    roots: &Roots,
+    small_stack: bool,
+) -> Result<Vec<RawFinding>, NeedsBigStack> {
     let mut w = Walker::new(policy, roots, strings::FOLD_BUDGET, 0);
+    w.small_stack = small_stack;
     w.imports = resolve::Imports::collect(body);
     w.body(body);
-    w.finish()
+    if w.needs_big_stack {
+        return Err(NeedsBigStack);
+    }
+    Ok(w.finish())
 }
 
 struct Walker<'a> {
     policy: &'a Policy,
     roots: &'a Roots,
-    /// Last components of the attribute-getter functions (`attrgetter`).
-    getter_names: HashSet<String>,
     findings: Vec<RawFinding>,
-    /// Every name this code binds anywhere.
-    bound: HashSet<String>,
+    /// Every name this code binds anywhere, with what the bindings were:
+    /// one map, so that a binding costs one lookup.
+    bindings: HashMap<String, Binding>,
     /// Loads of names that are dangerous module names, resolved at the end.
     module_name_loads: Vec<(String, usize)>,
     depth: usize,
@@ -86,13 +114,8 @@ struct Walker<'a> {
     class_stack: Vec<String>,
     /// Enclosing functions: name and the parameter after `self`.
     fn_stack: Vec<(String, Option<String>)>,
-    /// For every name this code binds: true while each binding is a plain
-    /// string literal (a `str.format` template the guard has read).
-    string_names: HashMap<String, bool>,
-    /// `name.format(...)` receivers, resolved against `string_names` at the end.
+    /// `name.format(...)` receivers, resolved against `bindings` at the end.
     format_names: Vec<(String, usize)>,
-    /// First offset of an unconditional module-level `name = "literal"`.
-    literal_at: HashMap<String, usize>,
     /// True while the targets of `name = "literal"` are walked.
     const_store: bool,
     /// Statement blocks entered (1: the module's own statements).
@@ -109,21 +132,19 @@ struct Walker<'a> {
     classes: HashSet<String>,
     /// True while the statements of a class body (not of its methods) are walked.
     in_class_body: bool,
+    /// Running on the caller's stack: see [`walk`].
+    small_stack: bool,
+    /// Set when a code string needs a parse thread's stack.
+    needs_big_stack: bool,
 }
 
 impl<'a> Walker<'a> {
     fn new(policy: &'a Policy, roots: &'a Roots, fold_budget: usize, embed_depth: u32) -> Self {
-        let getter_names = policy
-            .attribute_getters
-            .iter()
-            .map(|q| q.rsplit('.').next().unwrap_or(q).to_string())
-            .collect();
         Walker {
             policy,
             roots,
-            getter_names,
             findings: Vec::new(),
-            bound: HashSet::new(),
+            bindings: HashMap::new(),
             module_name_loads: Vec::new(),
             depth: 0,
             fold_suppress: 0,
@@ -131,9 +152,7 @@ impl<'a> Walker<'a> {
             cap: policy.limits.max_findings.saturating_mul(10).max(100),
             class_stack: Vec::new(),
             fn_stack: Vec::new(),
-            string_names: HashMap::new(),
             format_names: Vec::new(),
-            literal_at: HashMap::new(),
             const_store: false,
             block_depth: 0,
             in_annotation: 0,
@@ -142,6 +161,8 @@ impl<'a> Walker<'a> {
             computed_names: HashSet::new(),
             classes: HashSet::new(),
             in_class_body: false,
+            small_stack: false,
+            needs_big_stack: false,
         }
     }
 
@@ -152,7 +173,7 @@ impl<'a> Walker<'a> {
         if self.embed_depth == 0 {
             let loads = std::mem::take(&mut self.module_name_loads);
             for (name, offset) in loads {
-                if !self.bound.contains(&name) {
+                if !self.bindings.contains_key(&name) {
                     self.report(
                         "unbound_module_name",
                         "module",
@@ -170,8 +191,10 @@ impl<'a> Walker<'a> {
             // Every binding in this code is a literal, and one of them runs
             // unconditionally before the use: a value left by an earlier
             // call (or hidden behind `if False:`) cannot reach the template.
-            let literal = self.string_names.get(&name) == Some(&true)
-                && self.literal_at.get(&name).is_some_and(|&at| at < offset);
+            let literal = self
+                .bindings
+                .get(&name)
+                .is_some_and(|b| b.literal && b.literal_at.is_some_and(|at| at < offset));
             if !literal {
                 self.report(
                     "format_field",
@@ -727,7 +750,7 @@ impl<'a> Walker<'a> {
         if role != Role::Callee && a.ctx == py::ExprContext::Load {
             self.capability_reference(capabilities::Target::Attribute(a), role, offset);
         }
-        if !as_callee && self.getter_names.contains(name.as_ref()) {
+        if !as_callee && self.policy.getter_names.contains(name.as_ref()) {
             self.report(
                 "reflection",
                 "reflection",
