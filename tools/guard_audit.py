@@ -25,8 +25,12 @@ re-exports block its name, or policies/audit-reviewed.toml records it as read
 and judged (with the reason). Everything else is printed for review: most are
 internal helpers that user code cannot steer, some are not; those go into
 policies/default.toml, the others into policies/audit-reviewed.toml.
-getattr/setattr with a name built from a literal prefix that does not start
-with `_` (`f"set_{k}"`) is not reported: it can only name public attributes.
+A getattr/setattr is not reported as reflection when the name cannot be
+chosen freely: a literal prefix or suffix that no dunder and no interpreter
+internal has (`f"set_{k}"`, `"_print_" + k`, `f"{n}axis"`), a loop variable
+over a display of string literals, or the forwarding inside `__getattr__`
+and its kin (the attribute was spelled by the calling code, where the guard
+judges it).
 
     /usr/bin/python3 -I tools/guard_audit.py               # every finding
     /usr/bin/python3 -I tools/guard_audit.py --uncovered   # only what the policy misses
@@ -87,7 +91,7 @@ def receiver_name(node):
     return node.id if isinstance(node, ast.Name) else None
 
 
-def families_of(call):
+def families_of(call, scope=(), loops=None, internals=frozenset()):
     """The families a call belongs to (empty when none)."""
     out = set()
     f = call.func
@@ -99,31 +103,68 @@ def families_of(call):
             if receivers is None or receiver_name(f.value) in receivers:
                 out.add(family)
     if isinstance(f, ast.Name) and f.id in ("getattr", "setattr", "delattr") and len(call.args) >= 2:
-        if not isinstance(call.args[1], ast.Constant) and not public_prefix(call.args[1]):
+        name = call.args[1]
+        if not (isinstance(name, ast.Constant) or forwarder(scope)
+                or constrained(name, internals) or literal_loop(name, loops or {})):
             out.add("reflection")
     return out
 
 
-def public_prefix(name):
-    """True for a name built with a literal prefix that does not start with
-    `_` (`f"set_{k}"`, `"get_" + k`): it can only name public attributes
-    with that prefix, never a dunder or a private one."""
-    first = None
+# A getattr in these methods forwards an attribute the calling code spelled
+# (`module.name`, `obj.name`), which the guard judges where it is written;
+# code cannot call them with a name of its choosing (dunders are refused).
+FORWARDERS = {"__getattr__", "__getattribute__", "__setattr__", "__delattr__", "__dir__"}
+
+
+def forwarder(scope):
+    return bool(scope) and scope[-1] in FORWARDERS
+
+
+def affixes(name):
+    """The literal prefix and suffix of a name built from parts."""
     if isinstance(name, ast.JoinedStr) and name.values:
-        first = name.values[0]
+        parts = name.values
     elif isinstance(name, ast.BinOp) and isinstance(name.op, ast.Add):
-        first = name.left
+        parts = [name.left, name.right]
     elif (isinstance(name, ast.BinOp) and isinstance(name.op, ast.Mod)
-          and isinstance(name.left, ast.Constant)):
-        first = ast.Constant(name.left.value.split("%", 1)[0]) if isinstance(name.left.value, str) else None
-    return (isinstance(first, ast.Constant) and isinstance(first.value, str)
-            and first.value != "" and not first.value.startswith("_"))
+          and isinstance(name.left, ast.Constant) and isinstance(name.left.value, str)):
+        head, _, tail = name.left.value.partition("%")
+        return head, tail[1:] if tail else ""
+    else:
+        return "", ""
+    text = lambda p: p.value if isinstance(p, ast.Constant) and isinstance(p.value, str) else ""
+    return text(parts[0]), text(parts[-1]) if len(parts) > 1 else ""
+
+
+def constrained(name, internals):
+    """A name with a literal prefix or suffix that no dunder and no
+    interpreter internal has (`f"set_{k}"`, `"_print_" + k`, `f"{n}axis"`):
+    it can only name the ordinary attributes that share it."""
+    prefix, suffix = affixes(name)
+    if prefix.strip("_") and not any(i.startswith(prefix) for i in internals):
+        return True
+    if suffix and not suffix.endswith("_") and not any(i.endswith(suffix) for i in internals):
+        return True
+    return False
+
+
+def literal_loop(name, loops):
+    """A loop variable over a display of string literals (`for a in ("x", "y")`)."""
+    return isinstance(name, ast.Name) and name.id in loops
+
+
+def literal_strings(node):
+    return (isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts
+            and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts))
 
 
 class Finder(ast.NodeVisitor):
-    def __init__(self, module):
+    def __init__(self, module, internals=frozenset()):
         self.module = module
+        self.internals = internals
         self.scope = []
+        # Per function: loop variables bound to displays of string literals.
+        self.loops = [{}]
         self.found = {}  # qualified -> set of families
 
     def visit_ClassDef(self, node):
@@ -133,13 +174,20 @@ class Finder(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node):
         self.scope.append(node.name)
+        self.loops.append({})
         self.generic_visit(node)
+        self.loops.pop()
         self.scope.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
+    def visit_For(self, node):
+        if isinstance(node.target, ast.Name) and literal_strings(node.iter):
+            self.loops[-1][node.target.id] = True
+        self.generic_visit(node)
+
     def visit_Call(self, node):
-        fams = families_of(node)
+        fams = families_of(node, self.scope, self.loops[-1], self.internals)
         if fams:
             where = ".".join([self.module] + self.scope)
             self.found.setdefault(where, set()).update(fams)
@@ -159,7 +207,7 @@ def source_of(module):
 
 
 def covered(qualified, policy):
-    blocked, caps, modes, reexports, reviewed = policy
+    blocked, caps, modes, reexports, reviewed, _ = policy
     parts = qualified.split(".")
     if guard_reexports.is_blocked(qualified, blocked):
         return "blocked module"
@@ -200,7 +248,11 @@ def load_policy(path):
         with open(vpath, "rb") as f:
             for r in tomllib.load(f).get("reviewed", []):
                 reviewed.update(r["functions"])
-    return blocked, caps, modes, reexports, reviewed
+    attrs = p.get("attributes", {})
+    internals = set(attrs.get("internals", [])) | set(attrs.get("module_reexports", []))
+    for group in attrs.get("dangerous", []):
+        internals |= set(group["names"])
+    return blocked, caps, modes, reexports, reviewed, frozenset(internals)
 
 
 def main():
@@ -226,7 +278,7 @@ def main():
             tree = ast.parse(src)
         except (SyntaxError, ValueError):
             continue
-        finder = Finder(module)
+        finder = Finder(module, policy[5])
         finder.visit(tree)
         for where, fams in sorted(finder.found.items()):
             if args.public and any(p.startswith("_") for p in where.split(".")[1:]):
