@@ -295,3 +295,65 @@ fn walls_report_what_stands_and_privileges_only_with_a_uid() {
     assert_eq!(root.last().unwrap().name, "privileges");
     assert!(root.last().unwrap().detail.contains("61000"));
 }
+
+/// The parameter names a profile's text refers to, after checking that its
+/// parentheses balance outside string literals (a malformed profile would make
+/// `sandbox-exec` refuse to start anything).
+fn referenced_params(text: &str) -> Vec<String> {
+    let mut depth = 0i32;
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in text.chars() {
+        match (in_string, c) {
+            (true, _) if escaped => escaped = false,
+            (true, '\\') => escaped = true,
+            (true, '"') => in_string = false,
+            (false, '"') => in_string = true,
+            (false, '(') => depth += 1,
+            (false, ')') => {
+                depth -= 1;
+                assert!(depth >= 0, "unbalanced ')' in:\n{text}");
+            }
+            _ => {}
+        }
+    }
+    assert!(!in_string && depth == 0, "unbalanced profile:\n{text}");
+    text.split("(param \"")
+        .skip(1)
+        .map(|rest| rest[..rest.find('"').unwrap()].to_string())
+        .collect()
+}
+
+#[test]
+fn the_profile_is_well_formed_and_every_parameter_is_defined_once() {
+    for network in [NetworkMode::Deny, NetworkMode::Allow] {
+        let p = profile(&view(), &exec(), network);
+        let used = referenced_params(&p.text);
+        let defined: Vec<String> = p.params.iter().map(|x| x.name.clone()).collect();
+        assert_eq!(used, defined);
+        let mut unique = defined.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), defined.len());
+        // Comments stay on their own lines: no rule hides after a ';'.
+        for line in p.text.lines() {
+            if let Some(i) = line.find(';') {
+                assert!(line[..i].trim().is_empty(), "{line}");
+            }
+        }
+    }
+    // An empty view still gives a valid profile (the base, no parameter).
+    let empty = FsView {
+        executables: vec![],
+        read_dirs: vec![],
+        read_files: vec![],
+        write_dirs: vec![],
+        write_files: vec![],
+        workspace: PathBuf::from("/w"),
+        tmp: PathBuf::from("/t"),
+        checked: vec![],
+    };
+    let p = profile(&empty, &[], NetworkMode::Deny);
+    assert!(referenced_params(&p.text).is_empty());
+    assert!(p.params.is_empty());
+}
