@@ -68,7 +68,10 @@ pub const REGISTRY: &[Spec] = &[
     spec(
         "EXECUTION_BACKEND",
         "host",
-        "`host`. `docker` is refused with a clear error until the Docker backend lands.",
+        "`host`: a sandboxed worker process per session on this machine. `docker`: a \
+         hardened container per session (see `SANDBOX_IMAGE`); when no engine or image is \
+         reachable, the host backend runs instead with a warning in every result, or \
+         nothing runs under `HOST_SANDBOX=require`.",
     ),
     spec(
         "HOST_SANDBOX",
@@ -134,7 +137,8 @@ pub const REGISTRY: &[Spec] = &[
         "2",
         "workers kept started ahead, frozen inside their walls with an empty workspace; a \
          new session's first call gets one instead of waiting for a start, and the pool \
-         refills in the background (0 to 64; never more than `SANDBOX_MAX_WORKERS`).",
+         refills in the background (0 to 64; never more than `SANDBOX_MAX_WORKERS`). With \
+         the Docker backend `SANDBOX_POOL_SIZE`, when set, sizes the same pool.",
     ),
     spec(
         "SANDBOX_SESSION_IDLE_S",
@@ -173,6 +177,50 @@ pub const REGISTRY: &[Spec] = &[
         "SANDBOX_POLICY",
         "embedded `policies/default.toml`",
         "guard policy file (TOML; see the comments in the default).",
+    ),
+    spec(
+        "SANDBOX_IMAGE",
+        "warden-sandbox:latest",
+        "the Docker backend's image (any Debian-based image with `python3`; build one \
+         offline with `tools/build-image.sh`).",
+    ),
+    computed(
+        "SANDBOX_POOL_SIZE",
+        "the value of `SANDBOX_WARM_WORKERS` (2)",
+        "the warm pool's size when the resolved backend is `docker`: containers started \
+         ahead, each with its worker frozen and an empty workspace, so a new session does \
+         not wait about half a second for one (0 to 64; never more than \
+         `SANDBOX_MAX_WORKERS`). One pool serves both backends: when the host backend runs \
+         (configured, or fallen back to), `SANDBOX_WARM_WORKERS` sizes it instead.",
+    ),
+    spec(
+        "SANDBOX_USER",
+        "65534:65534",
+        "`UID:GID` the Docker backend's containers run as (never 0). When the server is \
+         not root and this is left at its default, the server's own uid and gid are used \
+         (the workspace must be theirs).",
+    ),
+    spec(
+        "SANDBOX_TMP_SIZE",
+        "64m",
+        "size of each container's `/tmp` (a tmpfs; at least `1m`).",
+    ),
+    computed(
+        "DOCKER_HOST",
+        "the local engine, `unix:///var/run/docker.sock`",
+        "the Docker engine: `unix:///path`, `tcp://host:port` (with `DOCKER_TLS_VERIFY=1`: \
+         TLS with `ca.pem`, `cert.pem`, `key.pem` from `DOCKER_CERT_PATH`). The engine \
+         must see this machine's paths (workspaces are bind-mounted).",
+    ),
+    spec(
+        "DOCKER_TLS_VERIFY",
+        "0",
+        "`1`: speak TLS to a `tcp://` `DOCKER_HOST`, verifying the engine with the CA.",
+    ),
+    computed(
+        "DOCKER_CERT_PATH",
+        "`~/.docker`",
+        "directory with `ca.pem`, `cert.pem` and `key.pem` for `DOCKER_TLS_VERIFY=1`.",
     ),
     spec(
         "SANDBOX_PROBE_ADDR",
@@ -263,8 +311,8 @@ pub enum ConfigError {
         expected: &'static str,
     },
     #[error(
-        "EXECUTION_BACKEND=docker is not available in this build yet; unset EXECUTION_BACKEND \
-         or set it to \"host\" (the Linux Landlock + seccomp sandbox)"
+        "EXECUTION_BACKEND=docker: this build has no Docker backend (built without the \
+         `docker` feature); unset EXECUTION_BACKEND or set it to \"host\""
     )]
     DockerNotAvailable,
     #[error("{given} names no setting; known settings: {known}")]
@@ -281,10 +329,22 @@ pub enum ConfigError {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Backend {
-    Host,
+pub use crate::backend::BackendKind as Backend;
+
+/// The Docker backend's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DockerSettings {
+    pub image: String,
+    /// `SANDBOX_POOL_SIZE`; `None`: `SANDBOX_WARM_WORKERS` sizes the pool.
+    pub pool_size: Option<usize>,
+    /// `SANDBOX_USER`, and whether it was left at its default.
+    pub user: (u32, u32),
+    pub user_is_default: bool,
+    pub tmp_size_bytes: u64,
+    /// `DOCKER_HOST`; `None`: the local engine's socket.
+    pub host: Option<String>,
+    pub tls_verify: bool,
+    pub cert_path: Option<PathBuf>,
 }
 
 /// `HOST_SANDBOX`: how strictly the host sandbox's walls are required.
@@ -328,6 +388,7 @@ pub struct Resolved {
 #[derive(Debug, Clone, Serialize)]
 pub struct Settings {
     pub backend: Backend,
+    pub docker: DockerSettings,
     pub host_sandbox: SandboxMode,
     pub network: NetworkMode,
     pub mem_limit_bytes: u64,
@@ -501,6 +562,9 @@ impl Settings {
         };
         let backend = r.value("EXECUTION_BACKEND", "host or docker", |t| match t {
             "host" => Some(Ok(Backend::Host)),
+            "docker" if cfg!(all(feature = "docker", target_os = "linux")) => {
+                Some(Ok(Backend::Docker))
+            }
             "docker" => Some(Err(ConfigError::DockerNotAvailable)),
             _ => None,
         })??;
@@ -573,6 +637,7 @@ impl Settings {
             ],
         )?;
         let policy_file = r.optional("SANDBOX_POLICY", "a path to a policy file", path)?;
+        let docker = docker_settings(&mut r)?;
         let probe_addr = r.value("SANDBOX_PROBE_ADDR", "an IPv4 address", |t| {
             t.parse::<std::net::Ipv4Addr>().ok().map(|a| a.to_string())
         })?;
@@ -603,6 +668,7 @@ impl Settings {
 
         Ok(Settings {
             backend,
+            docker,
             host_sandbox,
             network,
             mem_limit_bytes,
@@ -639,6 +705,17 @@ impl Settings {
             _ => self.timeout_s.clamp(1, TIMEOUT_CAP_S) as f64,
         };
         std::time::Duration::from_secs_f64(seconds)
+    }
+
+    /// How many workers the warm pool keeps started ahead when `kind` is the backend
+    /// that runs code: `SANDBOX_POOL_SIZE` for containers when it is set, else
+    /// `SANDBOX_WARM_WORKERS`; never more than `SANDBOX_MAX_WORKERS`.
+    pub fn warm_target(&self, kind: Backend) -> usize {
+        let wanted = match (kind, self.docker.pool_size) {
+            (Backend::Docker, Some(n)) => n,
+            _ => self.warm_workers,
+        };
+        wanted.min(self.max_workers)
     }
 
     /// `NAME=value (from origin)`, for error messages about a configured value.
@@ -712,6 +789,51 @@ fn hide_secrets(mut resolved: Vec<Resolved>) -> Vec<Resolved> {
         }
     }
     resolved
+}
+
+/// `UID:GID`, numeric, never root.
+fn uid_gid(t: &str) -> Option<(u32, u32)> {
+    let (u, g) = t.split_once(':')?;
+    let (u, g) = (u.parse::<u32>().ok()?, g.parse::<u32>().ok()?);
+    (u != 0 && g != 0).then_some((u, g))
+}
+
+fn docker_settings(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
+    let image = r.value(
+        "SANDBOX_IMAGE",
+        "an image name such as warden-sandbox:latest",
+        |t| (!t.contains(char::is_whitespace)).then(|| t.to_string()),
+    )?;
+    let pool_size = r.optional("SANDBOX_POOL_SIZE", "a whole number from 0 to 64", |t| {
+        t.parse::<usize>().ok().filter(|n| *n <= 64)
+    })?;
+    let user = r.value("SANDBOX_USER", "UID:GID, numeric, not 0", uid_gid)?;
+    let user_is_default = r
+        .resolved
+        .last()
+        .is_some_and(|s| s.origin == Origin::Default);
+    let tmp_size_bytes = r.value("SANDBOX_TMP_SIZE", SIZE_1M, size_at_least(1 << 20))?;
+    let host = r.optional(
+        "DOCKER_HOST",
+        "unix:///path/to/docker.sock or tcp://host:port",
+        |t| (t.starts_with("unix://") || t.starts_with("tcp://")).then(|| t.to_string()),
+    )?;
+    let tls_verify = r.choice(
+        "DOCKER_TLS_VERIFY",
+        "0 or 1",
+        &[("0", false), ("1", true), ("", false)],
+    )?;
+    let cert_path = r.optional("DOCKER_CERT_PATH", "a directory path", path)?;
+    Ok(DockerSettings {
+        image,
+        pool_size,
+        user,
+        user_is_default,
+        tmp_size_bytes,
+        host,
+        tls_verify,
+        cert_path,
+    })
 }
 
 fn list(t: &str) -> Option<Vec<String>> {
@@ -796,9 +918,11 @@ fn looks_like_a_setting(name: &str) -> bool {
         "CODEGUARD",
         "EXECUTION_BACKEND",
     ];
-    // The test suite's own variables (WARDEN_TEST_PYTHON, WARDEN_TEST_USER) are not
-    // server settings.
-    ours.iter().any(|p| name.starts_with(p)) && !name.starts_with("WARDEN_TEST_")
+    // The test suite's own variables (WARDEN_TEST_PYTHON, WARDEN_TEST_USER, and
+    // WARDEN_REQUIRE_DOCKER, which .ci/run sets) are not server settings.
+    ours.iter().any(|p| name.starts_with(p))
+        && !name.starts_with("WARDEN_TEST_")
+        && name != "WARDEN_REQUIRE_DOCKER"
 }
 
 /// warden's configuration directory (the config file and nothing a worker can write).
@@ -1140,11 +1264,42 @@ mod tests {
     }
 
     #[test]
-    fn docker_is_refused_clearly_for_now() {
+    fn docker_settings_parse_and_refuse_root() {
+        let s = settings(&[("EXECUTION_BACKEND", "docker")]).unwrap();
+        assert_eq!(s.backend, Backend::Docker);
+        assert_eq!(s.docker.image, "warden-sandbox:latest");
+        assert_eq!(s.docker.pool_size, None);
         assert_eq!(
-            settings(&[("EXECUTION_BACKEND", "docker")]).unwrap_err(),
-            ConfigError::DockerNotAvailable
+            s.warm_target(Backend::Docker),
+            2,
+            "SANDBOX_WARM_WORKERS by default"
         );
+        assert_eq!(s.docker.user, (65534, 65534));
+        assert!(s.docker.user_is_default);
+        let s = settings(&[("SANDBOX_USER", "1000:1000"), ("SANDBOX_POOL_SIZE", "0")]).unwrap();
+        assert_eq!(s.docker.user, (1000, 1000));
+        assert!(!s.docker.user_is_default);
+        assert_eq!(s.docker.pool_size, Some(0));
+        assert_eq!(s.warm_target(Backend::Docker), 0);
+        assert_eq!(
+            s.warm_target(Backend::Host),
+            2,
+            "the host pool keeps its own size"
+        );
+        let s = settings(&[("SANDBOX_POOL_SIZE", "9"), ("SANDBOX_MAX_WORKERS", "4")]).unwrap();
+        assert_eq!(s.warm_target(Backend::Docker), 4, "never past the cap");
+        for bad in ["0:0", "root", "1000", "0:1000", "1000:0"] {
+            let err = settings(&[("SANDBOX_USER", bad)]).unwrap_err();
+            assert!(err.to_string().contains("SANDBOX_USER"), "{err}");
+        }
+        assert!(settings(&[("SANDBOX_POOL_SIZE", "65")]).is_err());
+        assert!(settings(&[("DOCKER_HOST", "ssh://x")]).is_err());
+        let s = settings(&[
+            ("DOCKER_HOST", "tcp://127.0.0.1:2376"),
+            ("DOCKER_TLS_VERIFY", "1"),
+        ])
+        .unwrap();
+        assert!(s.docker.tls_verify);
     }
 
     #[test]

@@ -155,6 +155,9 @@ pub struct ExecResult {
     pub truncated: bool,
     /// The backend that really ran the code.
     pub backend: BackendKind,
+    /// The backend EXECUTION_BACKEND asked for (differs from `backend` only when Docker
+    /// was unavailable; `warnings` then says why).
+    pub configured_backend: BackendKind,
     pub session: String,
     /// Files created, modified or deleted in the workspace by this call, in path order:
     /// the first 200 (see `files_total`).
@@ -257,6 +260,7 @@ impl ExecResult {
             timed_out: false,
             truncated: false,
             backend: BackendKind::Host,
+            configured_backend: BackendKind::Host,
             session: session.to_string(),
             files: Vec::new(),
             files_total: 0,

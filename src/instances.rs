@@ -127,6 +127,13 @@ fn reap_if_dead(dir: &Path) -> Option<Reaped> {
             killed.push(pid);
         }
     }
+    // A root server's Docker workspaces are tmpfs mounts on the host: detached first,
+    // or the directory could not be removed and their memory would stay held.
+    for mount in mounts_beneath(dir, &read_mountinfo()) {
+        if let Err(e) = rustix::mount::unmount(&mount, rustix::mount::UnmountFlags::DETACH) {
+            tracing::warn!(mount = %mount.display(), error = %e, "could not detach a dead instance's mount");
+        }
+    }
     if let Err(e) = std::fs::remove_dir_all(dir) {
         tracing::warn!(dir = %dir.display(), error = %e, "could not remove a dead instance's directory");
     }
@@ -143,6 +150,48 @@ fn named_pid_alive(dir: &Path) -> bool {
         .and_then(|n| n.split('-').next())
         .and_then(|pid| pid.parse::<u32>().ok())
         .is_none_or(|pid| Path::new(&format!("/proc/{pid}")).exists())
+}
+
+fn read_mountinfo() -> String {
+    std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
+}
+
+/// The mount points strictly beneath `dir` in a `/proc/self/mountinfo` text, deepest
+/// first (so that each is detached before the one it sits on). Pure.
+pub fn mounts_beneath(dir: &Path, mountinfo: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(unescape_mountinfo(field)))
+        .filter(|p| p != dir && p.starts_with(dir))
+        .collect();
+    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    found.dedup();
+    found
+}
+
+/// mountinfo writes space, tab, newline and backslash in paths as `\ooo` (octal).
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).and_then(|d| {
+            let text = std::str::from_utf8(d).ok()?;
+            u8::from_str_radix(text, 8).ok()
+        });
+        match (bytes[i], octal) {
+            (b'\\', Some(b)) => {
+                out.push(b);
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 enum Liveness {
@@ -174,6 +223,26 @@ mod tests {
         assert_eq!(
             parse_processes("12 345\n\ngarbage\n1 9\n77 88 extra\n"),
             vec![(12, 345), (77, 88)]
+        );
+    }
+
+    #[test]
+    fn mounts_beneath_a_dead_instance_are_found_deepest_first() {
+        let info = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+90 22 0:50 / /var/lib/warden/sessions/7-aa/home-1/workspace rw - tmpfs tmpfs rw,size=1024k
+91 22 0:51 / /var/lib/warden/sessions/7-aa/home\\0402/workspace rw - tmpfs tmpfs rw
+92 90 0:52 / /var/lib/warden/sessions/7-aa/home-1/workspace/deeper rw - tmpfs tmpfs rw
+93 22 0:53 / /var/lib/warden/sessions/7-aab/home-1/workspace rw - tmpfs tmpfs rw
+";
+        let dir = Path::new("/var/lib/warden/sessions/7-aa");
+        assert_eq!(
+            mounts_beneath(dir, info),
+            vec![
+                PathBuf::from("/var/lib/warden/sessions/7-aa/home-1/workspace/deeper"),
+                PathBuf::from("/var/lib/warden/sessions/7-aa/home-1/workspace"),
+                PathBuf::from("/var/lib/warden/sessions/7-aa/home 2/workspace"),
+            ]
         );
     }
 

@@ -97,6 +97,16 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
+    // Inside a Docker backend container: the launcher and the image query.
+    #[cfg(all(feature = "docker", target_os = "linux"))]
+    {
+        use warden::backend::docker::launcher;
+        match std::env::args_os().nth(1) {
+            Some(a) if a == launcher::LAUNCHER_SUBCOMMAND => launcher::run_launcher_main(),
+            Some(a) if a == launcher::QUERY_SUBCOMMAND => launcher::run_query_main(),
+            _ => {}
+        }
+    }
     harden_server_process();
     match real_main() {
         Ok(code) => code,
@@ -276,8 +286,11 @@ async fn serve(
         );
     }
     let require = settings.host_sandbox == warden::config::SandboxMode::Require;
-    let sessions =
-        Arc::new(SessionManager::new(settings.clone(), &pre).context("cannot prepare sessions")?);
+    let sessions = Arc::new(
+        SessionManager::new(settings.clone(), &pre)
+            .await
+            .context("cannot prepare sessions")?,
+    );
     let server = WardenServer::new(sessions.clone());
     if require {
         // Fail closed: under require, code runs only if every required probe is blocked.
@@ -504,7 +517,11 @@ fn check_files(settings: &Settings, files: &[PathBuf], json: bool) -> anyhow::Re
 }
 
 async fn selftest(settings: Arc<Settings>, human: bool) -> anyhow::Result<ExitCode> {
-    let sessions = Arc::new(SessionManager::new(settings, &[]).context("cannot prepare sessions")?);
+    let sessions = Arc::new(
+        SessionManager::new(settings, &[])
+            .await
+            .context("cannot prepare sessions")?,
+    );
     let watcher = tokio::spawn(exit_on_signal(sessions.clone()));
     let report = warden::selftest::run(&sessions).await;
     watcher.abort();
@@ -542,7 +559,11 @@ async fn run_once(
     } else {
         std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?
     };
-    let sessions = Arc::new(SessionManager::new(settings, &[]).context("cannot prepare sessions")?);
+    let sessions = Arc::new(
+        SessionManager::new(settings, &[])
+            .await
+            .context("cannot prepare sessions")?,
+    );
     let watcher = tokio::spawn(exit_on_signal(sessions.clone()));
     let result = sessions
         .execute(

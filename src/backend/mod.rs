@@ -17,6 +17,8 @@
 
 pub mod budget;
 pub mod capture;
+#[cfg(all(feature = "docker", target_os = "linux"))]
+pub mod docker;
 #[cfg(unix)]
 pub mod host;
 /// Windows: the host backend reports itself unsupported; Docker is the route there.
@@ -105,6 +107,10 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     #[error("the worker sent an unexpected first message: {0}")]
     Protocol(String),
+    #[error("the Docker engine refused: {0}")]
+    Engine(String),
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl StartError {
@@ -112,6 +118,7 @@ impl StartError {
     pub fn kind(&self) -> &'static str {
         match self {
             StartError::Refused { .. } => "SandboxRefused",
+            StartError::Busy(_) => "WorkersBusy",
             _ => "WorkerStartFailed",
         }
     }
@@ -121,6 +128,8 @@ impl StartError {
 #[derive(Debug)]
 pub enum SessionSlot {
     Host(host::HostSlot),
+    #[cfg(all(feature = "docker", target_os = "linux"))]
+    Docker(docker::DockerSlot),
 }
 
 /// Where a session lives: its workspace as the server reads it, and what the backend
@@ -184,26 +193,60 @@ pub trait Backend: Send + Sync {
     fn enforcement(&self) -> Enforcement;
 }
 
-/// The backend this server resolved to.
+/// The backend this server resolved to (one per server: the size difference between
+/// the variants costs nothing).
+#[allow(clippy::large_enum_variant)]
 pub enum AnyBackend {
     Host(host::HostBackend),
+    #[cfg(all(feature = "docker", target_os = "linux"))]
+    Docker(docker::DockerBackend),
+}
+
+/// The backend that runs code, and why it is not the configured one (if it is not).
+pub struct Resolution {
+    pub backend: AnyBackend,
+    /// Set when `EXECUTION_BACKEND=docker` could not be honoured and the host backend
+    /// runs instead: the reason, shown in every result.
+    pub fallback: Option<String>,
 }
 
 impl AnyBackend {
-    /// The backend the settings ask for.
-    pub fn resolve(
+    /// The backend the settings ask for; Docker degrades to the host backend (never to
+    /// anything less contained) with the reason.
+    pub async fn resolve(
         settings: Arc<Settings>,
         instance_dir: &Path,
-    ) -> Result<AnyBackend, BackendError> {
-        Ok(AnyBackend::Host(host::HostBackend::new(
-            settings,
-            instance_dir,
-        )?))
+    ) -> Result<Resolution, BackendError> {
+        #[cfg(all(feature = "docker", target_os = "linux"))]
+        if settings.backend == BackendKind::Docker {
+            match docker::DockerBackend::new(settings.clone(), instance_dir).await {
+                Ok(b) => {
+                    return Ok(Resolution {
+                        backend: AnyBackend::Docker(b),
+                        fallback: None,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(reason = %e, "EXECUTION_BACKEND=docker is unavailable; the host backend runs instead");
+                    let backend = AnyBackend::Host(host::HostBackend::new(settings, instance_dir)?);
+                    return Ok(Resolution {
+                        backend,
+                        fallback: Some(e.to_string()),
+                    });
+                }
+            }
+        }
+        Ok(Resolution {
+            backend: AnyBackend::Host(host::HostBackend::new(settings, instance_dir)?),
+            fallback: None,
+        })
     }
 
     pub fn kind(&self) -> BackendKind {
         match self {
             AnyBackend::Host(b) => b.kind(),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            AnyBackend::Docker(b) => b.kind(),
         }
     }
 
@@ -212,6 +255,10 @@ impl AnyBackend {
             AnyBackend::Host(b) => b
                 .open_session(dir)
                 .map(|(slot, paths)| (SessionSlot::Host(slot), paths)),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            AnyBackend::Docker(b) => b
+                .open_session(dir)
+                .map(|(slot, paths)| (SessionSlot::Docker(slot), paths)),
         }
     }
 
@@ -225,24 +272,38 @@ impl AnyBackend {
     pub async fn start_worker(&self, spec: &WorkerSpec<'_>) -> Result<Worker, StartError> {
         match (self, spec.slot) {
             (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.start_worker(slot, spec).await,
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            (AnyBackend::Docker(b), SessionSlot::Docker(slot)) => b.start_worker(slot, spec).await,
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            _ => Err(StartError::Protocol(
+                "a session slot of another backend".into(),
+            )),
         }
     }
 
     pub fn close_session(&self, slot: &SessionSlot) -> Result<(), String> {
         match (self, slot) {
             (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.close_session(slot),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            (AnyBackend::Docker(b), SessionSlot::Docker(slot)) => b.close_session(slot),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            _ => Err("a session slot of another backend".into()),
         }
     }
 
     pub async fn shutdown(&self) {
         match self {
             AnyBackend::Host(b) => b.shutdown().await,
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            AnyBackend::Docker(b) => b.shutdown().await,
         }
     }
 
     pub fn enforcement(&self) -> Enforcement {
         match self {
             AnyBackend::Host(b) => b.enforcement(),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            AnyBackend::Docker(b) => b.enforcement(),
         }
     }
 }

@@ -10,30 +10,40 @@ use crate::sandbox::report::SandboxReport;
 /// The process behind a worker, per backend (static dispatch).
 pub enum WorkerProcessKind {
     Host(HostProcess),
+    #[cfg(all(feature = "docker", target_os = "linux"))]
+    Docker(crate::backend::docker::container::DockerProcess),
 }
 
 impl WorkerProcess for WorkerProcessKind {
     fn kill(&mut self) {
         match self {
             WorkerProcessKind::Host(p) => p.kill(),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            WorkerProcessKind::Docker(p) => p.kill(),
         }
     }
 
     async fn wait_exit(&mut self) -> String {
         match self {
             WorkerProcessKind::Host(p) => p.wait_exit().await,
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            WorkerProcessKind::Docker(p) => p.wait_exit().await,
         }
     }
 
     fn freeze(&mut self) {
         match self {
             WorkerProcessKind::Host(p) => p.freeze(),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            WorkerProcessKind::Docker(p) => p.freeze(),
         }
     }
 
     fn thaw(&mut self) {
         match self {
             WorkerProcessKind::Host(p) => p.thaw(),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            WorkerProcessKind::Docker(p) => p.thaw(),
         }
     }
 }
@@ -45,15 +55,21 @@ struct KillOnDrop {
     armed: bool,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum KillTarget {
     HostGroup(i32),
+    #[cfg(all(feature = "docker", target_os = "linux"))]
+    Container(bollard::Docker, String),
 }
 
 impl KillTarget {
-    fn fire(self) {
+    fn fire(&self) {
         match self {
-            KillTarget::HostGroup(pid) => kill_group(pid),
+            KillTarget::HostGroup(pid) => kill_group(*pid),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            KillTarget::Container(docker, id) => {
+                crate::backend::docker::container::remove_soon(docker, id);
+            }
         }
     }
 }
@@ -61,7 +77,7 @@ impl KillTarget {
 /// Kills a worker from outside the call that holds it (at shutdown, while a call runs).
 /// Only valid while the worker it came from is alive: take it when a call starts and
 /// drop it when the call returns.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct KillSwitch(KillTarget);
 
 impl KillSwitch {
@@ -82,6 +98,8 @@ impl Drop for KillOnDrop {
 #[derive(Debug, Clone)]
 pub enum ExitWitness {
     HostPid(i32),
+    #[cfg(all(feature = "docker", target_os = "linux"))]
+    Container(bollard::Docker, String),
 }
 
 impl ExitWitness {
@@ -89,12 +107,31 @@ impl ExitWitness {
     pub async fn is_gone(&self) -> bool {
         match self {
             ExitWitness::HostPid(pid) => host_pid_gone(*pid),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            ExitWitness::Container(docker, id) => {
+                // Removal runs in the background: give it a moment.
+                for _ in 0..50 {
+                    let running = docker
+                        .inspect_container(id, None)
+                        .await
+                        .ok()
+                        .and_then(|i| i.state)
+                        .and_then(|s| s.running);
+                    if running != Some(true) {
+                        return true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                false
+            }
         }
     }
 
     pub fn describe(&self) -> String {
         match self {
             ExitWitness::HostPid(pid) => format!("pid {pid}"),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            ExitWitness::Container(_, id) => format!("container {id}"),
         }
     }
 }
@@ -113,13 +150,39 @@ pub struct Usage {
 #[derive(Debug, Clone)]
 pub enum UsageProbe {
     HostPid(i32),
+    /// A container's worker: the container's processes in this machine's `/proc` (a
+    /// local engine: `pid` is the container's init), else the engine's statistics.
+    #[cfg(all(feature = "docker", target_os = "linux"))]
+    Container {
+        docker: bollard::Docker,
+        id: String,
+        pid: Option<i32>,
+    },
 }
 
 impl UsageProbe {
-    /// `None` once the worker is gone.
+    /// `None` once the worker is gone, or when it can only be asked of a remote engine
+    /// (see [`UsageProbe::sample`]).
     pub fn read(&self) -> Option<Usage> {
         match self {
             UsageProbe::HostPid(pid) => crate::backend::host::usage::of_tree(*pid),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            UsageProbe::Container { id, pid, .. } => {
+                crate::backend::docker::container::local_usage(id, (*pid)?)
+            }
+        }
+    }
+
+    /// Like [`UsageProbe::read`], and for a remote engine's container asks the engine.
+    pub async fn sample(&self) -> Option<Usage> {
+        match self {
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            UsageProbe::Container {
+                docker,
+                id,
+                pid: None,
+            } => crate::backend::docker::container::engine_usage(docker, id).await,
+            other => other.read(),
         }
     }
 }
@@ -167,6 +230,12 @@ impl Worker {
     pub fn usage_probe(&self) -> UsageProbe {
         match &self.process {
             WorkerProcessKind::Host(p) => UsageProbe::HostPid(p.pid()),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            WorkerProcessKind::Docker(p) => UsageProbe::Container {
+                docker: p.docker().clone(),
+                id: p.id().to_string(),
+                pid: p.host_pid(),
+            },
         }
     }
 
@@ -187,14 +256,26 @@ impl Worker {
 
     /// A handle that kills this worker from elsewhere (see [`KillSwitch`]).
     pub fn kill_switch(&self) -> KillSwitch {
+        KillSwitch(self.kill_target())
+    }
+
+    fn kill_target(&self) -> KillTarget {
         match &self.process {
-            WorkerProcessKind::Host(p) => KillSwitch(KillTarget::HostGroup(p.pid())),
+            WorkerProcessKind::Host(p) => KillTarget::HostGroup(p.pid()),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            WorkerProcessKind::Docker(p) => {
+                KillTarget::Container(p.docker().clone(), p.id().to_string())
+            }
         }
     }
 
     pub fn exit_witness(&self) -> ExitWitness {
         match &self.process {
             WorkerProcessKind::Host(p) => ExitWitness::HostPid(p.pid()),
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            WorkerProcessKind::Docker(p) => {
+                ExitWitness::Container(p.docker().clone(), p.id().to_string())
+            }
         }
     }
 
@@ -208,11 +289,8 @@ impl Worker {
         timeout: Duration,
         output_cap: usize,
     ) -> RunOutput {
-        let target = match &self.process {
-            WorkerProcessKind::Host(p) => KillTarget::HostGroup(p.pid()),
-        };
         let mut abandon_guard = KillOnDrop {
-            target,
+            target: self.kill_target(),
             armed: true,
         };
         self.process.thaw();

@@ -143,7 +143,7 @@ pub async fn run(manager: &SessionManager) -> SelftestReport {
     let failing = report::failing_required(&probes);
     SelftestReport {
         backend: enforcement.kind.to_string(),
-        configured_backend: enforcement.kind.to_string(),
+        configured_backend: manager.configured_backend().to_string(),
         resolved_backend: enforcement.kind.to_string(),
         host_sandbox: mode_word(settings.host_sandbox).into(),
         network_mode: match settings.network {
@@ -517,9 +517,9 @@ async fn work_after_return(worker: &mut Worker) -> Vec<ProbeResult> {
     let usage = worker.usage_probe();
     // The stop was sent before the call returned; give a busy scheduler a moment.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = usage.read();
+    let before = usage.sample().await;
     tokio::time::sleep(IDLE_WATCH).await;
-    let after = usage.read();
+    let after = usage.sample().await;
     let cpu = match (before, after) {
         (Some(b), Some(a)) => {
             let used = a.cpu_ms.saturating_sub(b.cpu_ms);

@@ -186,6 +186,8 @@ impl WardenServer {
             "configured": self.sessions.settings(),
             "resolved": {
                 "backend": enforcement.kind,
+                "configured_backend": self.sessions.configured_backend(),
+                "backend_fallback": self.sessions.fallback(),
                 "host_sandbox": self.sessions.settings().host_sandbox,
                 "python": enforcement.python,
                 "python_version": enforcement.python_version,

@@ -76,6 +76,8 @@ pub enum SessionError {
 pub struct SessionManager {
     settings: Arc<Settings>,
     backend: Arc<AnyBackend>,
+    /// Why the configured backend is not the one running code, if it is not.
+    fallback: Option<String>,
     /// `<data dir>/sessions/<instance>`: removed at shutdown.
     instance_dir: PathBuf,
     /// Held for the instance's life: a later server reaps the directory only once the
@@ -177,7 +179,7 @@ fn instance_name() -> String {
 
 impl SessionManager {
     /// Creates this instance's directory and resolves the backend.
-    pub fn new(
+    pub async fn new(
         settings: Arc<Settings>,
         pre_approved: &[PreApproval],
     ) -> Result<SessionManager, SessionError> {
@@ -220,7 +222,7 @@ impl SessionManager {
                 "reaped a dead server instance"
             );
         }
-        let backend = match AnyBackend::resolve(settings.clone(), &instance_dir) {
+        let resolution = match AnyBackend::resolve(settings.clone(), &instance_dir).await {
             Ok(b) => b,
             Err(e) => {
                 let _ = std::fs::remove_dir(&instance_dir);
@@ -234,30 +236,34 @@ impl SessionManager {
         }
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let mut forbidden = ForbiddenPaths::standard(home.as_deref(), &warden_dirs);
-        let enforcement = backend.enforcement();
+        let enforcement = resolution.backend.enforcement();
         forbidden.add_runtime(&enforcement.protected_paths, &[]);
         let in_world = settings.host_sandbox != crate::config::SandboxMode::Off;
         let operator_grants = grants::operator_grants(pre_approved, &forbidden, in_world)?;
+        // One warm pool for every backend; its size depends on what a warm worker is
+        // (SANDBOX_POOL_SIZE for containers when set, else SANDBOX_WARM_WORKERS).
+        let warm_target = settings.warm_target(resolution.backend.kind());
         tracing::info!(
-            backend = %backend.kind(),
+            backend = %resolution.backend.kind(),
             workspaces = %instance_dir.display(),
             max_workers = settings.max_workers,
-            warm_workers = settings.warm_workers,
+            warm_workers = warm_target,
             "session manager ready"
         );
-        let backend = Arc::new(backend);
+        let backend = Arc::new(resolution.backend);
         let homes = Arc::new(HomeDirs::new(instance_dir.clone()));
         let budget = Budget::new(settings.max_workers);
         let pool = WarmPool::new(
             backend.clone(),
             budget.clone(),
             homes.clone(),
-            settings.warm_workers,
+            warm_target,
             operator_grants.clone(),
         );
-        Ok(SessionManager {
+        let manager = SessionManager {
             settings,
             backend,
+            fallback: resolution.fallback,
             kept_dir: data_dir.join("kept").join(&instance),
             instance_dir,
             _instance_lock: instance_lock,
@@ -274,6 +280,35 @@ impl SessionManager {
             operator_grants,
             audit,
             watcher: crate::workspace::Watcher::new(),
+        };
+        if let Some(why) = &manager.fallback
+            && manager.settings.host_sandbox == crate::config::SandboxMode::Require
+        {
+            manager.close_gate(format!(
+                "EXECUTION_BACKEND=docker cannot be used ({why}); HOST_SANDBOX=require refuses to fall back to the host backend"
+            ));
+        }
+        Ok(manager)
+    }
+
+    /// The backend the settings asked for.
+    pub fn configured_backend(&self) -> crate::backend::BackendKind {
+        self.settings.backend
+    }
+
+    /// Why the configured backend is not the one that runs code, if it is not.
+    pub fn fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    /// The warning every result carries while the configured backend is not running.
+    fn fallback_warning(&self) -> Option<String> {
+        self.fallback.as_ref().map(|why| {
+            format!(
+                "EXECUTION_BACKEND={} could not be used ({why}); this code ran on the {} backend instead",
+                self.configured_backend(),
+                self.backend.kind()
+            )
         })
     }
 
@@ -387,10 +422,15 @@ impl SessionManager {
                 self.audit.warnings(),
             );
             refused.backend = self.backend.kind();
+            refused.configured_backend = self.configured_backend();
             return refused;
         }
         let mut result = self.execute_unaudited(owner, args, tap).await;
         result.backend = self.backend.kind();
+        result.configured_backend = self.configured_backend();
+        if let Some(w) = self.fallback_warning() {
+            result.warnings.insert(0, w);
+        }
         result.cap_text(self.settings.output_limit_bytes);
         if let Err(e) = self.audit_execution(&key.to_string(), &args.code, &result) {
             result.warnings.push(format!(
@@ -527,7 +567,7 @@ impl SessionManager {
             Err(_) => Vec::new(),
         };
         for session in &sessions {
-            if let Some(switch) = session.running.lock().ok().and_then(|r| *r) {
+            if let Some(switch) = session.running.lock().ok().and_then(|r| r.clone()) {
                 switch.fire();
             }
         }

@@ -137,6 +137,7 @@ impl Session {
             timed_out: false,
             truncated: false,
             backend: manager.backend.kind(),
+            configured_backend: manager.configured_backend(),
             session: self.name.clone(),
             files: Vec::new(),
             files_total: 0,

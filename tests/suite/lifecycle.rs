@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::{BIN, Server, eventually, processes_of_uid, stdout};
+use super::{Server, eventually, processes_of_uid, stdout};
 
 async fn uid_of(server: &Server, session: &str) -> u64 {
     let r = server.run(session, "import os; print(os.getuid())").await;
@@ -148,18 +148,6 @@ async fn sandbox_off_says_so_loudly_in_every_result() {
         );
     }
     server.stop().await;
-}
-
-#[test]
-fn docker_backend_is_refused_clearly_at_start() {
-    let out = std::process::Command::new(BIN)
-        .arg("serve")
-        .env("EXECUTION_BACKEND", "docker")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("EXECUTION_BACKEND=docker"), "{stderr}");
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@
 
 use super::{As, Net, Server, both_modes, find_files, stdout};
 
-const FILL: &str = r#"import errno, os
+pub(super) const FILL: &str = r#"import errno, os
 written = 0
 try:
     with open("big.bin", "wb") as f:

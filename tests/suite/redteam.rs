@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::{As, Canaries, Net, Server, both_modes, corpus, eventually, find_files, stdout};
 
 /// Secrets planted in the server's environment: none may reach the code.
-fn canary_env(token: &str) -> Vec<(&'static str, String)> {
+pub(super) fn canary_env(token: &str) -> Vec<(&'static str, String)> {
     vec![
         ("REDTEAM_CANARY_TOKEN", token.to_string()),
         ("AWS_SECRET_ACCESS_KEY", format!("aws-{token}")),
@@ -20,7 +20,7 @@ fn canary_env(token: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn token() -> String {
+pub(super) fn token() -> String {
     let bytes: [u8; 8] = warden::random_bytes();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -37,13 +37,13 @@ async fn start_as(who: As, net: Net, token: &str, extra: &[(&str, &str)]) -> Ser
     Server::start_as(who, net, &pairs).await
 }
 
-struct Case {
-    name: String,
+pub(super) struct Case {
+    pub(super) name: String,
     goal: String,
-    code: String,
+    pub(super) code: String,
 }
 
-fn cases() -> Vec<Case> {
+pub(super) fn cases() -> Vec<Case> {
     let mut out: Vec<Case> = std::fs::read_dir(corpus("redteam"))
         .unwrap()
         .flatten()
@@ -72,7 +72,7 @@ fn cases() -> Vec<Case> {
 /// Judges one case from the host side and describes the breach, if any. `before` lists
 /// the /tmp/pwned_* files that existed before the case ran, so that each case answers
 /// only for what it wrote itself.
-fn breach(
+pub(super) fn breach(
     case: &Case,
     r: &Value,
     token: &str,
@@ -179,7 +179,7 @@ fn breach(
 }
 
 /// Files named pwned_* directly in /tmp, where the fs_write cases aim.
-fn pwned_in_tmp() -> Vec<std::path::PathBuf> {
+pub(super) fn pwned_in_tmp() -> Vec<std::path::PathBuf> {
     std::fs::read_dir("/tmp")
         .map(|d| {
             d.flatten()

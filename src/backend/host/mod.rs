@@ -207,8 +207,10 @@ impl Backend for HostBackend {
     ) -> Result<Worker, StartError> {
         let (_, fds) = self.store.join();
         let worker = spawn::spawn(&self.policy_for(slot, spec.grants), &fds).await?;
-        let crate::backend::ExitWitness::HostPid(pid) = worker.exit_witness();
-        if let Ok(pid) = u32::try_from(pid) {
+        #[allow(irrefutable_let_patterns)]
+        if let crate::backend::ExitWitness::HostPid(pid) = worker.exit_witness()
+            && let Ok(pid) = u32::try_from(pid)
+        {
             crate::instances::record_process(&self.instance_dir, pid);
         }
         Ok(worker)
@@ -255,14 +257,25 @@ impl HostBackend {
     }
 }
 
+/// `HOST_SANDBOX`'s word for a mode.
+pub fn mode_word(mode: SandboxMode) -> &'static str {
+    match mode {
+        SandboxMode::Off => "off",
+        SandboxMode::BestEffort => "best-effort",
+        SandboxMode::Require => "require",
+    }
+}
+
 /// What this platform's host sandbox lacks (see [`crate::sandbox::platform`]), and the
 /// backends this build does not have.
 fn platform_gaps() -> Vec<Capability> {
     let mut gaps = host_capabilities(HostOs::current());
-    gaps.push(Capability {
-        mechanism: "docker".into(),
-        enforced: false,
-        reason: "unsupported in this build: the Docker backend is not implemented yet".into(),
-    });
+    if !cfg!(all(feature = "docker", target_os = "linux")) {
+        gaps.push(Capability {
+            mechanism: "docker".into(),
+            enforced: false,
+            reason: "unsupported in this build: the Docker backend needs a Linux server (its in-container launcher is the server's own binary) built with the `docker` Cargo feature".into(),
+        });
+    }
     gaps
 }

@@ -1,0 +1,615 @@
+//! The container configuration, as data: [`container_config`] builds the hardened
+//! configuration of one worker container from a [`ContainerPlan`], and
+//! [`validate_container_config`] checks any configuration against warden's rules before
+//! it is sent (it runs before every API call that would create a container). Both are
+//! pure; the only fact from the system, whether a path is a socket, is passed in.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
+    MountBindOptionsPropagationEnum, MountType,
+};
+
+use crate::config::NetworkMode;
+use crate::grants::Access;
+
+/// Where the launcher (the warden binary, read-only) sits in every container.
+pub const LAUNCHER_PATH: &str = "/opt/warden/warden";
+/// The session's workspace inside the container.
+pub const WORKSPACE: &str = "/workspace";
+/// Label every warden container carries; its value is the instance.
+pub const LABEL_INSTANCE: &str = "dev.warden.instance";
+pub const LABEL_PID: &str = "dev.warden.pid";
+pub const LABEL_PID_START: &str = "dev.warden.pid-start";
+pub const LABEL_HOST: &str = "dev.warden.host";
+pub const LABEL_BOOT: &str = "dev.warden.boot-id";
+pub const LABEL_ROLE: &str = "dev.warden.role";
+
+/// Who owns a container: the server instance, told apart from every other on a shared
+/// engine, and whether it is still alive (pid and its start time, this boot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub instance: String,
+    pub pid: u32,
+    pub pid_start: u64,
+    pub host: String,
+    pub boot_id: String,
+}
+
+impl Owner {
+    pub fn labels(&self, role: &str) -> HashMap<String, String> {
+        HashMap::from([
+            (LABEL_INSTANCE.to_string(), self.instance.clone()),
+            (LABEL_PID.to_string(), self.pid.to_string()),
+            (LABEL_PID_START.to_string(), self.pid_start.to_string()),
+            (LABEL_HOST.to_string(), self.host.clone()),
+            (LABEL_BOOT.to_string(), self.boot_id.clone()),
+            (LABEL_ROLE.to_string(), role.to_string()),
+        ])
+    }
+}
+
+/// One approved object bound into the container at its own path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundGrant {
+    pub path: PathBuf,
+    pub access: Access,
+}
+
+/// Everything one worker container is made of.
+#[derive(Debug, Clone)]
+pub struct ContainerPlan<'a> {
+    pub image: &'a str,
+    pub user: (u32, u32),
+    pub owner: &'a Owner,
+    /// "pool" (started ahead) or "session".
+    pub role: &'a str,
+    /// The warden binary on this machine.
+    pub launcher: &'a Path,
+    /// The session's (or the pooled container's) workspace on this machine.
+    pub workspace: &'a Path,
+    pub grants: &'a [BoundGrant],
+    pub memory_bytes: u64,
+    pub pids_limit: u64,
+    pub tmp_bytes: u64,
+    pub network: NetworkMode,
+}
+
+fn bind(source: &Path, target: &str, read_only: bool) -> Mount {
+    Mount {
+        target: Some(target.to_string()),
+        source: Some(source.display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(read_only),
+        bind_options: Some(MountBindOptions {
+            propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The hardened configuration of one worker container. Pure.
+pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
+    let mut mounts = vec![
+        bind(plan.launcher, LAUNCHER_PATH, true),
+        bind(plan.workspace, WORKSPACE, false),
+    ];
+    for g in plan.grants {
+        let target = g.path.display().to_string();
+        mounts.push(bind(&g.path, &target, g.access == Access::Read));
+    }
+    let memory = i64::try_from(plan.memory_bytes).unwrap_or(i64::MAX);
+    let network_mode = match plan.network {
+        NetworkMode::Deny => "none",
+        NetworkMode::Allow => "bridge",
+    };
+    let host_config = HostConfig {
+        mounts: Some(mounts),
+        readonly_rootfs: Some(true),
+        cap_drop: Some(vec!["ALL".to_string()]),
+        security_opt: Some(vec!["no-new-privileges".to_string()]),
+        network_mode: Some(network_mode.to_string()),
+        ipc_mode: Some("private".to_string()),
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        pids_limit: Some(i64::try_from(plan.pids_limit).unwrap_or(i64::MAX)),
+        tmpfs: Some(HashMap::from([(
+            "/tmp".to_string(),
+            format!("rw,nosuid,nodev,noexec,size={},mode=1777", plan.tmp_bytes),
+        )])),
+        init: Some(true),
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("none".to_string()),
+            config: None,
+        }),
+        privileged: Some(false),
+        auto_remove: Some(false),
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        image: Some(plan.image.to_string()),
+        user: Some(format!("{}:{}", plan.user.0, plan.user.1)),
+        entrypoint: Some(vec![LAUNCHER_PATH.to_string()]),
+        cmd: Some(vec![super::launcher::LAUNCHER_SUBCOMMAND.to_string()]),
+        env: Some(vec![
+            "PATH=/usr/local/bin:/usr/bin:/bin".to_string(),
+            "LANG=C.UTF-8".to_string(),
+        ]),
+        working_dir: Some(WORKSPACE.to_string()),
+        labels: Some(plan.owner.labels(plan.role)),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        open_stdin: Some(true),
+        stdin_once: Some(true),
+        tty: Some(false),
+        network_disabled: Some(plan.network == NetworkMode::Deny),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+/// Why a container configuration was refused before it reached the engine.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("refused container configuration: {0}")]
+pub struct Refused(pub String);
+
+/// Host trees a container may never see, nor anything inside them.
+const NEVER_INSIDE: &[&str] = &[
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/boot",
+    "/run",
+    "/var/run",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+];
+/// Host directories a container may never see whole (a granted subdirectory is fine).
+const NEVER_WHOLE: &[&str] = &["/", "/home", "/root", "/var", "/var/lib", "/usr"];
+
+/// Whether `path` is or contains a sensitive host tree. `path` is absolute, normalised.
+fn sensitive(path: &Path) -> Option<String> {
+    for tree in NEVER_INSIDE {
+        let tree = Path::new(tree);
+        if path.starts_with(tree) || tree.starts_with(path) {
+            return Some(format!(
+                "{} is or contains {} (never mounted)",
+                path.display(),
+                tree.display()
+            ));
+        }
+    }
+    if NEVER_WHOLE.iter().any(|d| path == Path::new(d)) {
+        return Some(format!("{} may not be mounted whole", path.display()));
+    }
+    // A whole home directory: /home/<user>.
+    if path.parent() == Some(Path::new("/home")) {
+        return Some(format!(
+            "{} is a whole home directory (grant a directory inside it)",
+            path.display()
+        ));
+    }
+    None
+}
+
+fn check_source(source: &str, is_socket: &dyn Fn(&Path) -> bool) -> Result<(), Refused> {
+    let path = Path::new(source);
+    if !path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(Refused(format!(
+            "bind source {source:?} is not an absolute, normalised path"
+        )));
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    if is_socket(path)
+        || name.ends_with(".sock")
+        || name.contains("docker") && name.contains("sock")
+    {
+        return Err(Refused(format!(
+            "{source} is a socket: no host socket (least of all the Docker socket) is ever mounted"
+        )));
+    }
+    if let Some(why) = sensitive(path) {
+        return Err(Refused(why));
+    }
+    Ok(())
+}
+
+fn check_mounts(hc: &HostConfig, is_socket: &dyn Fn(&Path) -> bool) -> Result<(), Refused> {
+    for bind in hc.binds.iter().flatten() {
+        let source = bind.split(':').next().unwrap_or_default();
+        if !source.starts_with('/') {
+            return Err(Refused(format!(
+                "volume {source:?}: only bind mounts of checked paths"
+            )));
+        }
+        check_source(source, is_socket)?;
+    }
+    for m in hc.mounts.iter().flatten() {
+        match m.typ {
+            Some(MountType::BIND) => {
+                check_source(m.source.as_deref().unwrap_or_default(), is_socket)?;
+                let propagation = m.bind_options.as_ref().and_then(|b| b.propagation);
+                if matches!(
+                    propagation,
+                    Some(
+                        MountBindOptionsPropagationEnum::SHARED
+                            | MountBindOptionsPropagationEnum::RSHARED
+                            | MountBindOptionsPropagationEnum::SLAVE
+                            | MountBindOptionsPropagationEnum::RSLAVE
+                    )
+                ) {
+                    return Err(Refused("bind mounts must be private".into()));
+                }
+            }
+            Some(MountType::TMPFS) => {}
+            other => return Err(Refused(format!("mount type {other:?} is not allowed"))),
+        }
+    }
+    if hc.volumes_from.as_ref().is_some_and(|v| !v.is_empty()) {
+        return Err(Refused(
+            "volumes_from shares another container's mounts".into(),
+        ));
+    }
+    if hc.devices.as_ref().is_some_and(|d| !d.is_empty())
+        || hc
+            .device_cgroup_rules
+            .as_ref()
+            .is_some_and(|d| !d.is_empty())
+        || hc.device_requests.as_ref().is_some_and(|d| !d.is_empty())
+    {
+        return Err(Refused("no host device is passed to a container".into()));
+    }
+    Ok(())
+}
+
+fn check_namespaces(hc: &HostConfig) -> Result<(), Refused> {
+    let shared = |mode: &Option<String>| {
+        mode.as_deref()
+            .is_some_and(|m| m == "host" || m.starts_with("container:"))
+    };
+    for (name, mode) in [
+        ("network", &hc.network_mode),
+        ("pid", &hc.pid_mode),
+        ("ipc", &hc.ipc_mode),
+        ("uts", &hc.uts_mode),
+        ("userns", &hc.userns_mode),
+        ("cgroup", &hc.cgroup),
+    ] {
+        if shared(mode) {
+            return Err(Refused(format!(
+                "{name} mode {:?} shares a namespace with the host or another container",
+                mode.as_deref().unwrap_or_default()
+            )));
+        }
+    }
+    if hc.ipc_mode.as_deref() == Some("shareable") {
+        return Err(Refused("a shareable IPC namespace".into()));
+    }
+    Ok(())
+}
+
+fn check_privileges(cfg: &ContainerCreateBody, hc: &HostConfig) -> Result<(), Refused> {
+    if hc.privileged == Some(true) {
+        return Err(Refused("privileged mode".into()));
+    }
+    if let Some(add) = hc.cap_add.as_ref().filter(|a| !a.is_empty()) {
+        return Err(Refused(format!("added capabilities {add:?}")));
+    }
+    if !hc
+        .cap_drop
+        .iter()
+        .flatten()
+        .any(|c| c.eq_ignore_ascii_case("ALL"))
+    {
+        return Err(Refused(
+            "capabilities must be dropped (cap_drop: ALL)".into(),
+        ));
+    }
+    let opts: Vec<&str> = hc
+        .security_opt
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    if !opts
+        .iter()
+        .any(|o| *o == "no-new-privileges" || *o == "no-new-privileges:true")
+    {
+        return Err(Refused("no-new-privileges must be set".into()));
+    }
+    if let Some(o) = opts
+        .iter()
+        .find(|o| o.ends_with("=unconfined") || o.starts_with("label=disable"))
+    {
+        return Err(Refused(format!(
+            "security option {o:?} switches a wall off"
+        )));
+    }
+    let user = cfg.user.as_deref().unwrap_or_default();
+    let uid = user.split(':').next().unwrap_or_default();
+    if uid.is_empty() || uid == "0" || uid == "root" {
+        return Err(Refused(format!(
+            "user {user:?}: containers never run as root"
+        )));
+    }
+    if hc.sysctls.as_ref().is_some_and(|s| !s.is_empty()) {
+        return Err(Refused("sysctls".into()));
+    }
+    if hc.runtime.as_deref().is_some_and(|r| r != "runc") {
+        return Err(Refused("only the default runtime".into()));
+    }
+    Ok(())
+}
+
+fn check_limits(hc: &HostConfig) -> Result<(), Refused> {
+    if hc.readonly_rootfs != Some(true) {
+        return Err(Refused("the root filesystem must be read-only".into()));
+    }
+    let memory = hc.memory.unwrap_or(0);
+    if memory <= 0 || hc.memory_swap != Some(memory) {
+        return Err(Refused("a memory limit with equal swap is required".into()));
+    }
+    if hc.pids_limit.unwrap_or(0) <= 0 {
+        return Err(Refused("a pids limit is required".into()));
+    }
+    for (target, opts) in hc.tmpfs.iter().flatten() {
+        if !opts.split(',').any(|o| o.starts_with("size=")) {
+            return Err(Refused(format!("tmpfs {target} needs a size cap")));
+        }
+    }
+    if hc.init != Some(true) {
+        return Err(Refused("an init process is required".into()));
+    }
+    if hc.log_config.as_ref().and_then(|l| l.typ.as_deref()) != Some("none") {
+        return Err(Refused("the log driver must be none".into()));
+    }
+    Ok(())
+}
+
+/// Checks a container configuration against warden's rules; runs on every configuration
+/// before it is sent. Refuses the Docker socket or any host socket; `/`, `/etc`,
+/// `/proc`, `/sys`, `/dev`, `/var/lib/docker`, `/home`, `/root` (and whole home
+/// directories); privileged mode and added capabilities; host network, pid, ipc, uts;
+/// and any configuration missing a hardening warden requires.
+pub fn validate_container_config(
+    cfg: &ContainerCreateBody,
+    is_socket: &dyn Fn(&Path) -> bool,
+) -> Result<(), Refused> {
+    let hc = cfg
+        .host_config
+        .as_ref()
+        .ok_or_else(|| Refused("no host configuration".into()))?;
+    if cfg
+        .labels
+        .as_ref()
+        .is_none_or(|l| !l.contains_key(LABEL_INSTANCE))
+    {
+        return Err(Refused("containers carry the instance label".into()));
+    }
+    check_privileges(cfg, hc)?;
+    check_namespaces(hc)?;
+    check_mounts(hc, is_socket)?;
+    check_limits(hc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> Owner {
+        Owner {
+            instance: "42-abcd".into(),
+            pid: 42,
+            pid_start: 7,
+            host: "h".into(),
+            boot_id: "b".into(),
+        }
+    }
+
+    fn good(grants: &[BoundGrant]) -> ContainerCreateBody {
+        let owner = Box::leak(Box::new(owner()));
+        container_config(&ContainerPlan {
+            image: "warden-sandbox:latest",
+            user: (65534, 65534),
+            owner,
+            role: "session",
+            launcher: Path::new("/usr/local/bin/warden"),
+            workspace: Path::new("/var/lib/warden/sessions/1-aa/s/workspace"),
+            grants,
+            memory_bytes: 2 << 30,
+            pids_limit: 256,
+            tmp_bytes: 64 << 20,
+            network: NetworkMode::Deny,
+        })
+    }
+
+    fn no_sockets(_: &Path) -> bool {
+        false
+    }
+
+    fn refused(cfg: &ContainerCreateBody) -> String {
+        validate_container_config(cfg, &no_sockets)
+            .expect_err("must be refused")
+            .to_string()
+    }
+
+    fn hc(cfg: &mut ContainerCreateBody) -> &mut HostConfig {
+        cfg.host_config.as_mut().unwrap()
+    }
+
+    #[test]
+    fn the_built_configuration_is_hardened_and_accepted() {
+        let cfg = good(&[]);
+        validate_container_config(&cfg, &no_sockets).unwrap();
+        let h = cfg.host_config.as_ref().unwrap();
+        assert_eq!(h.readonly_rootfs, Some(true));
+        assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(h.network_mode.as_deref(), Some("none"));
+        assert_eq!(h.memory, h.memory_swap);
+        assert_eq!(h.pids_limit, Some(256));
+        assert_eq!(h.init, Some(true));
+        assert_eq!(cfg.user.as_deref(), Some("65534:65534"));
+        assert!(h.tmpfs.as_ref().unwrap()["/tmp"].contains("size=67108864"));
+        let mounts = h.mounts.as_ref().unwrap();
+        assert_eq!(
+            mounts.len(),
+            2,
+            "the launcher and the workspace, nothing else"
+        );
+        assert_eq!(mounts[0].read_only, Some(true));
+        assert_eq!(mounts[0].target.as_deref(), Some(LAUNCHER_PATH));
+        assert_eq!(mounts[1].target.as_deref(), Some(WORKSPACE));
+        assert_eq!(cfg.labels.as_ref().unwrap()[LABEL_INSTANCE], "42-abcd");
+    }
+
+    #[test]
+    fn grants_bind_exactly_the_object_at_its_own_path() {
+        let cfg = good(&[
+            BoundGrant {
+                path: "/data/in".into(),
+                access: Access::Read,
+            },
+            BoundGrant {
+                path: "/data/out.csv".into(),
+                access: Access::Write,
+            },
+        ]);
+        validate_container_config(&cfg, &no_sockets).unwrap();
+        let mounts = cfg.host_config.unwrap().mounts.unwrap();
+        assert_eq!(mounts[2].source.as_deref(), Some("/data/in"));
+        assert_eq!(mounts[2].target.as_deref(), Some("/data/in"));
+        assert_eq!(mounts[2].read_only, Some(true));
+        assert_eq!(mounts[3].read_only, Some(false));
+    }
+
+    #[test]
+    fn sockets_and_sensitive_host_paths_are_refused() {
+        for path in [
+            "/var/run/docker.sock",
+            "/run/docker.sock",
+            "/",
+            "/etc",
+            "/etc/ssl",
+            "/proc",
+            "/sys",
+            "/dev",
+            "/var/lib/docker",
+            "/var/lib/docker/volumes/x",
+            "/home",
+            "/home/alice",
+            "/root",
+            "/var",
+            "/srv/../etc",
+            "relative/path",
+        ] {
+            let cfg = good(&[BoundGrant {
+                path: path.into(),
+                access: Access::Read,
+            }]);
+            let why = refused(&cfg);
+            assert!(why.contains("refused"), "{path}: {why}");
+        }
+        // A socket anywhere, told by the system.
+        let cfg = good(&[BoundGrant {
+            path: "/srv/app/control".into(),
+            access: Access::Read,
+        }]);
+        let err = validate_container_config(&cfg, &|p| p == Path::new("/srv/app/control"));
+        assert!(err.unwrap_err().to_string().contains("socket"));
+        // The same through the legacy `binds` field.
+        let mut cfg = good(&[]);
+        hc(&mut cfg).binds = Some(vec!["/var/run/docker.sock:/var/run/docker.sock".into()]);
+        assert!(refused(&cfg).contains("socket"));
+        // A directory inside a home directory, approved by its person, is fine.
+        let cfg = good(&[BoundGrant {
+            path: "/home/alice/data".into(),
+            access: Access::Read,
+        }]);
+        validate_container_config(&cfg, &no_sockets).unwrap();
+    }
+
+    #[test]
+    fn privileges_and_shared_namespaces_are_refused() {
+        type Spoil = Box<dyn Fn(&mut ContainerCreateBody)>;
+        let cases: Vec<(&str, Spoil)> = vec![
+            ("privileged", Box::new(|c| hc(c).privileged = Some(true))),
+            (
+                "cap_add",
+                Box::new(|c| hc(c).cap_add = Some(vec!["SYS_ADMIN".into()])),
+            ),
+            ("cap_drop", Box::new(|c| hc(c).cap_drop = None)),
+            ("nnp", Box::new(|c| hc(c).security_opt = None)),
+            (
+                "seccomp off",
+                Box::new(|c| {
+                    hc(c)
+                        .security_opt
+                        .as_mut()
+                        .unwrap()
+                        .push("seccomp=unconfined".into())
+                }),
+            ),
+            (
+                "host net",
+                Box::new(|c| hc(c).network_mode = Some("host".into())),
+            ),
+            (
+                "host pid",
+                Box::new(|c| hc(c).pid_mode = Some("host".into())),
+            ),
+            (
+                "host ipc",
+                Box::new(|c| hc(c).ipc_mode = Some("host".into())),
+            ),
+            (
+                "host uts",
+                Box::new(|c| hc(c).uts_mode = Some("host".into())),
+            ),
+            (
+                "container net",
+                Box::new(|c| hc(c).network_mode = Some("container:abc".into())),
+            ),
+            ("root", Box::new(|c| c.user = Some("0:0".into()))),
+            ("no user", Box::new(|c| c.user = None)),
+            ("rw root", Box::new(|c| hc(c).readonly_rootfs = Some(false))),
+            ("no memory", Box::new(|c| hc(c).memory = None)),
+            ("more swap", Box::new(|c| hc(c).memory_swap = Some(-1))),
+            ("no pids", Box::new(|c| hc(c).pids_limit = None)),
+            ("no init", Box::new(|c| hc(c).init = Some(false))),
+            ("logs", Box::new(|c| hc(c).log_config = None)),
+            (
+                "devices",
+                Box::new(|c| hc(c).devices = Some(vec![Default::default()])),
+            ),
+            (
+                "volumes_from",
+                Box::new(|c| hc(c).volumes_from = Some(vec!["other".into()])),
+            ),
+            (
+                "uncapped tmpfs",
+                Box::new(|c| hc(c).tmpfs = Some(HashMap::from([("/tmp".into(), "rw".into())]))),
+            ),
+            ("no label", Box::new(|c| c.labels = None)),
+        ];
+        for (name, spoil) in cases {
+            let mut cfg = good(&[]);
+            spoil(&mut cfg);
+            assert!(
+                validate_container_config(&cfg, &no_sockets).is_err(),
+                "{name} must be refused"
+            );
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! The Docker backend: one hardened container per session, running the same persistent
+//! worker protocol as a host worker (not `docker exec` per call).
+//!
+//! Four streams through one container: the warden binary is bind-mounted read-only as
+//! the in-container launcher ([`launcher`]); the container's stdin carries the policy,
+//! the requests and the orders to freeze and thaw the worker between calls, its stdout
+//! carries the worker's response pipe, fd 1 and fd 2, all as [`frames`]; the server
+//! demultiplexes them into a protocol `Channel`. Chosen over a UNIX socket in the
+//! session's directory because nothing of the host but the workspace (and the
+//! read-only binary) is then mounted, no socket exists that the code could reach, and
+//! the worker dies with its attach connection when the server dies.
+//!
+//! Containers started ahead come from the session layer's one warm pool
+//! ([`crate::backend::pool`]): a warm container is a worker started in a home made
+//! ahead, exactly as a session's; `SANDBOX_MAX_WORKERS` counts containers like any
+//! worker.
+//!
+//! - [`config`]: the container configuration and `validate_container_config` (pure);
+//! - [`engine`]: connecting (`DOCKER_HOST`, TLS), owner labels, reaping leftovers;
+//! - [`container`]: creating, attaching and starting one worker container;
+//! - [`query`]: what the image and the engine are, asked once at start;
+//! - [`quota`]: the size-capped tmpfs workspaces (`SANDBOX_DISK_LIMIT`).
+
+pub mod config;
+pub mod container;
+pub mod engine;
+pub mod frames;
+pub mod launcher;
+pub mod query;
+pub mod quota;
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bollard::Docker;
+
+use crate::backend::{
+    Backend, BackendKind, Enforcement, StartError, Worker, WorkerProcessKind, WorkerSpec,
+};
+use crate::config::{SandboxMode, Settings};
+use crate::grants::{Grant, PathKind};
+use crate::sandbox::policy::{Limits, SessionPaths, WorkerPolicy, host_view, worker_env};
+use crate::sandbox::python::PythonRuntime;
+use crate::sandbox::report::{SandboxReport, WallStatus};
+use crate::selftest::report::Capability;
+use config::{BoundGrant, ContainerPlan, Owner, WORKSPACE};
+use quota::Quota;
+
+/// What the Docker backend keeps per session: its directory on this machine, whose
+/// `workspace` (owned by the container user) is bind-mounted into its containers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerSlot {
+    dir: PathBuf,
+    workspace: PathBuf,
+}
+
+/// Why the Docker backend could not be used; the server falls back to the host backend
+/// (or refuses under `HOST_SANDBOX=require`).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+pub struct DockerBackend {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    settings: Arc<Settings>,
+    docker: Docker,
+    owner: Owner,
+    /// The image's interpreter, as the launcher found it inside the image.
+    runtime: PythonRuntime,
+    launcher: PathBuf,
+    instance_dir: PathBuf,
+    user: (u32, u32),
+    /// How workspaces are capped (`SANDBOX_DISK_LIMIT`), as the start-up query found.
+    quota: Quota,
+}
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// An error with every cause beneath it ("client error (Connect): invalid peer
+/// certificate: UnknownIssuer"): the reason a TLS engine refused is at the bottom.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+impl DockerBackend {
+    /// Connects to the engine, checks the image, asks it where its Python is, reaps the
+    /// containers of dead warden instances and starts the warm pool.
+    pub async fn new(
+        settings: Arc<Settings>,
+        instance_dir: &Path,
+    ) -> Result<DockerBackend, Unavailable> {
+        let d = &settings.docker;
+        let docker = engine::connect(d).map_err(Unavailable)?;
+        docker
+            .ping()
+            .await
+            .map_err(|e| Unavailable(format!("no Docker engine answers ({})", causes(&e))))?;
+        docker.inspect_image(&d.image).await.map_err(|e| {
+            Unavailable(format!(
+                "the image {} is not available ({e}); build it offline with tools/build-image.sh or set SANDBOX_IMAGE",
+                d.image
+            ))
+        })?;
+        let instance = instance_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let owner = engine::this_owner(&instance);
+        let reaped = engine::reap_leftovers(&docker, &owner).await;
+        if reaped > 0 {
+            tracing::warn!(
+                reaped,
+                "removed containers left by warden instances that are gone"
+            );
+        }
+        let user = if !running_as_root() && d.user_is_default {
+            // SAFETY: getuid/getgid cannot fail.
+            unsafe { (libc::getuid(), libc::getgid()) }
+        } else {
+            d.user
+        };
+        let launcher = container::launcher_on_this_machine().map_err(Unavailable)?;
+        let mut inner = Inner {
+            settings: settings.clone(),
+            docker,
+            owner,
+            runtime: PythonRuntime {
+                executable: PathBuf::new(),
+                binary: PathBuf::new(),
+                elf_interpreter: None,
+                version: String::new(),
+                read_roots: Vec::new(),
+            },
+            launcher,
+            instance_dir: instance_dir.to_path_buf(),
+            user,
+            quota: Quota::Unavailable(String::new()),
+        };
+        let (runtime, quota) = query::query_image(&inner).await.map_err(Unavailable)?;
+        if let Quota::Unavailable(why) = &quota {
+            tracing::warn!(reason = %why, "no per-session disk quota in the Docker backend");
+        }
+        inner.runtime = runtime;
+        inner.quota = quota;
+        tracing::info!(image = %d.image, python = %inner.runtime.executable.display(), "docker backend ready");
+        Ok(DockerBackend {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+impl Inner {
+    /// The policy the in-container helper installs: no world of its own (the container
+    /// is the world), Landlock and seccomp by the container's paths, the grants at their
+    /// own paths. Always best-effort inside: the container's own walls stand whatever the
+    /// kernel lets the helper add.
+    fn policy(&self, grants: &[Grant]) -> WorkerPolicy {
+        let (workspace, tmp) = (Path::new(WORKSPACE), Path::new("/tmp"));
+        let s = &self.settings;
+        WorkerPolicy {
+            mode: SandboxMode::BestEffort,
+            network: s.network,
+            python: self.runtime.executable.clone(),
+            host_view: host_view(&self.runtime, workspace, tmp, grants),
+            host_env: worker_env(workspace, tmp, &self.runtime.executable, &|_| None),
+            world: None,
+            run_as: None,
+            limits: Limits {
+                address_space_bytes: s.mem_limit_bytes,
+                cpu_seconds: 3600,
+                file_size_bytes: s.file_size_limit_bytes,
+                open_files: 256,
+                processes: None,
+            },
+            parent_pid: 0,
+        }
+    }
+
+    fn plan<'a>(
+        &'a self,
+        role: &'a str,
+        workspace: &'a Path,
+        grants: &'a [BoundGrant],
+    ) -> ContainerPlan<'a> {
+        ContainerPlan {
+            image: &self.settings.docker.image,
+            user: self.user,
+            owner: &self.owner,
+            role,
+            launcher: &self.launcher,
+            workspace,
+            grants,
+            memory_bytes: self.settings.mem_limit_bytes,
+            pids_limit: self.settings.pids_limit,
+            tmp_bytes: self.settings.docker.tmp_size_bytes,
+            network: self.settings.network,
+        }
+    }
+
+    /// Starts one worker container bound to `workspace` with `grants`.
+    async fn start_container(
+        &self,
+        role: &str,
+        workspace: &Path,
+        grants: &[Grant],
+    ) -> Result<Worker, StartError> {
+        let bound = bind_grants(grants)?;
+        let config = config::container_config(&self.plan(role, workspace, &bound));
+        let policy = serde_json::to_vec(&self.policy(grants))
+            .map_err(|e| StartError::Protocol(format!("policy: {e}")))?;
+        let name = container::container_name(&self.owner.instance, role);
+        let (channel, process, report) =
+            container::start(&self.docker, config, &name, &policy).await?;
+        let report = self.judge_report(report, &process)?;
+        Ok(Worker::new(
+            channel,
+            WorkerProcessKind::Docker(process),
+            report,
+        ))
+    }
+
+    /// The container's walls join the helper's report; the helper's own namespaces are
+    /// replaced by the container's. Under `HOST_SANDBOX=require` any other missing wall
+    /// refuses the worker.
+    fn judge_report(
+        &self,
+        mut report: SandboxReport,
+        process: &container::DockerProcess,
+    ) -> Result<SandboxReport, StartError> {
+        report.walls.retain(|w| w.name != "namespaces");
+        report.walls.insert(0, WallStatus {
+            name: "container".into(),
+            enforced: true,
+            detail: format!(
+                "container {} of image {}: read-only root, user {}:{}, cap_drop ALL, no-new-privileges, network {}, memory {} MiB (swap equal), pids {}, /tmp tmpfs {} MiB, init, log driver none, its own mount/PID/IPC/UTS{} namespaces",
+                &process.id()[..12.min(process.id().len())],
+                self.settings.docker.image,
+                self.user.0,
+                self.user.1,
+                match self.settings.network {
+                    crate::config::NetworkMode::Deny => "none",
+                    crate::config::NetworkMode::Allow => "bridge",
+                },
+                self.settings.mem_limit_bytes >> 20,
+                self.settings.pids_limit,
+                self.settings.docker.tmp_size_bytes >> 20,
+                match self.settings.network {
+                    crate::config::NetworkMode::Deny => "/network",
+                    crate::config::NetworkMode::Allow => "",
+                },
+            ),
+        });
+        report.walls.insert(1, self.quota_wall());
+        if self.settings.host_sandbox == SandboxMode::Require
+            && let Some(w) = report.walls.iter().find(|w| !w.enforced)
+        {
+            return Err(StartError::Refused {
+                wall: w.name.clone(),
+                message: format!(
+                    "HOST_SANDBOX=require and this wall cannot be installed inside the container: {}",
+                    w.detail
+                ),
+            });
+        }
+        report.mode = crate::backend::host::mode_word(self.settings.host_sandbox).to_string();
+        Ok(report)
+    }
+}
+
+impl Inner {
+    fn quota_wall(&self) -> WallStatus {
+        match &self.quota {
+            Quota::Tmpfs { bytes } => WallStatus {
+                name: "disk_quota".into(),
+                enforced: true,
+                detail: format!(
+                    "/workspace is a tmpfs of {bytes} bytes (SANDBOX_DISK_LIMIT) that the server mounted on the session's directory; /tmp a tmpfs of {} bytes (SANDBOX_TMP_SIZE)",
+                    self.settings.docker.tmp_size_bytes
+                ),
+            },
+            Quota::Unavailable(why) => WallStatus {
+                name: "disk_quota".into(),
+                enforced: false,
+                detail: format!(
+                    "no per-session quota on /workspace: {why}; /tmp is a tmpfs of {} bytes and SANDBOX_FILE_SIZE_LIMIT caps each file",
+                    self.settings.docker.tmp_size_bytes
+                ),
+            },
+        }
+    }
+}
+
+/// Each grant, re-checked just before it is bound: it must still resolve to itself (no
+/// symlink put in its place since consent) and be the same kind of object.
+fn bind_grants(grants: &[Grant]) -> Result<Vec<BoundGrant>, StartError> {
+    grants
+        .iter()
+        .map(|g| {
+            let now = std::fs::canonicalize(&g.path).ok();
+            let kind_ok = std::fs::symlink_metadata(&g.path).is_ok_and(|m| match g.kind {
+                PathKind::Directory => m.is_dir(),
+                PathKind::File => m.is_file(),
+            });
+            if now.as_deref() != Some(g.path.as_path()) || !kind_ok {
+                return Err(StartError::Refused {
+                    wall: "grants".into(),
+                    message: format!(
+                        "{} is no longer the object that was approved; ask for it again",
+                        g.path.display()
+                    ),
+                });
+            }
+            Ok(BoundGrant {
+                path: g.path.clone(),
+                access: g.access,
+            })
+        })
+        .collect()
+}
+
+/// Creates `dir` for a container's workspace, owned by the container user.
+pub(crate) fn make_workspace(dir: &Path, user: (u32, u32)) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    if running_as_root() {
+        std::os::unix::fs::chown(dir, Some(user.0), Some(user.1))?;
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+impl Backend for DockerBackend {
+    type Slot = DockerSlot;
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Docker
+    }
+
+    /// The session's directory, and in it the workspace its containers bind: owned by
+    /// the container user and, when the quota stands, a tmpfs of `SANDBOX_DISK_LIMIT`.
+    fn open_session(&self, dir: &Path) -> std::io::Result<(DockerSlot, SessionPaths)> {
+        let inner = &self.inner;
+        std::fs::DirBuilder::new().mode(0o711).create(dir)?;
+        let paths = SessionPaths {
+            workspace: dir.join("workspace"),
+        };
+        let made =
+            make_workspace(&paths.workspace, inner.user).and_then(|()| match inner.quota.bytes() {
+                Some(bytes) => quota::mount(&paths.workspace, bytes, inner.user),
+                None => Ok(()),
+            });
+        if let Err(e) = made {
+            let _ = std::fs::remove_dir_all(dir);
+            return Err(e);
+        }
+        let slot = DockerSlot {
+            dir: dir.to_path_buf(),
+            workspace: paths.workspace.clone(),
+        };
+        Ok((slot, paths))
+    }
+
+    /// A new container bound to the session's workspace and grants. (Warm containers
+    /// are started through here too, by the session layer's pool, in homes made ahead.)
+    async fn start_worker(
+        &self,
+        slot: &DockerSlot,
+        spec: &WorkerSpec<'_>,
+    ) -> Result<Worker, StartError> {
+        self.inner
+            .start_container("session", &slot.workspace, spec.grants)
+            .await
+    }
+
+    /// Detaches the workspace's tmpfs and deletes the session's directory (its
+    /// containers are already removed; one still going holds the tmpfs only until it is).
+    fn close_session(&self, slot: &DockerSlot) -> Result<(), String> {
+        if let Err(e) = quota::unmount(&slot.workspace) {
+            return Err(format!(
+                "the workspace tmpfs on {} could not be detached: {e}",
+                slot.workspace.display()
+            ));
+        }
+        match std::fs::remove_dir_all(&slot.dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("{} could not be removed: {e}", slot.dir.display())),
+        }
+    }
+
+    async fn shutdown(&self) {
+        engine::remove_instance(&self.inner.docker, &self.inner.owner.instance).await;
+    }
+
+    fn enforcement(&self) -> Enforcement {
+        let inner = &self.inner;
+        let mut gaps = Vec::new();
+        if let Quota::Unavailable(why) = &inner.quota {
+            gaps.push(Capability {
+                mechanism: "disk_quota".into(),
+                enforced: false,
+                reason: format!(
+                    "{why}; /tmp is a size-capped tmpfs and SANDBOX_FILE_SIZE_LIMIT caps each file"
+                ),
+            });
+        }
+        Enforcement {
+            kind: BackendKind::Docker,
+            python: inner.runtime.executable.display().to_string(),
+            python_version: inner.runtime.version.clone(),
+            dedicated_uid_per_session: false,
+            workspace_quota_bytes: inner.quota.bytes(),
+            protected_paths: vec![inner.launcher.clone()],
+            processes_limit: Some(inner.settings.pids_limit),
+            gaps,
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! What the image and the engine are, asked once at start by a one-off container (the
+//! same hardened configuration as a worker's) running `warden __container-query`: where
+//! the image's Python lives, and whether the engine sees the size-capped tmpfs the
+//! server mounted as the container's workspace (the disk quota, see [`super::quota`]).
+
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::query_parameters::AttachContainerOptions;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use super::quota::{self, Quota};
+use super::{Inner, config, container, engine, make_workspace, running_as_root};
+use crate::sandbox::python::PythonRuntime;
+
+/// The file the server leaves in the query's workspace, holding a nonce.
+pub const MARKER: &str = ".warden-quota-probe";
+
+/// What `warden __container-query` prints.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Answer {
+    pub runtime: PythonRuntime,
+    pub workspace: WorkspaceSeen,
+}
+
+/// `/workspace` as the container sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceSeen {
+    /// It is a tmpfs.
+    pub tmpfs: bool,
+    /// Its size.
+    pub bytes: u64,
+    /// The marker's content, if the marker is there.
+    pub marker: Option<String>,
+}
+
+/// The image's interpreter, and how workspaces can be capped: as root, the query's own
+/// workspace is a tmpfs of `SANDBOX_DISK_LIMIT` with a marker in it, and the quota
+/// stands only if the container saw exactly that.
+pub(super) async fn query_image(inner: &Inner) -> Result<(PythonRuntime, Quota), String> {
+    let dir = inner.instance_dir.join(".query");
+    make_workspace(&dir, inner.user).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let bytes = inner.settings.disk_limit_bytes;
+    let nonce: String = crate::random_bytes::<12>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mounted = if running_as_root() {
+        quota::mount(&dir, bytes, inner.user)
+            .and_then(|()| std::fs::write(dir.join(MARKER), &nonce))
+            .map_err(|e| format!("cannot mount a size-capped tmpfs on {}: {e}", dir.display()))
+    } else {
+        Err("the server is not root: only root can mount a size-capped tmpfs that the engine sees, so workspaces are plain host directories (run the server as root for a per-session disk quota)".to_string())
+    };
+    let mut cfg = config::container_config(&inner.plan("query", &dir, &[]));
+    cfg.cmd = Some(vec![super::launcher::QUERY_SUBCOMMAND.to_string()]);
+    cfg.open_stdin = Some(false);
+    cfg.stdin_once = Some(false);
+    cfg.attach_stdin = Some(false);
+    let result = run_to_end(inner, cfg).await;
+    if mounted.is_ok() {
+        let _ = quota::unmount(&dir);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let (stdout, stderr) = result?;
+    let answer = serde_json::from_slice::<Answer>(stdout.trim_ascii()).map_err(|e| {
+        format!(
+            "the image {} has no usable python3 ({e}): {}",
+            inner.settings.docker.image,
+            String::from_utf8_lossy(&stderr).trim()
+        )
+    })?;
+    let quota = match mounted.and_then(|()| quota::judge(&nonce, bytes, &answer.workspace)) {
+        Ok(q) => q,
+        Err(why) => Quota::Unavailable(why),
+    };
+    Ok((answer.runtime, quota))
+}
+
+async fn run_to_end(
+    inner: &Inner,
+    cfg: bollard::models::ContainerCreateBody,
+) -> Result<(Vec<u8>, Vec<u8>), String> {
+    config::validate_container_config(&cfg, &engine::is_socket).map_err(|e| e.to_string())?;
+    let name = container::container_name(&inner.owner.instance, "query");
+    let docker = &inner.docker;
+    let id = docker
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(name),
+                ..Default::default()
+            }),
+            cfg,
+        )
+        .await
+        .map_err(|e| format!("cannot create a container from the image: {e}"))?
+        .id;
+    let out = async {
+        let mut attached = docker
+            .attach_container(
+                &id,
+                Some(AttachContainerOptions {
+                    stream: true,
+                    stdout: true,
+                    stderr: true,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .map_err(|e| format!("cannot attach: {e}"))?;
+        docker
+            .start_container(&id, None)
+            .await
+            .map_err(|e| format!("cannot start a container from the image: {e}"))?;
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        while let Some(Ok(item)) = attached.output.next().await {
+            match item {
+                LogOutput::StdOut { message } => stdout.extend_from_slice(&message),
+                LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
+                _ => {}
+            }
+        }
+        Ok((stdout, stderr))
+    };
+    let result = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .unwrap_or_else(|_| Err("the image's interpreter query took over 30 s".to_string()));
+    engine::remove(docker, &id).await;
+    result
+}

@@ -1,0 +1,869 @@
+//! The Docker backend against the real engine: code runs in a hardened container per
+//! session, the red-team corpus (guard off) and the benign corpus run through it, a
+//! timeout removes the container, the pool and `SANDBOX_MAX_WORKERS` bound concurrency,
+//! a killed server's containers are reaped by the next one, and an unreachable engine
+//! degrades (or refuses) loudly. Judged from the host: `docker inspect`, the files on
+//! disk, the containers that exist.
+//!
+//! These tests need a Docker engine and the image `tools/build-image.sh` builds. Without
+//! them they say so and pass, except under `WARDEN_REQUIRE_DOCKER=1` (set by `.ci/run`),
+//! where a Docker test that would skip fails instead.
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use super::redteam::{breach, canary_env, cases, pwned_in_tmp, token};
+use super::{As, Net, Server, corpus, eventually, stdout};
+
+fn image() -> String {
+    std::env::var("WARDEN_TEST_IMAGE").unwrap_or_else(|_| "warden-sandbox:latest".into())
+}
+
+/// Whether the engine and the image are here; fails the test when they must be.
+fn docker_ready() -> bool {
+    let ok = Command::new("docker")
+        .args(["image", "inspect", &image()])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("WARDEN_REQUIRE_DOCKER").as_deref() != Ok("1"),
+            "WARDEN_REQUIRE_DOCKER=1 but no Docker engine answers or the image {} is missing (tools/build-image.sh builds it)",
+            image()
+        );
+        eprintln!("skipping: no Docker engine or no image {}", image());
+    }
+    ok
+}
+
+/// Settings for a Docker-backed server (guard off unless a test says otherwise).
+fn docker_env<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, String)> {
+    let mut env = vec![
+        ("EXECUTION_BACKEND", "docker".to_string()),
+        ("SANDBOX_IMAGE", image()),
+        ("SANDBOX_POOL_SIZE", "0".to_string()),
+    ];
+    for (k, v) in extra {
+        env.retain(|(name, _)| name != k);
+        env.push((k, (*v).to_string()));
+    }
+    env
+}
+
+async fn start(extra: &[(&str, &str)]) -> Server {
+    let env = docker_env(extra);
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Server::start(&pairs).await
+}
+
+/// Ids of the containers a server process made, running or not.
+fn containers_of(server_pid: u32) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--no-trunc",
+            "--filter",
+            &format!("label=dev.warden.pid={server_pid}"),
+        ])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+fn inspect(id: &str) -> Value {
+    let out = Command::new("docker")
+        .args(["inspect", id])
+        .output()
+        .expect("docker inspect");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("inspect json");
+    v[0].clone()
+}
+
+#[tokio::test]
+async fn a_session_runs_in_a_hardened_container_of_its_own() {
+    if !docker_ready() {
+        return;
+    }
+    let server = start(&[]).await;
+    let r = server
+        .exec(json!({
+            "session": "a",
+            "code": "import os\nx = 41\nopen('made.txt', 'w').write(open('in.txt').read().upper())\nprint(os.getuid(), os.getgid(), os.getcwd())",
+            "inputs": {"in.txt": "hello"}
+        }))
+        .await;
+    assert_eq!(r["status"], "ok", "{r}");
+    assert_eq!(r["backend"], "docker");
+    assert_eq!(r["configured_backend"], "docker");
+    assert_eq!(stdout(&r).trim(), "65534 65534 /workspace");
+    assert!(
+        !r["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("wall")),
+        "every wall stands inside the container: {r}"
+    );
+    // Variables persist: one persistent worker, not a process per call.
+    let r2 = server.run("a", "x + 1").await;
+    assert_eq!(r2["result"], "42", "{r2}");
+    // The workspace is the host directory.
+    let made = super::find_files(server.data_dir.path(), "made.txt");
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(std::fs::read_to_string(&made[0]).unwrap(), "HELLO");
+    // Another session: another container.
+    server.run("b", "print(1)").await;
+    let ids = containers_of(server.pid);
+    assert_eq!(ids.len(), 2, "one container per session: {ids:?}");
+    for id in &ids {
+        let c = inspect(id);
+        let h = &c["HostConfig"];
+        assert_eq!(h["ReadonlyRootfs"], true);
+        assert_eq!(h["Privileged"], false);
+        assert_eq!(h["CapDrop"], json!(["ALL"]));
+        assert!(h["CapAdd"].is_null() || h["CapAdd"] == json!([]));
+        assert_eq!(h["NetworkMode"], "none");
+        assert_eq!(h["Memory"], h["MemorySwap"]);
+        assert_eq!(h["PidsLimit"], 256);
+        assert_eq!(h["Init"], true);
+        assert_eq!(h["LogConfig"]["Type"], "none");
+        assert!(
+            h["SecurityOpt"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("no-new-privileges"))
+        );
+        assert_eq!(c["Config"]["User"], "65534:65534");
+        let sources: Vec<&str> = c["Mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["Type"] == "bind")
+            .map(|m| m["Source"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            sources.len(),
+            2,
+            "the binary and the workspace only: {sources:?}"
+        );
+        assert!(!sources.iter().any(|s| s.contains("docker.sock")));
+    }
+    let pid = server.pid;
+    server.stop().await;
+    assert!(
+        eventually(10, || containers_of(pid).is_empty()).await,
+        "the server left containers behind"
+    );
+}
+
+#[tokio::test]
+async fn every_red_team_case_is_stopped_by_the_container() {
+    if !docker_ready() {
+        return;
+    }
+    let token = token();
+    for stale in pwned_in_tmp() {
+        let _ = std::fs::remove_file(stale);
+    }
+    let canary = std::path::Path::new("/tmp/redteam_canary.txt");
+    std::fs::write(canary, "original").unwrap();
+    let secrets = canary_env(&token);
+    let mut env = docker_env(&[("CODEGUARD", "off")]);
+    env.extend(secrets.iter().map(|(k, v)| (*k, v.clone())));
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = Server::start_in(Net::Isolated, &pairs).await;
+    let mut breaches = Vec::new();
+    for (i, case) in cases().iter().enumerate() {
+        let before = pwned_in_tmp();
+        let r = server
+            .exec(json!({"session": format!("rt{i}"), "code": case.code, "timeout_s": 8}))
+            .await;
+        assert_eq!(r["backend"], "docker", "{r}");
+        if let Some(why) = breach(case, &r, &token, server.data_dir.path(), &before) {
+            breaches.push(format!("{}: {why}\n  result: {r}", case.name));
+        }
+        // Close the session: its container goes (SANDBOX_MAX_WORKERS bounds them).
+        let _ = server
+            .call("reset_session", json!({"session": format!("rt{i}")}))
+            .await;
+    }
+    assert_eq!(std::fs::read_to_string(canary).unwrap(), "original");
+    let pid = server.pid;
+    server.stop().await;
+    assert!(eventually(10, || containers_of(pid).is_empty()).await);
+    assert!(breaches.is_empty(), "BREACHES:\n{}", breaches.join("\n"));
+}
+
+#[tokio::test]
+async fn every_benign_snippet_passes_through_the_container() {
+    if !docker_ready() {
+        return;
+    }
+    let server = start(&[("CODEGUARD", "enforce"), ("SANDBOX_POOL_SIZE", "2")]).await;
+    let mut files: Vec<_> = std::fs::read_dir(corpus("benign"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "py"))
+        .collect();
+    files.sort();
+    let mut failures = Vec::new();
+    for (i, path) in files.iter().enumerate() {
+        let code = std::fs::read_to_string(path).unwrap();
+        let expected = code
+            .lines()
+            .next()
+            .unwrap()
+            .strip_prefix("# expect: ")
+            .unwrap();
+        let r = server.run(&format!("benign{i}"), &code).await;
+        if r["status"] != "ok" || stdout(&r).trim_end() != expected || r["backend"] != "docker" {
+            failures.push(format!(
+                "{}: expected {expected:?}, got {r}",
+                path.display()
+            ));
+        }
+        // A finished snippet's session is closed: its container goes.
+        let _ = server
+            .call("reset_session", json!({"session": format!("benign{i}")}))
+            .await;
+    }
+    server.stop().await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[tokio::test]
+async fn a_timeout_removes_the_container_and_the_next_call_gets_a_fresh_one() {
+    if !docker_ready() {
+        return;
+    }
+    let server = start(&[]).await;
+    server.run("t", "x = 1").await;
+    let first = containers_of(server.pid);
+    assert_eq!(first.len(), 1);
+    let r = server
+        .exec(json!({"session": "t", "code": "while True:\n    pass", "timeout_s": 1}))
+        .await;
+    assert_eq!(r["status"], "timeout", "{r}");
+    assert!(
+        eventually(10, || !containers_of(server.pid).contains(&first[0])).await,
+        "the timed-out container still exists"
+    );
+    let r = server.run("t", "print(globals().get('x'))").await;
+    assert_eq!(r["worker_restarted"], true, "{r}");
+    assert_eq!(stdout(&r).trim(), "None", "a fresh interpreter: {r}");
+    assert!(
+        r["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("timed out")),
+        "{r}"
+    );
+    let now = containers_of(server.pid);
+    assert_eq!(now.len(), 1);
+    assert_ne!(now[0], first[0], "never reused");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_pool_and_the_worker_cap_bound_concurrency_with_a_busy_error() {
+    if !docker_ready() {
+        return;
+    }
+    let server = start(&[("SANDBOX_POOL_SIZE", "1"), ("SANDBOX_MAX_WORKERS", "2")]).await;
+    // The one warm pool (the session layer's) keeps one container started ahead, its
+    // worker frozen; a new session takes it over instead of starting one.
+    assert!(eventually(30, || containers_of(server.pid).len() == 1).await);
+    let warm = containers_of(server.pid);
+    let a = server.run("a", "x = 'a'; print('a')").await;
+    assert_eq!(stdout(&a), "a\n", "{a}");
+    assert!(
+        containers_of(server.pid).contains(&warm[0]),
+        "session a runs in the warm container"
+    );
+    let b = server.run("b", "x = 'b'; print('b')").await;
+    assert_eq!(stdout(&b), "b\n", "{b}");
+    // Warm containers count against SANDBOX_MAX_WORKERS like any worker.
+    assert!(eventually(10, || containers_of(server.pid).len() <= 2).await);
+    // Both workers in a call: a third session is refused, busy and retryable.
+    let sleep = |s: &'static str| {
+        server.exec(json!({"session": s, "code": "import time; time.sleep(4); print('slept')"}))
+    };
+    let third = async {
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        let c = server.run("c", "print('c')").await;
+        (c, containers_of(server.pid).len())
+    };
+    let (ra, rb, (c, during)) = tokio::join!(sleep("a"), sleep("b"), third);
+    assert_eq!(stdout(&ra), "slept\n", "{ra}");
+    assert_eq!(stdout(&rb), "slept\n", "{rb}");
+    assert_eq!(c["status"], "error", "{c}");
+    assert_eq!(c["error"]["type"], "WorkersBusy", "{c}");
+    assert_eq!(c["error"]["retryable"], true, "{c}");
+    assert!(
+        c["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("SANDBOX_MAX_WORKERS=2"),
+        "{c}"
+    );
+    assert!(during <= 2, "{during} containers under a cap of 2");
+    // Once a worker is idle it makes room: the least recently used idle session's
+    // container is removed (never reused) and that session learns it.
+    let before = containers_of(server.pid);
+    let c = server.run("c", "print('c')").await;
+    assert_eq!(stdout(&c), "c\n", "{c}");
+    assert!(containers_of(server.pid).len() <= 2);
+    let gone: Vec<&String> = before
+        .iter()
+        .filter(|id| !containers_of(server.pid).contains(id))
+        .collect();
+    assert_eq!(gone.len(), 1, "one container made room: {before:?}");
+    // A session that ends takes its container with it; its next call gets a new one.
+    let of_c: Vec<String> = containers_of(server.pid)
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .collect();
+    assert_eq!(of_c.len(), 1, "session c's own container");
+    server
+        .call("reset_session", json!({"session": "c"}))
+        .await
+        .unwrap();
+    assert!(
+        eventually(20, || !containers_of(server.pid).contains(&of_c[0])).await,
+        "reset_session left its container"
+    );
+    let r = server.run("c", "print(globals().get('x'))").await;
+    assert_eq!(stdout(&r), "None\n", "{r}");
+    assert!(
+        !containers_of(server.pid).contains(&of_c[0]),
+        "never reused"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn containers_of_a_killed_server_are_reaped_by_the_next_one() {
+    if !docker_ready() {
+        return;
+    }
+    let first = start(&[("SANDBOX_POOL_SIZE", "1")]).await;
+    first.run("s", "print(1)").await;
+    assert!(eventually(30, || containers_of(first.pid).len() == 2).await);
+    let dead = first.pid;
+    // SIGKILL: no shutdown, nothing cleaned up by the server itself.
+    unsafe { libc::kill(dead as i32, libc::SIGKILL) };
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{dead}/stat"))
+            .map(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+            .unwrap_or(true)
+    };
+    assert!(eventually(5, gone).await);
+    assert!(!containers_of(dead).is_empty(), "nothing left to reap");
+    let second = start(&[]).await;
+    second.run("s", "print(2)").await;
+    assert!(
+        containers_of(dead).is_empty(),
+        "the dead server's containers were not reaped: {:?}",
+        containers_of(dead)
+    );
+    second.stop().await;
+    drop(first);
+}
+
+#[tokio::test]
+async fn an_unreachable_engine_degrades_with_a_warning_or_refuses_under_require() {
+    let dir = tempfile::tempdir().unwrap();
+    let nowhere = format!("unix://{}/no-engine.sock", dir.path().display());
+    let env = [
+        ("EXECUTION_BACKEND", "docker"),
+        ("DOCKER_HOST", nowhere.as_str()),
+    ];
+    let server = Server::start(&env).await;
+    for _ in 0..2 {
+        let r = server.run("d", "print('ran')").await;
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["backend"], "host");
+        assert_eq!(r["configured_backend"], "docker");
+        let w = r["warnings"][0].as_str().unwrap_or_default();
+        assert!(
+            w.contains("EXECUTION_BACKEND=docker could not be used"),
+            "{r}"
+        );
+    }
+    let st = server.call("selftest", json!({})).await.unwrap();
+    let st = st.structured_content.unwrap();
+    assert_eq!(st["configured_backend"], "docker");
+    assert_eq!(st["resolved_backend"], "host");
+    server.stop().await;
+
+    let strict = [
+        ("EXECUTION_BACKEND", "docker"),
+        ("DOCKER_HOST", nowhere.as_str()),
+        ("HOST_SANDBOX", "require"),
+    ];
+    let server = Server::start(&strict).await;
+    let r = server.run("d", "print('ran')").await;
+    assert_eq!(r["status"], "error", "{r}");
+    assert_eq!(r["error"]["type"], "SandboxRefused");
+    assert!(stdout(&r).is_empty());
+    server.stop().await;
+
+    // An engine without the image degrades the same way.
+    if docker_ready() {
+        let env = [
+            ("EXECUTION_BACKEND", "docker"),
+            ("SANDBOX_IMAGE", "warden-no-such-image:none"),
+        ];
+        let server = Server::start(&env).await;
+        let r = server.run("d", "print('ran')").await;
+        assert_eq!(r["backend"], "host");
+        assert!(
+            r["warnings"][0]
+                .as_str()
+                .unwrap()
+                .contains("warden-no-such-image")
+        );
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn selftest_runs_its_probes_in_a_container_and_all_are_blocked() {
+    if !docker_ready() {
+        return;
+    }
+    let server = start(&[]).await;
+    let st = server.call("selftest", json!({})).await.unwrap();
+    let st = st.structured_content.unwrap();
+    assert_eq!(st["resolved_backend"], "docker", "{st}");
+    assert_eq!(st["configured_backend"], "docker");
+    assert_eq!(st["failing_required"], json!([]), "{st:#}");
+    for p in st["probes"].as_array().unwrap() {
+        if p["required"] == true {
+            assert_eq!(p["status"], "blocked", "{p}");
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_grant_binds_exactly_the_approved_object_into_the_container() {
+    if !docker_ready() {
+        return;
+    }
+    let shared = tempfile::Builder::new()
+        .prefix("warden-grant-")
+        .tempdir()
+        .unwrap();
+    let read_dir = shared.path().join("in");
+    let write_file = shared.path().join("out.txt");
+    std::fs::create_dir(&read_dir).unwrap();
+    std::fs::write(read_dir.join("data.csv"), "a,b\n1,2\n").unwrap();
+    std::fs::write(shared.path().join("secret.txt"), "not granted").unwrap();
+    std::fs::write(&write_file, "").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for p in [shared.path(), read_dir.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(
+        read_dir.join("data.csv"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    std::fs::set_permissions(&write_file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let data = super::data_dir_for(As::Root);
+    let env = docker_env(&[]);
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (rd, wf) = (
+        read_dir.display().to_string(),
+        write_file.display().to_string(),
+    );
+    let cmd = super::server_command_as(
+        As::Root,
+        Net::Host,
+        &pairs,
+        &["--allow-read", &rd, "--allow-write", &wf],
+        data.path(),
+    );
+    let server = Server::from_command(cmd, data, As::Root).await;
+    let code = format!(
+        "print(open({:?}).read().splitlines()[1])\nopen({:?}, 'w').write('written')\n\
+         import os\nfor p in ({:?}, {:?}):\n    try:\n        open(p, 'w').write('x')\n        print('WROTE', p)\n    except OSError as e:\n        print('denied', e.errno)\n\
+         try:\n    print(open({:?}).read())\nexcept OSError as e:\n    print('hidden', e.errno)",
+        read_dir.join("data.csv"),
+        write_file,
+        read_dir.join("new.txt"),
+        read_dir.join("data.csv"),
+        shared.path().join("secret.txt"),
+    );
+    let r = server.run("g", &code).await;
+    assert_eq!(r["status"], "ok", "{r}");
+    let out = stdout(&r);
+    assert!(out.starts_with("1,2\n"), "{r}");
+    assert!(!out.contains("WROTE"), "a read grant was writable: {r}");
+    assert!(
+        out.contains("hidden"),
+        "an ungranted sibling was visible: {r}"
+    );
+    assert!(!out.contains("not granted"));
+    assert_eq!(std::fs::read_to_string(&write_file).unwrap(), "written");
+    assert!(!read_dir.join("new.txt").exists());
+    let id = &containers_of(server.pid)[0];
+    let mounts = inspect(id)["Mounts"].clone();
+    let granted: Vec<(String, bool)> = mounts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| {
+            m["Source"]
+                .as_str()
+                .unwrap()
+                .starts_with(shared.path().to_str().unwrap())
+        })
+        .map(|m| {
+            (
+                m["Source"].as_str().unwrap().to_string(),
+                m["RW"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(granted.len(), 2, "{mounts}");
+    assert!(granted.contains(&(rd.clone(), false)));
+    assert!(granted.contains(&(wf.clone(), true)));
+    server.stop().await;
+}
+
+/// `DOCKER_HOST=tcp://…` reaches the engine over TCP: here through a forwarder on
+/// loopback to the local engine's socket (TLS needs an engine listening with
+/// certificates, which this machine's shared engine does not).
+#[tokio::test]
+async fn docker_host_over_tcp_reaches_the_engine() {
+    if !docker_ready() {
+        return;
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let forwarder = tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut unix) = tokio::net::UnixStream::connect("/var/run/docker.sock").await
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
+                }
+            });
+        }
+    });
+    let host = format!("tcp://{addr}");
+    let server = start(&[("DOCKER_HOST", host.as_str())]).await;
+    let r = server.run("tcp", "print('over tcp')").await;
+    assert_eq!(r["backend"], "docker", "{r}");
+    assert_eq!(stdout(&r), "over tcp\n");
+    server.stop().await;
+    forwarder.abort();
+}
+
+/// Mount points beneath `dir` in this machine's mount table.
+fn mounts_beneath(dir: &std::path::Path) -> Vec<String> {
+    let dir = dir.to_string_lossy().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| p.starts_with(&dir))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_full_container_workspace_gets_enospc_and_never_the_hosts_disk() {
+    if !docker_ready() {
+        return;
+    }
+    // The server runs as root here, so /workspace is a tmpfs of SANDBOX_DISK_LIMIT that
+    // the server mounted on the session's directory and bound into the container.
+    let server = start(&[("SANDBOX_DISK_LIMIT", "8m")]).await;
+    let r = server.run("hog", super::quota::FILL).await;
+    let written: u64 = stdout(&r)
+        .strip_prefix("ENOSPC ")
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no ENOSPC inside Python: {r}"));
+    assert!((6..=8).contains(&written), "{written} MiB: {r}");
+    let st = server.call("selftest", json!({})).await.unwrap();
+    let st = st.structured_content.unwrap();
+    let walls = st.to_string();
+    assert!(
+        walls.contains("disk_quota") && walls.contains("8388608 bytes"),
+        "selftest names the quota: {st:#}"
+    );
+    // Another session is untouched, and an inode bomb ends at the quota too.
+    let r = server
+        .run(
+            "other",
+            "open('fine.bin', 'wb').write(b'z' * (2 << 20)); print('ok')",
+        )
+        .await;
+    assert_eq!(stdout(&r), "ok\n", "{r}");
+    assert_eq!(r["files"][0]["path"], "fine.bin", "{r}");
+    let r = server
+        .run(
+            "bomb",
+            "import os\nn = 0\ntry:\n    while True:\n        open('f%d' % n, 'w').close()\n        n += 1\nexcept OSError as e:\n    print(e.errno, n < 5000)",
+        )
+        .await;
+    assert_eq!(stdout(&r), "28 True\n", "{r}");
+    // The workspaces are tmpfs mounts on the host while their sessions live...
+    let data = server.data_dir.path().to_path_buf();
+    assert!(
+        mounts_beneath(&data).len() >= 3,
+        "{:?}",
+        mounts_beneath(&data)
+    );
+    server
+        .call("reset_session", json!({"session": "hog"}))
+        .await
+        .unwrap();
+    let data = server.stop().await;
+    // ...and none is left when the server is gone; the bytes never were on the disk.
+    assert_eq!(mounts_beneath(data.path()), Vec::<String>::new());
+    assert!(super::find_files(data.path(), "big.bin").is_empty());
+    assert!(super::find_files(data.path(), "fine.bin").is_empty());
+}
+
+/// Runs `openssl` with `args` in `dir`.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (Debian's openssl package)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA (`<ca>.pem`, `<ca>-key.pem`) made in `dir`.
+fn make_ca(dir: &std::path::Path, ca: &str) {
+    let (cert, key) = (format!("{ca}.pem"), format!("{ca}-key.pem"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            &format!("/CN={ca}"),
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+        ],
+    );
+}
+
+/// A certificate `<name>.pem` with key `<name>-key.pem`, signed by `ca`, for `usage`
+/// (`serverAuth` for 127.0.0.1, or `clientAuth`).
+fn make_cert(dir: &std::path::Path, ca: &str, name: &str, usage: &str) {
+    let (cert, key, csr, ext) = (
+        format!("{name}.pem"),
+        format!("{name}-key.pem"),
+        format!("{name}.csr"),
+        format!("{name}.ext"),
+    );
+    let san = if usage == "serverAuth" {
+        "subjectAltName=IP:127.0.0.1\n"
+    } else {
+        ""
+    };
+    std::fs::write(dir.join(&ext), format!("{san}extendedKeyUsage={usage}\n")).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            &format!("/CN={name}"),
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}-key.pem"),
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            &ext,
+            "-out",
+            &cert,
+        ],
+    );
+}
+
+/// An engine endpoint speaking TLS on loopback: it demands a client certificate signed
+/// by `client_ca`, presents `server` (signed by its own CA), and forwards the decrypted
+/// stream to the local engine's socket. Returns its address and how many TLS
+/// handshakes it completed.
+async fn tls_engine(
+    dir: &std::path::Path,
+    server: &str,
+    client_ca: &str,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use std::sync::Arc;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(dir.join(format!("{client_ca}.pem"))).unwrap())
+        .unwrap();
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
+            .build()
+            .unwrap();
+    let chain = vec![CertificateDer::from_pem_file(dir.join(format!("{server}.pem"))).unwrap()];
+    let key = PrivateKeyDer::from_pem_file(dir.join(format!("{server}-key.pem"))).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handshakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = handshakes.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, counted) = (acceptor.clone(), counted.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Ok(mut unix) = tokio::net::UnixStream::connect("/var/run/docker.sock").await
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut unix).await;
+                }
+            });
+        }
+    });
+    (addr, handshakes, task)
+}
+
+/// `DOCKER_HOST=tcp://…` with `DOCKER_TLS_VERIFY=1` speaks TLS with the certificates in
+/// `DOCKER_CERT_PATH`: the engine (here a TLS endpoint on loopback in front of the local
+/// engine, certificates made for this test) sees the client certificate, and the server
+/// checks the engine's against `ca.pem`. A wrong CA or a client certificate the engine
+/// does not trust reaches no engine: under `HOST_SANDBOX=require` nothing runs.
+#[tokio::test]
+async fn docker_host_over_tls_verifies_both_ends() {
+    if !docker_ready() {
+        return;
+    }
+    let pki = tempfile::tempdir().unwrap();
+    let dir = pki.path();
+    make_ca(dir, "engine-ca");
+    make_ca(dir, "client-ca");
+    make_ca(dir, "rogue-ca");
+    make_cert(dir, "engine-ca", "engine", "serverAuth");
+    make_cert(dir, "client-ca", "client", "clientAuth");
+    make_cert(dir, "rogue-ca", "rogue", "clientAuth");
+    // DOCKER_CERT_PATH layouts: ca.pem, cert.pem, key.pem.
+    let layout = |name: &str, ca: &str, client: &str| {
+        let d = dir.join(name);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::copy(dir.join(format!("{ca}.pem")), d.join("ca.pem")).unwrap();
+        std::fs::copy(dir.join(format!("{client}.pem")), d.join("cert.pem")).unwrap();
+        std::fs::copy(dir.join(format!("{client}-key.pem")), d.join("key.pem")).unwrap();
+        d.display().to_string()
+    };
+    let good = layout("good", "engine-ca", "client");
+    let wrong_ca = layout("wrong-ca", "rogue-ca", "client");
+    let rogue_client = layout("rogue-client", "engine-ca", "rogue");
+    let (addr, handshakes, task) = tls_engine(dir, "engine", "client-ca").await;
+    let host = format!("tcp://{addr}");
+
+    let server = start(&[
+        ("DOCKER_HOST", host.as_str()),
+        ("DOCKER_TLS_VERIFY", "1"),
+        ("DOCKER_CERT_PATH", good.as_str()),
+        ("HOST_SANDBOX", "require"),
+    ])
+    .await;
+    let r = server.run("tls", "print('over tls')").await;
+    assert_eq!(r["backend"], "docker", "{r}");
+    assert_eq!(stdout(&r), "over tls\n", "{r}");
+    assert_eq!(containers_of(server.pid).len(), 1, "{r}");
+    server.stop().await;
+    let verified = handshakes.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(verified > 0, "no TLS handshake reached the engine");
+
+    for (certs, why, said) in [
+        (
+            &wrong_ca,
+            "the engine's certificate is not from ca.pem",
+            "UnknownIssuer",
+        ),
+        (
+            &rogue_client,
+            "the engine does not trust cert.pem",
+            "UnknownCA",
+        ),
+    ] {
+        let server = start(&[
+            ("DOCKER_HOST", host.as_str()),
+            ("DOCKER_TLS_VERIFY", "1"),
+            ("DOCKER_CERT_PATH", certs.as_str()),
+            ("HOST_SANDBOX", "require"),
+        ])
+        .await;
+        let r = server.run("tls", "print('ran')").await;
+        assert_eq!(r["status"], "error", "{why}: {r}");
+        assert_eq!(r["error"]["type"], "SandboxRefused", "{why}: {r}");
+        assert!(stdout(&r).is_empty(), "{why}: {r}");
+        assert!(r.to_string().contains(said), "{why}: {r}");
+        assert!(containers_of(server.pid).is_empty(), "{why}");
+        server.stop().await;
+    }
+    assert_eq!(
+        handshakes.load(std::sync::atomic::Ordering::SeqCst),
+        verified,
+        "a refused certificate completed a handshake"
+    );
+    task.abort();
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Builds warden's Docker sandbox image with no registry: debootstrap of a minimal Debian
+# with python3 (the same release as this host, so the warden binary that the backend
+# bind-mounts as the in-container launcher finds the glibc it was built against), then
+# `docker import`. Optional extra Debian packages, and Python packages from a local wheel
+# directory (no index is contacted). The result is cached by content: the image carries a
+# label with the hash of everything that went into it, and a build whose inputs have not
+# changed is skipped.
+#
+#   tools/build-image.sh [--tag warden-sandbox:latest] [--packages "python3-numpy ..."]
+#                        [--requirements FILE --wheels DIR] [--suite bookworm]
+#                        [--mirror URL] [--force]
+set -euo pipefail
+
+tag=warden-sandbox:latest
+packages=""
+requirements=""
+wheels=""
+suite=""
+mirror="${WARDEN_DEBIAN_MIRROR:-}"
+force=0
+cache="${WARDEN_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warden-image}"
+
+die() { echo "build-image: $*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tag) tag="$2"; shift 2 ;;
+    --packages) packages="$2"; shift 2 ;;
+    --requirements) requirements="$2"; shift 2 ;;
+    --wheels) wheels="$2"; shift 2 ;;
+    --suite) suite="$2"; shift 2 ;;
+    --mirror) mirror="$2"; shift 2 ;;
+    --force) force=1; shift ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || die "debootstrap needs root; run this as root"
+command -v docker >/dev/null || die "the docker CLI is missing (apt-get install docker.io)"
+command -v debootstrap >/dev/null || die "debootstrap is missing (apt-get install debootstrap)"
+docker info >/dev/null 2>&1 || die "no Docker engine answers (start dockerd, or set DOCKER_HOST)"
+if [ -n "$requirements" ] || [ -n "$wheels" ]; then
+  [ -f "$requirements" ] || die "--requirements must name a file"
+  [ -d "$wheels" ] || die "--wheels must name a directory of .whl files"
+fi
+
+# shellcheck disable=SC1091
+[ -n "$suite" ] || suite="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+[ -n "$suite" ] || die "cannot tell this host's Debian release; pass --suite"
+if [ -z "$mirror" ]; then
+  mirror="$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)"
+  [ -n "$mirror" ] || mirror="$(sed -n 's/^deb \(http[^ ]*debian\) .*/\1/p' /etc/apt/sources.list 2>/dev/null | head -1)"
+  [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+fi
+arch="$(dpkg --print-architecture)"
+
+# The content key: this script, the release, the packages, the requirements and every
+# wheel's bytes.
+key="$( {
+  cat "$0"; echo "$suite $arch $packages"
+  [ -z "$requirements" ] || cat "$requirements"
+  [ -z "$wheels" ] || find "$wheels" -maxdepth 1 -name '*.whl' -type f -print0 | sort -z | xargs -0r sha256sum
+} | sha256sum | cut -c1-32)"
+if [ "$force" = 0 ] && [ "$(docker image inspect -f '{{ index .Config.Labels "dev.warden.image-key" }}' "$tag" 2>/dev/null)" = "$key" ]; then
+  echo "build-image: $tag is up to date ($key)"
+  exit 0
+fi
+
+work="$(mktemp -d /var/tmp/warden-image.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+root="$work/root"
+mkdir -p "$cache/debs"
+echo "build-image: debootstrap $suite ($arch) with python3 from $mirror" >&2
+debootstrap --variant=minbase --arch="$arch" --include=python3 \
+  --cache-dir="$cache/debs" "$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 \
+  || { tail -20 "$work/debootstrap.log" >&2; die "debootstrap failed (log above)"; }
+if [ -n "$packages" ]; then
+  # apt inside the new tree, without recommended packages (debootstrap's own resolver
+  # would pull compilers and headers in), reusing the same package cache.
+  echo "build-image: apt-get install $packages" >&2
+  mkdir -p "$cache/archives/partial"
+  mount --bind "$cache/archives" "$root/var/cache/apt/archives"
+  trap 'umount "$root/var/cache/apt/archives" 2>/dev/null; rm -rf "$work"' EXIT
+  # shellcheck disable=SC2086
+  { chroot "$root" apt-get update -qq && DEBIAN_FRONTEND=noninteractive chroot "$root" \
+      apt-get install -y -qq --no-install-recommends $packages; } >"$work/apt.log" 2>&1 \
+    || { tail -20 "$work/apt.log" >&2; die "apt-get install in the image failed (log above)"; }
+  umount "$root/var/cache/apt/archives"
+fi
+
+pyver="$(chroot "$root" /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+if [ -n "$requirements" ]; then
+  # pip from a throwaway venv of the host's Python (ensurepip: no download); binary
+  # wheels must match the image's Python, which --python-version enforces.
+  python3 -m venv "$work/pip"
+  "$work/pip/bin/python" -m pip install -q --disable-pip-version-check --no-index \
+    --find-links "$wheels" --only-binary=:all: --python-version "$pyver" \
+    --target "$root/usr/local/lib/python$pyver/dist-packages" -r "$requirements"
+fi
+
+# Nothing the sandbox does not need: package caches, documentation, set-id bits.
+rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/usr/share/doc/* \
+  "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/var/log/*
+find "$root" -xdev -type f -perm /6000 -exec chmod ug-s {} +
+mkdir -p "$root/workspace" "$root/opt/warden"
+
+python_bin="$(chroot "$root" /usr/bin/python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')"
+tar --numeric-owner -C "$root" -c . | docker import \
+  --change "LABEL dev.warden.image-key=$key" \
+  --change "LABEL dev.warden.suite=$suite" \
+  --change "LABEL dev.warden.python=$python_bin" \
+  --change "LABEL dev.warden.python-version=$pyver" \
+  --change "ENV LANG=C.UTF-8" \
+  --change 'CMD ["/usr/bin/python3"]' \
+  - "$tag" >/dev/null
+echo "build-image: built $tag ($key): Debian $suite, Python $pyver at $python_bin"
