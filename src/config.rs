@@ -311,8 +311,9 @@ pub enum ConfigError {
         expected: &'static str,
     },
     #[error(
-        "EXECUTION_BACKEND=docker: this build has no Docker backend (built without the \
-         `docker` feature); unset EXECUTION_BACKEND or set it to \"host\""
+        "EXECUTION_BACKEND=docker: this build has no Docker backend (it needs a Linux \
+         server built with the `docker` feature); unset EXECUTION_BACKEND or set it to \
+         \"host\""
     )]
     DockerNotAvailable,
     #[error("{given} names no setting; known settings: {known}")]

@@ -50,7 +50,7 @@ impl HostOs {
 /// Why the host backend runs nothing on `os`, and what to use instead.
 pub fn host_unsupported_reason(os: HostOs) -> String {
     format!(
-        "unsupported: the host backend has no sandbox for a process on {} (warden confines host workers with Landlock and seccomp on Linux and with Seatbelt on macOS), so it runs nothing here; set EXECUTION_BACKEND=docker to run code in a hardened container (Docker Desktop)",
+        "unsupported: the host backend has no sandbox for a process on {} (warden confines host workers with Landlock and seccomp on Linux and with Seatbelt on macOS), so it runs nothing here; EXECUTION_BACKEND=docker is not available here either: the Docker backend needs a Linux server for now (its in-container launcher is the server's own binary), so run warden on Linux",
         os.name()
     )
 }
