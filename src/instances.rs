@@ -127,13 +127,7 @@ fn reap_if_dead(dir: &Path) -> Option<Reaped> {
             killed.push(pid);
         }
     }
-    // A root server's Docker workspaces are tmpfs mounts on the host: detached first,
-    // or the directory could not be removed and their memory would stay held.
-    for mount in mounts_beneath(dir, &read_mountinfo()) {
-        if let Err(e) = rustix::mount::unmount(&mount, rustix::mount::UnmountFlags::DETACH) {
-            tracing::warn!(mount = %mount.display(), error = %e, "could not detach a dead instance's mount");
-        }
-    }
+    detach_mounts_beneath(dir);
     if let Err(e) = std::fs::remove_dir_all(dir) {
         tracing::warn!(dir = %dir.display(), error = %e, "could not remove a dead instance's directory");
     }
@@ -152,9 +146,21 @@ fn named_pid_alive(dir: &Path) -> bool {
         .is_none_or(|pid| Path::new(&format!("/proc/{pid}")).exists())
 }
 
-fn read_mountinfo() -> String {
-    std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
+/// A root server's Docker workspaces are tmpfs mounts on the host: detached before the
+/// directory is removed, or it could not be and their memory would stay held.
+#[cfg(target_os = "linux")]
+fn detach_mounts_beneath(dir: &Path) {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for mount in mounts_beneath(dir, &mountinfo) {
+        if let Err(e) = rustix::mount::unmount(&mount, rustix::mount::UnmountFlags::DETACH) {
+            tracing::warn!(mount = %mount.display(), error = %e, "could not detach a dead instance's mount");
+        }
+    }
 }
+
+/// Only the Docker backend (Linux) mounts anything beneath an instance directory.
+#[cfg(not(target_os = "linux"))]
+fn detach_mounts_beneath(_dir: &Path) {}
 
 /// The mount points strictly beneath `dir` in a `/proc/self/mountinfo` text, deepest
 /// first (so that each is detached before the one it sits on). Pure.
