@@ -13,7 +13,8 @@
 //!   server's memory along the way).
 //!
 //! `cargo bench --bench latency`; `WARDEN_BENCH_QUICK=1` takes fewer samples (CI prints
-//! the ratios and never fails on them); `WARDEN_BENCH_ONLY=new,output` runs some parts.
+//! the ratios and never fails on them); `WARDEN_BENCH_ONLY=new,output` runs some parts;
+//! `WARDEN_BENCH_CHURN_NAMES=N` uses N names in the churn part instead of 10,000.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/mod.rs"]
@@ -95,16 +96,36 @@ async fn warm_and_new(base: Stats, native: f64) {
     }
     row("warm call", stats(&warm), Some(base), Some(native));
 
+    // Each new session's first call is followed by a warm call and a second call of that
+    // session: on a shared machine a busy moment then weighs on all three alike.
     let mut pooled = Vec::new();
+    let mut beside = Vec::new();
+    let mut second = Vec::new();
     for i in 0..n(40, 10) {
         server.wait_for_pool(2).await;
-        pooled.push(server.timed(&format!("new{i}"), PRINT, Some("2\n")).await);
+        let name = format!("new{i}");
+        pooled.push(server.timed(&name, PRINT, Some("2\n")).await);
+        beside.push(server.timed("warm", PRINT, Some("2\n")).await);
+        second.push(server.timed(&name, PRINT, Some("2\n")).await);
     }
+    let pooled = stats(&pooled);
     row(
         "new session, warm pool ready",
-        stats(&pooled),
+        pooled,
         Some(base),
         Some(native),
+    );
+    let beside = stats(&beside);
+    row("  warm call, interleaved", beside, Some(base), Some(native));
+    row(
+        "  that session's second call",
+        stats(&second),
+        Some(base),
+        Some(native),
+    );
+    println!(
+        "  new session / interleaved warm call: {:.2}× (p50)",
+        pooled.p50_ms / beside.p50_ms
     );
     println!("  server RSS idle: {:.1} MB", idle_rss as f64 / 1024.0);
     server.stop().await;
@@ -273,7 +294,10 @@ async fn output(baseline: &Client) {
 /// Session names used once each, one after another, with a short idle expiry: per-call
 /// latency, and the server's memory as the names pile up.
 async fn churn(base: Stats, native: f64) {
-    let names = n(10_000, 300);
+    let names = std::env::var("WARDEN_BENCH_CHURN_NAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(n(10_000, 300));
     let server = Client::warden(&[("SANDBOX_SESSION_IDLE_S", "2")]).await;
     server.call("first", PRINT).await;
     let rss0 = support::rss_kib(server.pid);
