@@ -1569,6 +1569,24 @@ const FAMILY_CASES: &[(&str, &str, &str, &str)] = &[
         "from PIL import Image\nim = Image.new('RGB', (2, 2))\nprint(im.size)",
     ),
     (
+        "scipy's uarray unpickler returns any module attribute",
+        "from scipy._lib._uarray._backend import unpickle_function\nf = unpickle_function('os', 'system', None)",
+        "reflection",
+        "import scipy.fft\nprint(scipy.fft.fft([1.0, 0.0]))",
+    ),
+    (
+        "matplotlib's attribute context manager sets any attribute",
+        "import matplotlib.cbook as cb\nwith cb._setattr_cm(C, **{k: v}):\n    pass\n",
+        "reflection",
+        "import matplotlib.cbook as cb\nprint(cb.flatten([[1], [2]]))",
+    ),
+    (
+        "sympy's rs_fun calls a method named by a string",
+        "from sympy.polys.ring_series import rs_fun\nq = rs_fun(p, '__getattribute__', x, 4)",
+        "reflection",
+        "from sympy.polys.ring_series import rs_fun, _tan1\nq = rs_fun(p, _tan1, x, 4)",
+    ),
+    (
         "sympy compiles and runs C",
         "from sympy.utilities._compilation import compile_run_strings",
         "blocked_module",
