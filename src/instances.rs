@@ -128,8 +128,9 @@ fn reap_if_dead(dir: &Path) -> Option<Reaped> {
         }
     }
     detach_mounts_beneath(dir);
-    if let Err(e) = std::fs::remove_dir_all(dir) {
-        tracing::warn!(dir = %dir.display(), error = %e, "could not remove a dead instance's directory");
+    // Iterative and bounded: the dead instance's workspaces may hold a nest of any depth.
+    if let Err(e) = crate::workspace::remove_tree(dir) {
+        tracing::warn!(error = %e, "could not remove a dead instance's directory");
     }
     Some(Reaped {
         dir: dir.to_path_buf(),
