@@ -833,16 +833,19 @@ async fn docker_host_over_tls_verifies_both_ends() {
     let verified = handshakes.load(std::sync::atomic::Ordering::SeqCst);
     assert!(verified > 0, "no TLS handshake reached the engine");
 
+    // A client certificate is judged after the client's side of a TLS 1.3 handshake is
+    // done: the engine's alert (UnknownCA) may reach the client, or the connection may
+    // be gone before the first request is sent. Either way no engine answered.
     for (certs, why, said) in [
         (
             &wrong_ca,
             "the engine's certificate is not from ca.pem",
-            "UnknownIssuer",
+            &["UnknownIssuer"][..],
         ),
         (
             &rogue_client,
             "the engine does not trust cert.pem",
-            "UnknownCA",
+            &["UnknownCA", "connection was not ready", "connection closed"][..],
         ),
     ] {
         let server = start(&[
@@ -856,7 +859,8 @@ async fn docker_host_over_tls_verifies_both_ends() {
         assert_eq!(r["status"], "error", "{why}: {r}");
         assert_eq!(r["error"]["type"], "SandboxRefused", "{why}: {r}");
         assert!(stdout(&r).is_empty(), "{why}: {r}");
-        assert!(r.to_string().contains(said), "{why}: {r}");
+        let text = r.to_string();
+        assert!(said.iter().any(|s| text.contains(s)), "{why}: {r}");
         assert!(containers_of(server.pid).is_empty(), "{why}");
         server.stop().await;
     }
