@@ -3,39 +3,23 @@
 //! at start: key, lock, signed checkpoint, check what was not checked before) is measured
 //! beside the same for a 1,000-record log, a full `audit-verify` of the long log (what
 //! start-up used to cost), and the whole server's start to an answered MCP `initialize`
-//! with each log. Run with `cargo bench --bench audit`; `WARDEN_BENCH_QUICK=1` uses
-//! 20,000 records. Prints p50/p95 in milliseconds.
+//! with each log, beside the same run's references: the unsandboxed baseline server's
+//! start and a bare `python3 -c pass` (see `support`). Run with `cargo bench --bench
+//! audit`; `WARDEN_BENCH_QUICK=1` uses 20,000 records. Prints p50/p95 in milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceExt;
-use rmcp::transport::TokioChildProcess;
+use support::{Client, Stats, row, stats};
 use warden::audit::{AuditEvent, AuditLog};
-
-fn percentile(samples: &mut [Duration], p: f64) -> f64 {
-    samples.sort();
-    let idx = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[idx].as_secs_f64() * 1000.0
-}
-
-fn report(name: &str, samples: &mut [Duration]) {
-    println!(
-        "{name:<52} n={:<4} p50={:>8.2} ms  p95={:>8.2} ms",
-        samples.len(),
-        percentile(samples, 0.50),
-        percentile(samples, 0.95)
-    );
-}
 
 /// A data directory whose audit log holds `n` records (plus the genesis note).
 fn build(n: u64) -> tempfile::TempDir {
-    let data = tempfile::Builder::new()
-        .prefix("warden-bench-audit-")
-        .tempdir()
-        .unwrap();
-    warden::os::set_mode(data.path(), 0o711).unwrap();
+    let data = support::data_dir();
     let log = AuditLog::open(&data.path().join("audit"), "bench-writer");
     let started = Instant::now();
     for i in 0..n {
@@ -76,50 +60,97 @@ fn open_times(data: &Path, runs: usize) -> Vec<Duration> {
 }
 
 /// From spawning `warden serve` to its answer to `initialize`.
-async fn server_start(data: &Path, runs: usize) -> Vec<Duration> {
+async fn server_start(data: &Path, runs: usize) -> Stats {
     let mut out = Vec::new();
     for _ in 0..runs {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_warden"));
-        cmd.arg("serve")
-            .env("SANDBOX_DATA_DIR", data)
-            .env("SANDBOX_PYTHON", "/usr/bin/python3");
         let t = Instant::now();
-        let client = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+        let client = Client::warden_in(data, &[]).await;
         out.push(t.elapsed());
-        client.cancel().await.unwrap();
+        client.stop().await;
     }
-    out
+    stats(&out)
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
-    let quick = std::env::var_os("WARDEN_BENCH_QUICK").is_some();
-    let long = if quick { 20_000 } else { 1_000_000 };
-    let big = build(long);
+/// The references for a start: the unsandboxed baseline server's start to `initialize`,
+/// and a bare interpreter's start (`python3 -c pass`, what the native reference pays to
+/// exist), p50 in ms.
+async fn reference_starts(runs: usize) -> (Stats, f64) {
+    let scratch = tempfile::tempdir().unwrap();
+    let mut base = Vec::new();
+    let mut native = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        let client = Client::baseline(scratch.path()).await;
+        base.push(t.elapsed());
+        client.stop().await;
+        let t = Instant::now();
+        let ok = std::process::Command::new(support::PYTHON)
+            .args(["-c", "pass"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        native.push(t.elapsed());
+    }
+    (stats(&base), stats(&native).p50_ms)
+}
+
+fn main() {
+    if support::serve_baseline_if_asked() {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let long = support::n(1_000_000, 20_000);
+    let big = build(long as u64);
     let small = build(1_000);
-    let runs = if quick { 10 } else { 50 };
-    report(
+    let runs = support::n(50, 10);
+    row(
         &format!("open the audit log: {long} records"),
-        &mut open_times(big.path(), runs),
+        stats(&open_times(big.path(), runs)),
+        None,
+        None,
     );
-    report(
+    row(
         "open the audit log: 1000 records",
-        &mut open_times(small.path(), runs),
+        stats(&open_times(small.path(), runs)),
+        None,
+        None,
     );
     let t = Instant::now();
     let full = warden::audit::verify_dir(&big.path().join("audit")).unwrap();
     assert!(full.clean());
-    report(
+    row(
         &format!("full check (audit-verify): {} records", full.records),
-        &mut [t.elapsed()],
+        stats(&[t.elapsed()]),
+        None,
+        None,
     );
-    let runs = if quick { 3 } else { 10 };
-    report(
+    let runs = support::n(10, 3);
+    let (base, native) = reference_starts(runs).await;
+    row(
+        "baseline: python3 -c server start to initialize",
+        base,
+        None,
+        Some(native),
+    );
+    row(
         &format!("server start to initialize: {long} records"),
-        &mut server_start(big.path(), runs).await,
+        server_start(big.path(), runs).await,
+        Some(base),
+        Some(native),
     );
-    report(
+    row(
         "server start to initialize: 1000 records",
-        &mut server_start(small.path(), runs).await,
+        server_start(small.path(), runs).await,
+        Some(base),
+        Some(native),
     );
 }

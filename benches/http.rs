@@ -4,20 +4,17 @@
 //! Run with `cargo bench --bench http`; prints p50/p95 in milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 const CALLS: usize = 300;
-
-fn percentile(samples: &mut [Duration], p: f64) -> f64 {
-    samples.sort();
-    let idx = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[idx].as_secs_f64() * 1000.0
-}
 
 /// One POST; returns the response headers and body.
 fn post(addr: &str, headers: &[(&str, String)], body: &Value) -> (String, String) {
@@ -60,23 +57,13 @@ fn measure(addr: &str, headers: &[(&str, String)], stateless: bool, name: &str) 
             samples.push(took);
         }
     }
-    println!(
-        "{name:<52} n={:<4} p50={:>7.2} ms  p95={:>7.2} ms",
-        samples.len(),
-        percentile(&mut samples, 0.50),
-        percentile(&mut samples, 0.95)
-    );
+    support::row(name, support::stats(&samples), None, None);
 }
 
 fn main() {
-    let data = tempfile::Builder::new()
-        .prefix("warden-bench-")
-        .tempdir()
-        .unwrap();
-    warden::os::set_mode(data.path(), 0o711).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+    let data = support::data_dir();
+    let mut child = support::warden_command(support::warden_bin(), data.path())
         .args(["serve", "--http", "127.0.0.1:0"])
-        .env("SANDBOX_DATA_DIR", data.path())
         .env("WARDEN_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -5,43 +5,25 @@
 //! fewer samples. Prints p50/p95 in milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
+use support::{Client, row, stats};
 
-fn percentile(samples: &mut [Duration], p: f64) -> f64 {
-    samples.sort();
-    let idx = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[idx].as_secs_f64() * 1000.0
-}
-
-fn report(name: &str, samples: &mut [Duration]) {
-    println!(
-        "{name:<52} n={:<4} p50={:>7.2} ms  p95={:>7.2} ms",
-        samples.len(),
-        percentile(samples, 0.50),
-        percentile(samples, 0.95)
-    );
-}
-
-async fn call(client: &RunningService<rmcp::RoleClient, ()>, session: &str, code: &str) -> Value {
-    let Value::Object(map) = json!({"code": code, "session": session, "timeout_s": 120}) else {
-        unreachable!()
-    };
+async fn call(client: &Client, session: &str, code: &str) -> Value {
     client
-        .call_tool(CallToolRequestParams::new("execute_python").with_arguments(map))
+        .tool(
+            "execute_python",
+            json!({"code": code, "session": session, "timeout_s": 120}),
+        )
         .await
-        .unwrap()
-        .structured_content
-        .unwrap()
 }
 
 async fn timed(
-    client: &RunningService<rmcp::RoleClient, ()>,
+    client: &Client,
     session: &str,
     code: &str,
     runs: usize,
@@ -59,27 +41,17 @@ async fn timed(
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let runs = if std::env::var_os("WARDEN_BENCH_QUICK").is_some() {
-        50
-    } else {
-        500
-    };
-    let data = tempfile::Builder::new()
-        .prefix("warden-bench-")
-        .tempdir()
-        .unwrap();
-    warden::os::set_mode(data.path(), 0o711).unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_warden"));
-    cmd.arg("serve")
-        .env("SANDBOX_DATA_DIR", data.path())
-        .env("SANDBOX_PYTHON", "/usr/bin/python3");
-    let client = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    let runs = support::n(500, 50);
+    let client = Client::warden(&[]).await;
 
     let ok = |r: &Value| assert_eq!(r["stdout"], "2\n", "{r}");
     call(&client, "empty", "print(1 + 1)").await;
-    report(
+    let empty = timed(&client, "empty", "print(1 + 1)", runs, ok).await;
+    row(
         "warm print(1+1), empty workspace",
-        &mut timed(&client, "empty", "print(1 + 1)", runs, ok).await,
+        stats(&empty),
+        None,
+        None,
     );
 
     let made = call(
@@ -89,27 +61,33 @@ async fn main() {
     )
     .await;
     assert_eq!(made["files_total"], 10_000, "{made}");
-    report(
+    let big = timed(&client, "big", "print(1 + 1)", runs, |r| {
+        ok(r);
+        assert_eq!(r["files_total"], 0, "{r}");
+    })
+    .await;
+    row(
         "warm print(1+1), 10,000 files in the workspace",
-        &mut timed(&client, "big", "print(1 + 1)", runs, |r| {
-            ok(r);
-            assert_eq!(r["files_total"], 0, "{r}");
-        })
-        .await,
+        stats(&big),
+        None,
+        None,
     );
-    report(
+    let rewrite = timed(
+        &client,
+        "big",
+        "from pathlib import Path\nPath('d42/f42.csv').write_text('x')",
+        runs,
+        |r| {
+            assert_eq!(r["files_total"], 1, "{r}");
+            assert_eq!(r["files"][0]["path"], "d42/f42.csv", "{r}");
+        },
+    )
+    .await;
+    row(
         "rewrite one file of 10,000 (reported exactly)",
-        &mut timed(
-            &client,
-            "big",
-            "from pathlib import Path\nPath('d42/f42.csv').write_text('x')",
-            runs,
-            |r| {
-                assert_eq!(r["files_total"], 1, "{r}");
-                assert_eq!(r["files"][0]["path"], "d42/f42.csv", "{r}");
-            },
-        )
-        .await,
+        stats(&rewrite),
+        None,
+        None,
     );
-    client.cancel().await.unwrap();
+    client.stop().await;
 }

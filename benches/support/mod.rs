@@ -95,6 +95,21 @@ pub fn data_dir() -> tempfile::TempDir {
     data
 }
 
+/// The release warden binary cargo built for the benches.
+pub fn warden_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_warden"))
+}
+
+/// `bin` with the settings every bench server shares: its data in `data`, Debian's
+/// CPython, errors only on stderr. The caller adds the subcommand (`serve`, ...).
+pub fn warden_command(bin: &Path, data: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.env("SANDBOX_DATA_DIR", data)
+        .env("SANDBOX_PYTHON", PYTHON)
+        .env("WARDEN_LOG", "error");
+    cmd
+}
+
 /// An MCP client connected to a server process.
 pub struct Client {
     pub service: RunningService<RoleClient, ()>,
@@ -105,21 +120,31 @@ pub struct Client {
 impl Client {
     /// The release warden binary, `serve` over stdio, with `env` settings.
     pub async fn warden(env: &[(&str, &str)]) -> Client {
-        Client::warden_at(Path::new(env!("CARGO_BIN_EXE_warden")), env).await
+        Client::warden_at(warden_bin(), env).await
     }
 
-    /// Another warden binary (an earlier build, to compare), `serve` over stdio.
+    /// Another warden binary (an earlier build, to compare), `serve` over stdio, with a
+    /// data directory of its own.
     pub async fn warden_at(bin: &Path, env: &[(&str, &str)]) -> Client {
         let data = data_dir();
-        let mut cmd = tokio::process::Command::new(bin);
-        cmd.arg("serve")
-            .env("SANDBOX_DATA_DIR", data.path())
-            .env("SANDBOX_PYTHON", PYTHON)
-            .env("WARDEN_LOG", "error");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        Client::connect(cmd, Some(data)).await
+        let path = data.path().to_path_buf();
+        Client::serve(bin, &path, env, Some(data)).await
+    }
+
+    /// The release warden binary, `serve` over stdio, on an existing data directory.
+    pub async fn warden_in(data: &Path, env: &[(&str, &str)]) -> Client {
+        Client::serve(warden_bin(), data, env, None).await
+    }
+
+    async fn serve(
+        bin: &Path,
+        data: &Path,
+        env: &[(&str, &str)],
+        owned: Option<tempfile::TempDir>,
+    ) -> Client {
+        let mut cmd = warden_command(bin, data);
+        cmd.arg("serve").envs(env.iter().copied());
+        Client::connect(cmd.into(), owned).await
     }
 
     /// The unsandboxed `python3 -c` baseline server, working in `cwd`.
@@ -141,16 +166,23 @@ impl Client {
         }
     }
 
-    pub async fn call(&self, session: &str, code: &str) -> Value {
-        let serde_json::Value::Object(map) = json!({"code": code, "session": session}) else {
-            unreachable!()
+    /// Calls `tool` with `args` (a JSON object); returns the structured result.
+    pub async fn tool(&self, tool: &str, args: Value) -> Value {
+        let Value::Object(map) = args else {
+            panic!("tool arguments must be a JSON object: {args}")
         };
         let r = self
             .service
-            .call_tool(CallToolRequestParams::new("execute_python").with_arguments(map))
+            .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(map))
             .await
             .unwrap();
         r.structured_content.unwrap_or(Value::Null)
+    }
+
+    /// `execute_python` of `code` in `session`.
+    pub async fn call(&self, session: &str, code: &str) -> Value {
+        self.tool("execute_python", json!({"code": code, "session": session}))
+            .await
     }
 
     /// Times one call, checking that it printed `expect` (when given).
