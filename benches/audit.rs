@@ -96,15 +96,7 @@ async fn reference_starts(runs: usize) -> (Stats, f64) {
 }
 
 fn main() {
-    if support::serve_baseline_if_asked() {
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(run());
+    support::bench_main(run);
 }
 
 async fn run() {

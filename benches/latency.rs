@@ -27,15 +27,7 @@ use support::{Client, Stats, n, native_p50_ms, row, stats};
 const PRINT: &str = "print(1+1)";
 
 fn main() {
-    if support::serve_baseline_if_asked() {
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(run());
+    support::bench_main(run);
 }
 
 async fn run() {

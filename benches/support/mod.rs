@@ -280,6 +280,20 @@ print(json.dumps(samples[len(samples) // 2] * 1000))
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
+/// A bench's `main`: serves as the baseline server when this process was started as one,
+/// else runs `bench` on a two-thread runtime (two cores here).
+pub fn bench_main<F: std::future::Future<Output = ()>>(bench: impl FnOnce() -> F) {
+    if serve_baseline_if_asked() {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(bench());
+}
+
 /// Runs as the baseline server when `WARDEN_BENCH_ROLE=baseline-server`; returns false
 /// otherwise.
 pub fn serve_baseline_if_asked() -> bool {
