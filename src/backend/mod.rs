@@ -291,6 +291,17 @@ impl AnyBackend {
         }
     }
 
+    /// Kills every worker of this server at once, the first thing a shutdown does: for
+    /// the Docker backend, removes every container of this instance (the host backend's
+    /// workers are process groups, which the session layer kills directly).
+    pub async fn kill_all(&self) {
+        match self {
+            AnyBackend::Host(_) => {}
+            #[cfg(all(feature = "docker", target_os = "linux"))]
+            AnyBackend::Docker(b) => b.kill_all().await,
+        }
+    }
+
     pub async fn shutdown(&self) {
         match self {
             AnyBackend::Host(b) => b.shutdown().await,

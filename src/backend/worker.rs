@@ -3,9 +3,37 @@
 
 use std::time::Duration;
 
+use crate::backend::StartError;
 use crate::backend::host::spawn::{HostProcess, kill_group};
-use crate::backend::protocol::{Channel, InputFile, OutputTap, RunOutput, WorkerProcess};
+use crate::backend::protocol::{
+    Channel, Handshake, InputFile, OutputTap, RunOutput, WorkerProcess,
+};
 use crate::sandbox::report::SandboxReport;
+
+/// Hands a new worker its policy and waits for its handshake, whatever backend started
+/// it; each way the start can fail becomes the [`StartError`] a user reads, with how the
+/// process ended and the tail of its stderr when it died.
+pub async fn handshake(
+    channel: &mut Channel,
+    process: &mut impl WorkerProcess,
+    policy_json: &[u8],
+) -> Result<SandboxReport, StartError> {
+    channel.send_policy(policy_json).await?;
+    match channel.handshake().await {
+        Ok(report) => Ok(report),
+        Err(Handshake::Refused { wall, message }) => Err(StartError::Refused { wall, message }),
+        Err(Handshake::HelperGone) => Err(StartError::HelperDied {
+            status: process.wait_exit().await,
+            stderr: channel.stderr_tail().await,
+        }),
+        Err(Handshake::PythonGone) => Err(StartError::PythonDied {
+            status: process.wait_exit().await,
+            stderr: channel.stderr_tail().await,
+        }),
+        Err(Handshake::Unexpected(what)) => Err(StartError::Protocol(what)),
+        Err(Handshake::Io(e)) => Err(StartError::Io(e)),
+    }
+}
 
 /// The process behind a worker, per backend (static dispatch).
 pub enum WorkerProcessKind {
@@ -59,7 +87,7 @@ struct KillOnDrop {
 enum KillTarget {
     HostGroup(i32),
     #[cfg(all(feature = "docker", target_os = "linux"))]
-    Container(bollard::Docker, String),
+    Container(crate::backend::docker::container::Removal),
 }
 
 impl KillTarget {
@@ -67,9 +95,7 @@ impl KillTarget {
         match self {
             KillTarget::HostGroup(pid) => kill_group(*pid),
             #[cfg(all(feature = "docker", target_os = "linux"))]
-            KillTarget::Container(docker, id) => {
-                crate::backend::docker::container::remove_soon(docker, id);
-            }
+            KillTarget::Container(removal) => removal.fire(),
         }
     }
 }
@@ -263,9 +289,7 @@ impl Worker {
         match &self.process {
             WorkerProcessKind::Host(p) => KillTarget::HostGroup(p.pid()),
             #[cfg(all(feature = "docker", target_os = "linux"))]
-            WorkerProcessKind::Docker(p) => {
-                KillTarget::Container(p.docker().clone(), p.id().to_string())
-            }
+            WorkerProcessKind::Docker(p) => KillTarget::Container(p.removal()),
         }
     }
 

@@ -571,6 +571,18 @@ impl SessionManager {
                 switch.fire();
             }
         }
+        // The backend removes what it holds (containers) while the pool and the sessions
+        // close, not after them: a start the pool waits for must not hold that up.
+        tokio::join!(self.backend.kill_all(), self.close_all(sessions));
+        self.backend.shutdown().await;
+        self.audit.checkpoint_now();
+        if let Err(e) = crate::workspace::remove_tree(&self.instance_dir) {
+            tracing::warn!(error = %e, "could not remove this instance's directory");
+        }
+    }
+
+    /// Stops the warm pool and closes every session (shutdown).
+    async fn close_all(&self, sessions: Vec<Arc<Session>>) {
         self.pool.shutdown().await;
         for session in sessions {
             let wait = std::time::Duration::from_millis(300);
@@ -587,11 +599,6 @@ impl SessionManager {
             {
                 tracing::warn!(session = %session.key, error = %e, "could not remove a workspace");
             }
-        }
-        self.backend.shutdown().await;
-        self.audit.checkpoint_now();
-        if let Err(e) = crate::workspace::remove_tree(&self.instance_dir) {
-            tracing::warn!(error = %e, "could not remove this instance's directory");
         }
     }
 

@@ -14,7 +14,7 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use super::redteam::{breach, canary_env, cases, pwned_in_tmp, token};
-use super::{As, Net, Server, corpus, eventually, stdout};
+use super::{As, Net, Server, containers_of, corpus, eventually, stdout};
 
 fn image() -> String {
     std::env::var("WARDEN_TEST_IMAGE").unwrap_or_else(|_| "warden-sandbox:latest".into())
@@ -55,24 +55,6 @@ async fn start(extra: &[(&str, &str)]) -> Server {
     let env = docker_env(extra);
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     Server::start(&pairs).await
-}
-
-/// Ids of the containers a server process made, running or not.
-fn containers_of(server_pid: u32) -> Vec<String> {
-    let out = Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--no-trunc",
-            "--filter",
-            &format!("label=dev.warden.pid={server_pid}"),
-        ])
-        .output()
-        .expect("docker ps");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
 }
 
 fn inspect(id: &str) -> Value {
@@ -870,4 +852,89 @@ async fn docker_host_over_tls_verifies_both_ends() {
         "a refused certificate completed a handshake"
     );
     task.abort();
+}
+
+/// SIGTERM or SIGINT to a Docker-backed server with warm containers and a call in
+/// flight: the server ends within a second, and so does every container of its instance
+/// (judged by the instance's label, through the engine). The engine gets the same grace
+/// the host test gives the worker processes: until one second after the signal.
+async fn a_signal_ends_the_server_and_its_containers_within_a_second(signal: i32) {
+    use std::time::{Duration, Instant};
+    if !docker_ready() {
+        return;
+    }
+    let server = start(&[("SANDBOX_POOL_SIZE", "2")]).await;
+    let me = super::signals::identity(server.pid);
+    let idle = server.run("idle", "x = 1").await;
+    assert_eq!(idle["status"], "ok", "{idle}");
+    let instance =
+        inspect(&containers_of(server.pid)[0])["Config"]["Labels"]["dev.warden.instance"]
+            .as_str()
+            .expect("instance label")
+            .to_string();
+    let label = format!("dev.warden.instance={instance}");
+    let call = server.call(
+        "execute_python",
+        json!({
+            "session": "busy",
+            "code": "import time\nopen('/workspace/started-call', 'w').close()\ntime.sleep(60)",
+            "timeout_s": 100,
+        }),
+    );
+    let check = async {
+        let data = server.data_dir.path();
+        assert!(
+            eventually(30, || !super::find_files(data, "started-call").is_empty()).await,
+            "the call never started"
+        );
+        // The pool refills behind the session that took a warm container.
+        assert!(
+            eventually(30, || super::containers_labelled(&label).len() >= 4).await,
+            "idle, busy and two warm containers: {:?}",
+            super::containers_labelled(&label)
+        );
+        // SAFETY: a signal to the server this test started.
+        assert_eq!(unsafe { libc::kill(server.pid as i32, signal) }, 0);
+        let sent = Instant::now();
+        while super::is_alive(me) && sent.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let took = sent.elapsed();
+        assert!(!super::is_alive(me), "the server is still running");
+        assert!(
+            took < Duration::from_secs(1),
+            "signal {signal} took {took:?}"
+        );
+        let mut left = super::containers_labelled(&label);
+        while !left.is_empty() && sent.elapsed() < Duration::from_secs(1) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            left = super::containers_labelled(&label);
+        }
+        assert!(
+            left.is_empty(),
+            "signal {signal}: containers of instance {instance} left a second after it: {left:?}"
+        );
+    };
+    let (answer, ()) = tokio::join!(call, check);
+    // The call ends with the connection, or with its container removed just before.
+    if let Ok(r) = answer {
+        let r = r.structured_content.unwrap_or_default();
+        assert_ne!(r["status"], "ok", "the call ran to its end: {r}");
+    }
+    // And the sessions' workspaces (tmpfs mounts as root) went with it.
+    let sessions = server.data_dir.path().join("sessions");
+    let instances: Vec<_> = std::fs::read_dir(&sessions)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(instances.is_empty(), "signal {signal}: left {instances:?}");
+}
+
+#[tokio::test]
+async fn sigterm_with_a_call_in_flight_ends_the_server_and_its_containers_within_a_second() {
+    a_signal_ends_the_server_and_its_containers_within_a_second(libc::SIGTERM).await;
+}
+
+#[tokio::test]
+async fn sigint_with_a_call_in_flight_ends_the_server_and_its_containers_within_a_second() {
+    a_signal_ends_the_server_and_its_containers_within_a_second(libc::SIGINT).await;
 }

@@ -583,17 +583,51 @@ pub fn descendants(pid: u32) -> Vec<ProcId> {
     out
 }
 
-/// The live worker processes of a server (its descendants but the workspace keeper,
-/// which lives as long as the server).
+/// Whether `pid` is a server's workspace keeper (which lives as long as the server).
+pub fn is_keeper(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .any(|arg| arg == b"__workspace-keeper")
+}
+
+/// The live worker processes of a server on the host backend: its descendants but the
+/// workspace keeper (a worker is [`WORKER_PROCESSES`] processes and cannot make more).
+/// Its Docker workers are [`containers_of`] it.
 pub fn workers_of(server_pid: u32) -> Vec<ProcId> {
     descendants(server_pid)
         .into_iter()
-        .filter(|p| {
-            !std::fs::read(format!("/proc/{}/cmdline", p.pid))
-                .unwrap_or_default()
-                .split(|b| *b == 0)
-                .any(|arg| arg == b"__workspace-keeper")
-        })
+        .filter(|p| !is_keeper(p.pid))
+        .collect()
+}
+
+/// The Docker workers of a server: the ids of the containers the engine holds with its
+/// pid as their label, running or not. (Labels, not names: that is how the server itself
+/// and the next one's reaper find them.)
+pub fn containers_of(server_pid: u32) -> Vec<String> {
+    containers_labelled(&format!("dev.warden.pid={server_pid}"))
+}
+
+/// Ids of every container, running or not, with the label `label` (`key=value`).
+pub fn containers_labelled(label: &str) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--no-trunc",
+            "--filter",
+            &format!("label={label}"),
+        ])
+        .output()
+        .expect("docker ps");
+    assert!(
+        out.status.success(),
+        "docker ps: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
         .collect()
 }
 

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 
 use super::{
-    As, Net, ProcId, Server, WORKER_PROCESSES, both_modes, descendants, eventually, find_files,
-    stdout,
+    As, Net, Server, WORKER_PROCESSES, both_modes, descendants, eventually, find_files, is_keeper,
+    stdout, workers_of,
 };
 
 async fn start(who: As, env: &[(&str, &str)]) -> Server {
@@ -54,11 +54,6 @@ fn proc_info(pid: u32) -> Option<(char, u64, u32)> {
     Some((f.first()?.chars().next()?, ticks, uid))
 }
 
-fn is_keeper(pid: u32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .is_ok_and(|c| c.windows(18).any(|w| w == b"__workspace-keeper"))
-}
-
 /// The workspace keeper the server started, if workspaces are its tmpfs.
 fn keeper(server: &Server) -> Option<u32> {
     descendants(server.pid)
@@ -67,18 +62,9 @@ fn keeper(server: &Server) -> Option<u32> {
         .find(|p| is_keeper(*p))
 }
 
-/// The server's worker processes: everything it started but the workspace keeper (a
-/// worker is [`WORKER_PROCESSES`] processes and cannot make more).
-fn workers(server: &Server) -> Vec<ProcId> {
-    descendants(server.pid)
-        .into_iter()
-        .filter(|p| !is_keeper(p.pid))
-        .collect()
-}
-
 /// CPU ticks used so far by every worker process.
 fn workers_cpu(server: &Server) -> u64 {
-    workers(server)
+    workers_of(server.pid)
         .iter()
         .filter_map(|p| proc_info(p.pid))
         .map(|(_, ticks, _)| ticks)
@@ -131,9 +117,9 @@ async fn two_hundred_new_session_names_in_a_row_all_run() {
         doc["workers"]
     );
     assert!(
-        workers(&server).len() <= 16 * WORKER_PROCESSES,
+        workers_of(server.pid).len() <= 16 * WORKER_PROCESSES,
         "{:?}",
-        workers(&server)
+        workers_of(server.pid)
     );
     server.stop().await;
 }
@@ -174,7 +160,7 @@ async fn least_recently_used_workers_make_room_and_their_sessions_keep_their_fil
                     "the result says why: {r}"
                 );
             }
-            let live = workers(&server).len();
+            let live = workers_of(server.pid).len();
             assert!(
                 live <= 4 * WORKER_PROCESSES,
                 "{live} worker processes under a cap of 4"
@@ -338,7 +324,7 @@ async fn the_warm_pool_hands_out_frozen_workers_and_refills_after_a_burst() {
     assert!(filled, "the pool filled");
     // The warm workers wait frozen inside their walls, each with its own uid.
     let info = || -> Vec<(char, u64, u32)> {
-        workers(&server)
+        workers_of(server.pid)
             .iter()
             .filter_map(|p| proc_info(p.pid))
             .collect()
@@ -429,7 +415,7 @@ async fn between_calls_a_worker_is_frozen_and_its_threads_use_no_cpu() {
             )
             .await;
         assert_eq!(r["result"], "'started'", "{who:?}: {r}");
-        let procs = workers(&server);
+        let procs = workers_of(server.pid);
         assert!(!procs.is_empty(), "{who:?}");
         // The stop is sent before the result; each thread stops as soon as the kernel
         // next schedules it (at once, unless the machine is busy).

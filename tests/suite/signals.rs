@@ -11,7 +11,7 @@ use super::{
 };
 
 /// The server's own identity (pid and start time), so pid reuse cannot fool the test.
-fn identity(pid: u32) -> ProcId {
+pub fn identity(pid: u32) -> ProcId {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let rest = &stat[stat.rfind(')').unwrap() + 2..];
     let start = rest.split_whitespace().nth(19).unwrap().parse().unwrap();

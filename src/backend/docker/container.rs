@@ -20,7 +20,7 @@ use super::config::validate_container_config;
 use super::engine;
 use super::frames::{self, Decoder, Stream};
 use crate::backend::StartError;
-use crate::backend::protocol::{Channel, DRAIN_TIMEOUT, Handshake, WorkerProcess};
+use crate::backend::protocol::{Channel, DRAIN_TIMEOUT, WorkerProcess};
 use crate::sandbox::report::SandboxReport;
 
 /// How long a new container may take to start its worker.
@@ -30,10 +30,52 @@ const STREAM_BUFFER: usize = 256 << 10;
 /// Launcher diagnostics kept for error messages.
 const DIAGNOSTICS_CAP: usize = 8 << 10;
 
+/// Removes one worker container, from the call that holds it (a timeout) or from
+/// outside (a cancelled call, shutdown). Fired from outside, the worker's streams end at
+/// once (the demultiplexer stops), so the call waiting on them returns without waiting
+/// for the engine, which removes the container in the background.
+#[derive(Debug, Clone)]
+pub struct Removal {
+    docker: Docker,
+    id: String,
+    /// Tells the demultiplexer to end the worker's streams.
+    cut: Arc<tokio::sync::Notify>,
+    fired: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Removal {
+    /// From outside the call: removes the container and ends its streams now.
+    pub fn fire(&self) {
+        self.cut.notify_one();
+        self.remove();
+    }
+
+    /// Removes the container; its streams end when the engine has removed it, so what
+    /// the worker printed until then is still read (a timeout returns it).
+    fn remove(&self) {
+        if !self.fired.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            remove_soon(&self.docker, &self.id);
+        }
+    }
+
+    fn fired(&self) -> bool {
+        self.fired.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
 /// A running worker container.
 pub struct DockerProcess {
     docker: Docker,
     id: String,
+    removal: Removal,
     /// The container's stdin, in frames: the launcher's orders go here, in order with
     /// the requests the protocol [`Channel`] writes.
     input: UnboundedSender<Vec<u8>>,
@@ -42,7 +84,6 @@ pub struct DockerProcess {
     host_pid: Option<i32>,
     /// What the launcher printed on the container's stderr (start-up failures).
     diagnostics: Arc<Mutex<Vec<u8>>>,
-    removed: bool,
 }
 
 impl DockerProcess {
@@ -52,6 +93,11 @@ impl DockerProcess {
 
     pub fn docker(&self) -> &Docker {
         &self.docker
+    }
+
+    /// What removes this container, from here or from elsewhere.
+    pub fn removal(&self) -> Removal {
+        self.removal.clone()
     }
 
     /// The container's init process on this machine, when the engine is local.
@@ -142,10 +188,7 @@ pub fn remove_soon(docker: &Docker, id: &str) {
 impl WorkerProcess for DockerProcess {
     /// Removes the container (SIGKILL to everything in it first).
     fn kill(&mut self) {
-        if !self.removed {
-            self.removed = true;
-            remove_soon(&self.docker, &self.id);
-        }
+        self.removal.remove();
     }
 
     /// The launcher stops the worker's process group (SIGSTOP: the worker can neither
@@ -161,6 +204,10 @@ impl WorkerProcess for DockerProcess {
     }
 
     async fn wait_exit(&mut self) -> String {
+        if self.removal.fired() {
+            // Its removal is under way: nothing to wait for, and a shutdown cannot wait.
+            return format!("the container was removed{}", self.diagnostics());
+        }
         let inspect = async {
             for _ in 0..20 {
                 match self.docker.inspect_container(&self.id, None).await {
@@ -221,31 +268,20 @@ pub async fn start(
     let (input, queue) = unbounded_channel();
     let mut process = DockerProcess {
         docker: docker.clone(),
-        id: created.id,
+        id: created.id.clone(),
+        removal: Removal {
+            docker: docker.clone(),
+            id: created.id,
+            cut: Arc::default(),
+            fired: Arc::default(),
+        },
         input,
         host_pid: None,
         diagnostics: Arc::new(Mutex::new(Vec::new())),
-        removed: false,
     };
     let mut channel = attach_and_start(&process, queue).await?;
     process.host_pid = local_pid(docker, &process.id).await;
-    let handshake = async {
-        channel.send_policy(policy_json).await?;
-        match channel.handshake().await {
-            Ok(report) => Ok(report),
-            Err(Handshake::Refused { wall, message }) => Err(StartError::Refused { wall, message }),
-            Err(Handshake::HelperGone) => Err(StartError::HelperDied {
-                status: process.wait_exit().await,
-                stderr: channel.stderr_tail().await,
-            }),
-            Err(Handshake::PythonGone) => Err(StartError::PythonDied {
-                status: process.wait_exit().await,
-                stderr: channel.stderr_tail().await,
-            }),
-            Err(Handshake::Unexpected(what)) => Err(StartError::Protocol(what)),
-            Err(Handshake::Io(e)) => Err(StartError::Io(e)),
-        }
-    };
+    let handshake = crate::backend::worker::handshake(&mut channel, &mut process, policy_json);
     match tokio::time::timeout(START_TIMEOUT, handshake).await {
         Ok(Ok(report)) => Ok((channel, process, report)),
         Ok(Err(e)) => Err(e),
@@ -329,6 +365,7 @@ async fn attach_and_start(
         attached.output,
         [resp_tx, out_tx, err_tx],
         process.diagnostics.clone(),
+        process.removal.cut.clone(),
     ));
     tokio::spawn(pump(queue, attached.input));
     Ok(Channel::new(
@@ -345,54 +382,85 @@ type Output = std::pin::Pin<
 type Sink = tokio::io::WriteHalf<tokio::io::SimplexStream>;
 
 /// Splits the container's stdout frames into the three worker streams; the container's
-/// stderr is the launcher's own diagnostics. Ends (closing every stream) when the
-/// container's output ends or breaks the framing.
-async fn demux(mut output: Output, sinks: [Sink; 3], diagnostics: Arc<Mutex<Vec<u8>>>) {
+/// stderr is the launcher's own diagnostics. Ends (closing every stream, so the reader
+/// sees end of file) when the container's output ends or breaks the framing, or when
+/// `cut` is notified (the container is being removed).
+async fn demux(
+    mut output: Output,
+    sinks: [Sink; 3],
+    diagnostics: Arc<Mutex<Vec<u8>>>,
+    cut: Arc<tokio::sync::Notify>,
+) {
     let mut sinks: [Option<Sink>; 3] = sinks.map(Some);
     let mut decoder = Decoder::default();
-    while let Some(item) = output.next().await {
+    loop {
+        let item = tokio::select! {
+            item = output.next() => item,
+            () = cut.notified() => break,
+        };
         let bytes = match item {
-            Ok(LogOutput::StdOut { message }) => message,
-            Ok(LogOutput::StdErr { message }) => {
+            None => break,
+            Some(Ok(LogOutput::StdOut { message })) => message,
+            Some(Ok(LogOutput::StdErr { message })) => {
                 if let Ok(mut d) = diagnostics.lock() {
                     let room = DIAGNOSTICS_CAP.saturating_sub(d.len());
                     d.extend_from_slice(&message[..message.len().min(room)]);
                 }
                 continue;
             }
-            Ok(_) => continue,
-            Err(e) => {
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => {
                 tracing::debug!(error = %e, "container output ended");
                 break;
             }
         };
-        let frames = match decoder.feed(&bytes) {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::warn!(error = %e, "container output is not framed; closing it");
-                break;
+        if !deliver(&mut decoder, &bytes, &mut sinks).await {
+            break;
+        }
+    }
+    for sink in &mut sinks {
+        close(sink).await;
+    }
+}
+
+/// Writes the frames in `bytes` to their streams; false when the output must end (not
+/// the launcher's framing).
+async fn deliver(decoder: &mut Decoder, bytes: &[u8], sinks: &mut [Option<Sink>; 3]) -> bool {
+    let frames = match decoder.feed(bytes) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(error = %e, "container output is not framed; closing it");
+            return false;
+        }
+    };
+    for frame in frames {
+        let slot = match frame.stream {
+            Stream::Responses => 0,
+            Stream::Stdout => 1,
+            Stream::Stderr => 2,
+            other => {
+                tracing::warn!(stream = ?other, "the container sent a frame only the server sends; closing it");
+                return false;
             }
         };
-        for frame in frames {
-            let slot = match frame.stream {
-                Stream::Responses => 0,
-                Stream::Stdout => 1,
-                Stream::Stderr => 2,
-                other => {
-                    tracing::warn!(stream = ?other, "the container sent a frame only the server sends; closing it");
-                    return;
-                }
-            };
-            if frame.payload.is_empty() {
-                sinks[slot] = None;
-                continue;
-            }
-            if let Some(sink) = sinks[slot].as_mut()
-                && sink.write_all(&frame.payload).await.is_err()
-            {
-                sinks[slot] = None;
-            }
+        if frame.payload.is_empty() {
+            close(&mut sinks[slot]).await;
+            continue;
         }
+        if let Some(sink) = sinks[slot].as_mut()
+            && sink.write_all(&frame.payload).await.is_err()
+        {
+            sinks[slot] = None;
+        }
+    }
+    true
+}
+
+/// Ends one stream: its reader sees end of file once it has read what was written
+/// (dropping a split simplex's write half alone would leave the reader waiting).
+async fn close(sink: &mut Option<Sink>) {
+    if let Some(mut sink) = sink.take() {
+        let _ = sink.shutdown().await;
     }
 }
 

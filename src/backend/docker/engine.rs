@@ -145,9 +145,11 @@ pub async fn remove_instance(docker: &Docker, instance: &str) {
         ..Default::default()
     };
     if let Ok(list) = docker.list_containers(Some(options)).await {
-        for id in list.into_iter().filter_map(|c| c.id) {
+        // All at once: a signal gives the whole shutdown less than a second.
+        let removals = list.into_iter().filter_map(|c| c.id).map(|id| async move {
             remove(docker, &id).await;
-        }
+        });
+        futures_util::future::join_all(removals).await;
     }
 }
 

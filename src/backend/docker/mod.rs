@@ -76,6 +76,8 @@ pub(crate) struct Inner {
     user: (u32, u32),
     /// How workspaces are capped (`SANDBOX_DISK_LIMIT`), as the start-up query found.
     quota: Quota,
+    /// The server is shutting down: no container is created any more.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 fn running_as_root() -> bool {
@@ -152,6 +154,7 @@ impl DockerBackend {
             instance_dir: instance_dir.to_path_buf(),
             user,
             quota: Quota::Unavailable(String::new()),
+            closing: std::sync::atomic::AtomicBool::new(false),
         };
         let (runtime, quota) = query::query_image(&inner).await.map_err(Unavailable)?;
         if let Quota::Unavailable(why) = &quota {
@@ -163,6 +166,16 @@ impl DockerBackend {
         Ok(DockerBackend {
             inner: Arc::new(inner),
         })
+    }
+
+    /// Shutdown begins: no container is created from now on, and every container of
+    /// this instance is removed, all at once (a signal gives the server a second).
+    pub async fn kill_all(&self) {
+        let inner = &self.inner;
+        inner
+            .closing
+            .store(true, std::sync::atomic::Ordering::Release);
+        engine::remove_instance(&inner.docker, &inner.owner.instance).await;
     }
 }
 
@@ -221,6 +234,11 @@ impl Inner {
         workspace: &Path,
         grants: &[Grant],
     ) -> Result<Worker, StartError> {
+        let closing = || self.closing.load(std::sync::atomic::Ordering::Acquire);
+        let shutting_down = || StartError::Engine("the server is shutting down".into());
+        if closing() {
+            return Err(shutting_down());
+        }
         let bound = bind_grants(grants)?;
         let config = config::container_config(&self.plan(role, workspace, &bound));
         let policy = serde_json::to_vec(&self.policy(grants))
@@ -228,6 +246,10 @@ impl Inner {
         let name = container::container_name(&self.owner.instance, role);
         let (channel, process, report) =
             container::start(&self.docker, config, &name, &policy).await?;
+        if closing() {
+            // Created while shutdown swept: dropping `process` removes it.
+            return Err(shutting_down());
+        }
         let report = self.judge_report(report, &process)?;
         Ok(Worker::new(
             channel,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::net::unix::pipe;
 use tokio::process::Child;
 
-use crate::backend::protocol::{Channel, DRAIN_TIMEOUT, Handshake, WorkerProcess};
+use crate::backend::protocol::{Channel, DRAIN_TIMEOUT, WorkerProcess};
 use crate::backend::{StartError, Worker, WorkerProcessKind};
 use crate::sandbox::helper::{REQUEST_FD, RESPONSE_FD};
 use crate::sandbox::policy::WorkerPolicy;
@@ -255,21 +255,7 @@ pub async fn spawn(
     let startup = async {
         let policy_json =
             serde_json::to_vec(policy).map_err(|e| StartError::Protocol(format!("policy: {e}")))?;
-        channel.send_policy(&policy_json).await?;
-        match channel.handshake().await {
-            Ok(report) => Ok(report),
-            Err(Handshake::Refused { wall, message }) => Err(StartError::Refused { wall, message }),
-            Err(Handshake::HelperGone) => Err(StartError::HelperDied {
-                status: process.wait_exit().await,
-                stderr: channel.stderr_tail().await,
-            }),
-            Err(Handshake::PythonGone) => Err(StartError::PythonDied {
-                status: process.wait_exit().await,
-                stderr: channel.stderr_tail().await,
-            }),
-            Err(Handshake::Unexpected(what)) => Err(StartError::Protocol(what)),
-            Err(Handshake::Io(e)) => Err(StartError::Io(e)),
-        }
+        crate::backend::worker::handshake(&mut channel, &mut process, &policy_json).await
     };
     let report = match tokio::time::timeout(SPAWN_TIMEOUT, startup).await {
         Ok(Ok(report)) => report,
