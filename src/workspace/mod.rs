@@ -79,6 +79,25 @@ pub fn shown_path(raw: &[u8]) -> (String, bool) {
     (format!("{head}…{}", &shown[tail_start..]), true)
 }
 
+/// One change, by raw path (shown escaped only when the report is built).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawChange {
+    pub path: Vec<u8>,
+    pub change: Change,
+    pub kind: EntryKind,
+    pub size: u64,
+}
+
+/// What one tracker report found (each OS's [`Tracker`] makes it its own way).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Every change, in path order (files, links and others; not directories: a new
+    /// directory shows through what is in it).
+    pub changes: Vec<RawChange>,
+    /// Why changes may be missing (parts of the workspace are beyond what is tracked).
+    pub incomplete: Option<String>,
+}
+
 /// A call's change report as a result carries it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Summary {
@@ -90,8 +109,8 @@ pub struct Summary {
     pub incomplete: Option<String>,
 }
 
-impl From<tracker::Report> for Summary {
-    fn from(report: tracker::Report) -> Summary {
+impl From<Report> for Summary {
+    fn from(report: Report) -> Summary {
         let total = report.changes.len() as u64;
         let files = report
             .changes

@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{Change, EntryKind};
+use super::{Change, EntryKind, RawChange, Report};
 
 /// Most entries tracked in one workspace; past it the report says so.
 pub const MAX_TRACKED: usize = 200_000;
@@ -26,25 +26,6 @@ impl Watcher {
     pub fn new() -> Arc<Watcher> {
         Arc::new(Watcher)
     }
-}
-
-/// One change, by raw path (shown escaped only when the report is built).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawChange {
-    pub path: Vec<u8>,
-    pub change: Change,
-    pub kind: EntryKind,
-    pub size: u64,
-}
-
-/// What one report found.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Report {
-    /// Every change, in path order (not directories: a new directory shows through what
-    /// is in it).
-    pub changes: Vec<RawChange>,
-    /// Why changes may be missing (parts of the workspace are beyond what is tracked).
-    pub incomplete: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

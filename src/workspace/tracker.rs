@@ -20,7 +20,7 @@ use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::io::Errno;
 
 use super::fsops::{self, Stamp};
-use super::{Change, EntryKind};
+use super::{Change, EntryKind, RawChange, Report};
 
 /// Most entries (files, directories, links) tracked per workspace. The default disk quota
 /// gives a workspace about 131,000 inodes, so the limit is reached only past it.
@@ -213,25 +213,6 @@ fn depth_of(path: &[u8]) -> usize {
     } else {
         memchr::memchr_iter(b'/', path).count() + 1
     }
-}
-
-/// One change, by raw path (shown escaped only when the report is built).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawChange {
-    pub path: Vec<u8>,
-    pub change: Change,
-    pub kind: EntryKind,
-    pub size: u64,
-}
-
-/// What one report found.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Report {
-    /// Every change, in path order (files, links and others; not directories: a new
-    /// directory shows through what is in it).
-    pub changes: Vec<RawChange>,
-    /// Why changes may be missing (parts of the workspace are beyond what is tracked).
-    pub incomplete: Option<String>,
 }
 
 /// One workspace's tracked state.
