@@ -270,32 +270,31 @@ pub fn remove_tree(path: &Path) -> Result<(), RemoveError> {
     }
 }
 
+/// Builders the workspace's unit tests share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::ffi::CStr;
+    use std::path::Path;
+
+    use rustix::fs::{Mode, OFlags};
+
+    /// A nest `depth` levels deep of directories named `d` under `root`, with the file
+    /// `leaf` at the bottom; made iteratively, one descriptor at a time.
+    pub(crate) fn nest(root: &Path, depth: usize, leaf: &CStr) {
+        let dir = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let mut cur = rustix::fs::open(root, dir, Mode::empty()).unwrap();
+        for _ in 0..depth {
+            rustix::fs::mkdirat(&cur, c"d", Mode::from_raw_mode(0o755)).unwrap();
+            cur = rustix::fs::openat(&cur, c"d", dir, Mode::empty()).unwrap();
+        }
+        let file = OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC;
+        rustix::fs::openat(&cur, leaf, file, Mode::from_raw_mode(0o644)).unwrap();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A nest `depth` levels deep of one-letter directories, made iteratively.
-    fn nest(root: &Path, depth: usize) {
-        let mut cur =
-            rustix::fs::open(root, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
-        for _ in 0..depth {
-            rustix::fs::mkdirat(&cur, c"d", Mode::from_raw_mode(0o755)).unwrap();
-            cur = rustix::fs::openat(
-                &cur,
-                c"d",
-                OFlags::RDONLY | OFlags::DIRECTORY,
-                Mode::empty(),
-            )
-            .unwrap();
-        }
-        rustix::fs::openat(
-            &cur,
-            c"leaf\xff",
-            OFlags::CREATE | OFlags::WRONLY,
-            Mode::from_raw_mode(0o644),
-        )
-        .unwrap();
-    }
 
     /// Deeper than `std::fs::remove_dir_all` survives (it overflowed the stack at about
     /// 18,000; the 100,000-deep case runs in the integration tests, on a tmpfs).
@@ -304,7 +303,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("ws");
         std::fs::create_dir(&root).unwrap();
-        nest(&root, 25_000);
+        test_support::nest(&root, 25_000, c"leaf\xff");
         remove_tree(&root).unwrap();
         assert!(!root.exists());
     }

@@ -187,38 +187,14 @@ fn past_the_limit_the_report_says_so_and_invents_nothing() {
 /// tracked to the depth limit, said so, and no crash.
 #[test]
 fn a_deep_nest_is_tracked_to_its_limit_and_said_so() {
-    use rustix::fs::{Mode, OFlags};
     for watcher in both() {
         let dir = tempfile::tempdir().unwrap();
         let mut t = Tracker::new(dir.path(), watcher);
-        let mut cur = rustix::fs::open(
-            dir.path(),
-            OFlags::RDONLY | OFlags::DIRECTORY,
-            Mode::empty(),
-        )
-        .unwrap();
-        for _ in 0..3_000 {
-            rustix::fs::mkdirat(&cur, c"d", Mode::from_raw_mode(0o755)).unwrap();
-            cur = rustix::fs::openat(
-                &cur,
-                c"d",
-                OFlags::RDONLY | OFlags::DIRECTORY,
-                Mode::empty(),
-            )
-            .unwrap();
-        }
-        rustix::fs::openat(
-            &cur,
-            c"leaf",
-            OFlags::CREATE | OFlags::WRONLY,
-            Mode::from_raw_mode(0o644),
-        )
-        .unwrap();
+        crate::workspace::fsops::test_support::nest(dir.path(), 3_000, c"leaf");
         std::fs::write(dir.path().join("top.txt"), "x").unwrap();
         let r = t.report();
         assert_eq!(summary(&r), vec![("top.txt".to_string(), Change::Created)]);
         assert!(r.incomplete.unwrap().contains("deeper than 64"));
-        drop(cur);
         crate::workspace::remove_tree(&dir.path().join("d")).unwrap();
         let r = t.report();
         assert!(r.changes.is_empty(), "{:?}", summary(&r));
