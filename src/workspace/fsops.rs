@@ -33,6 +33,8 @@ pub struct Stamp {
     /// restored mtime still shows.
     pub ctime: (i64, i64),
     pub ino: u64,
+    /// Hard links: a change through one name is a change of every name.
+    pub nlink: u64,
 }
 
 fn kind_of(mode: u32) -> EntryKind {
@@ -44,6 +46,8 @@ fn kind_of(mode: u32) -> EntryKind {
     }
 }
 
+// st_nlink is u64 on x86_64 and u32 on arm64.
+#[allow(clippy::unnecessary_cast)]
 fn stamp_of(st: &rustix::fs::Stat) -> Stamp {
     let kind = kind_of(st.st_mode);
     Stamp {
@@ -56,6 +60,7 @@ fn stamp_of(st: &rustix::fs::Stat) -> Stamp {
         mtime: (st.st_mtime, st.st_mtime_nsec as i64),
         ctime: (st.st_ctime, st.st_ctime_nsec as i64),
         ino: st.st_ino,
+        nlink: st.st_nlink as u64,
     }
 }
 

@@ -3,7 +3,20 @@
 //! only the names the kernel reported are looked at again, so a warm call costs the same
 //! in a workspace of ten files or a hundred thousand. A full, bounded rescan happens when
 //! the kernel's event queue overflowed, when a watch cannot be added (then every report is
-//! a rescan), or when the tracked area hit a limit and may have room again.
+//! a rescan, and the log says why), or when the tracked area hit a limit and may have room
+//! again.
+//!
+//! What no event announces, and how it is still seen:
+//! - a write through a shared `mmap` makes no event. A file that is open (an `IN_OPEN`
+//!   without its `IN_CLOSE_*` yet, as a live mapping keeps it) is looked at again on every
+//!   report, and its release after the last unmap is an `IN_CLOSE_WRITE`. What shows is
+//!   what its stamp shows: the kernel moves the mtime on the first write to a page after
+//!   it was cleaned (or, on tmpfs, first mapped writable), not on every store, so a store
+//!   to a page already written since the last report changes nothing that can be seen
+//!   without reading the file.
+//! - a change through one hard link is announced for that name only: every other tracked
+//!   name of the same inode is looked at with it (an index by inode of the files with more
+//!   than one link).
 //!
 //! Honesty rules: a deletion is reported only when the name was looked up and is gone, or
 //! when a rescan listed its whole directory without it; never because a walk stopped
@@ -30,14 +43,19 @@ pub const MAX_DEPTH: usize = 64;
 /// More touched names than this in one call: a rescan is cheaper than looking at each.
 const MAX_DIRTY: usize = 50_000;
 
+/// No `DONT_FOLLOW`: the watch is added through `/proc/self/fd/N`, a magic link that must
+/// be followed to reach the open directory (with it, every watch failed with `ENOTDIR`
+/// and every report was a full rescan). Following it cannot be redirected: it leads to
+/// the descriptor's own directory, whatever its path has become.
 const WATCH: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::DELETE)
     .union(WatchFlags::MODIFY)
     .union(WatchFlags::ATTRIB)
+    .union(WatchFlags::OPEN)
     .union(WatchFlags::CLOSE_WRITE)
+    .union(WatchFlags::CLOSE_NOWRITE)
     .union(WatchFlags::MOVED_FROM)
     .union(WatchFlags::MOVED_TO)
-    .union(WatchFlags::DONT_FOLLOW)
     .union(WatchFlags::EXCL_UNLINK)
     .union(WatchFlags::ONLYDIR);
 
@@ -47,6 +65,8 @@ struct Pending {
     /// Relative paths of the names an event was about, and whether one of the events
     /// said the name was created (or moved in) there.
     dirty: BTreeMap<Vec<u8>, bool>,
+    /// Opens minus closes of files, by name, since the last report.
+    opened: HashMap<Vec<u8>, i64>,
     overflow: bool,
 }
 
@@ -99,39 +119,45 @@ impl Watcher {
 
     /// Watches the open directory `dir` (by its descriptor, never by a path the code
     /// could redirect) as `rel` of tracker `id`.
-    fn add(&self, id: u64, dir: BorrowedFd<'_>, rel: &[u8]) -> Option<i32> {
-        let fd = self.fd.as_ref()?;
+    /// (A directory already watched under another name, after a rename, keeps its watch
+    /// descriptor: the watch then belongs to the new name.)
+    fn add(&self, id: u64, dir: BorrowedFd<'_>, rel: &[u8]) -> Result<i32, Errno> {
+        let fd = self.fd.as_ref().ok_or(Errno::NOSYS)?;
         let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
-        let wd = inotify::add_watch(fd, path, WATCH).ok()?;
+        let wd = inotify::add_watch(fd, path, WATCH)?;
         if let Ok(mut t) = self.table.lock() {
             t.by_wd.insert(wd, (id, rel.to_vec()));
         }
-        Some(wd)
+        Ok(wd)
     }
 
-    fn remove(&self, wd: i32) {
+    /// Stops watching `wd` as `rel`; a watch that now belongs to another name (the
+    /// directory was renamed and watched again under it) stays.
+    fn remove(&self, wd: i32, rel: &[u8]) {
+        let Ok(mut t) = self.table.lock() else { return };
+        if t.by_wd.get(&wd).is_some_and(|(_, r)| r != rel) {
+            return;
+        }
+        t.by_wd.remove(&wd);
         if let Some(fd) = &self.fd {
             let _ = inotify::remove_watch(fd, wd);
-        }
-        if let Ok(mut t) = self.table.lock() {
-            t.by_wd.remove(&wd);
         }
     }
 
     fn unregister(&self, id: u64) {
-        let wds: Vec<i32> = match self.table.lock() {
+        let wds: Vec<(i32, Vec<u8>)> = match self.table.lock() {
             Ok(mut t) => {
                 t.pending.remove(&id);
                 t.by_wd
                     .iter()
                     .filter(|(_, (owner, _))| *owner == id)
-                    .map(|(wd, _)| *wd)
+                    .map(|(wd, (_, rel))| (*wd, rel.clone()))
                     .collect()
             }
             Err(_) => return,
         };
-        for wd in wds {
-            self.remove(wd);
+        for (wd, rel) in wds {
+            self.remove(wd, &rel);
         }
     }
 
@@ -167,12 +193,25 @@ impl Watcher {
                 _ => dir,
             };
             let created = flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO);
+            // Opens and closes of files (not of directories: listing one is no change).
+            let opened = match flags {
+                f if f.contains(ReadFlags::ISDIR) => 0,
+                f if f.contains(ReadFlags::OPEN) => 1,
+                f if f.intersects(ReadFlags::CLOSE_WRITE | ReadFlags::CLOSE_NOWRITE) => -1,
+                _ => 0,
+            };
             if let Some(p) = t.pending.get_mut(&id) {
-                if p.dirty.len() < MAX_DIRTY {
-                    *p.dirty.entry(path).or_default() |= created;
-                } else {
+                if p.dirty.len() + p.opened.len() >= MAX_DIRTY {
                     p.overflow = true;
+                    continue;
                 }
+                if opened != 0 {
+                    *p.opened.entry(path.clone()).or_default() += opened;
+                }
+                if flags.intersects(ReadFlags::OPEN | ReadFlags::CLOSE_NOWRITE) {
+                    continue; // opening or reading a file changes nothing by itself
+                }
+                *p.dirty.entry(path).or_default() |= created;
             }
         }
     }
@@ -221,6 +260,13 @@ pub struct Tracker {
     watcher: Arc<Watcher>,
     id: u64,
     entries: BTreeMap<Vec<u8>, Stamp>,
+    /// Inode → its tracked names, for files with more than one link.
+    links: HashMap<u64, BTreeSet<Vec<u8>>>,
+    /// Files open now (opens minus closes the kernel reported): looked at on every
+    /// report, since a write through a mapping of one makes no event.
+    open: HashMap<Vec<u8>, i64>,
+    /// Full rescans so far (tests check that a warm report makes none).
+    rescans: u64,
     /// Directory → its watch.
     wds: HashMap<Vec<u8>, i32>,
     /// Directories whose every entry is tracked: only there can a name missing from a
@@ -228,6 +274,8 @@ pub struct Tracker {
     complete: BTreeSet<Vec<u8>>,
     /// A watch could not be added: every report rescans.
     polling: bool,
+    /// The log said so already.
+    warned: bool,
     /// Why the tracked state is not the whole workspace.
     limit: Option<String>,
     /// [`MAX_TRACKED`] and [`MAX_DEPTH`] (smaller in tests).
@@ -258,9 +306,13 @@ impl Tracker {
         let mut t = Tracker {
             root: root.to_path_buf(),
             polling: watcher.fd.is_none(),
+            warned: false,
             watcher,
             id,
             entries: BTreeMap::new(),
+            links: HashMap::new(),
+            open: HashMap::new(),
+            rescans: 0,
             wds: HashMap::new(),
             complete: BTreeSet::new(),
             limit: None,
@@ -304,11 +356,26 @@ impl Tracker {
             self.watcher.drain();
             let pending = self.watcher.take(self.id);
             if pending.overflow {
+                // Which files stay open is not known either: none is assumed.
+                self.open.clear();
                 changes = self.rescan();
             } else if let Some(root) = self.open_root() {
-                for (path, created) in &pending.dirty {
-                    self.refresh(root.as_fd(), path, *created, &mut changes);
+                let mut dirty = pending.dirty;
+                for (path, delta) in pending.opened {
+                    let n = self.open.entry(path).or_default();
+                    *n += delta;
                 }
+                self.open.retain(|_, n| *n > 0);
+                for path in self.open.keys() {
+                    dirty.entry(path.clone()).or_default();
+                }
+                let mut seen = BTreeSet::new();
+                for (path, created) in &dirty {
+                    self.refresh_linked(root.as_fd(), path, *created, &mut seen, &mut changes);
+                }
+                // A name renamed or removed while open is closed under another name.
+                let entries = &self.entries;
+                self.open.retain(|p, _| entries.contains_key(p));
             }
         }
         changes.sort_by(|a, b| a.path.cmp(&b.path));
@@ -331,6 +398,64 @@ impl Tracker {
             Err(e) => {
                 self.limit = Some(format!("the workspace could not be opened ({e})"));
                 None
+            }
+        }
+    }
+
+    /// [`Tracker::refresh`], and then every other tracked name of a changed file with
+    /// more than one link (each name once per report: `seen`).
+    fn refresh_linked(
+        &mut self,
+        root: BorrowedFd<'_>,
+        path: &[u8],
+        created: bool,
+        seen: &mut BTreeSet<Vec<u8>>,
+        out: &mut Vec<RawChange>,
+    ) {
+        let mut queue = vec![(path.to_vec(), created)];
+        while let Some((path, created)) = queue.pop() {
+            if !seen.insert(path.clone()) {
+                continue;
+            }
+            let before = self.entries.get(&path).copied();
+            self.refresh(root, &path, created, out);
+            let after = self.entries.get(&path).copied();
+            if before == after {
+                continue;
+            }
+            for stamp in [before, after].into_iter().flatten() {
+                if let Some(names) = self.links.get(&stamp.ino) {
+                    queue.extend(names.iter().map(|n| (n.clone(), false)));
+                }
+            }
+        }
+    }
+
+    /// Tracks `path` as `stamp` (keeping the index of hard links).
+    fn put(&mut self, path: &[u8], stamp: Stamp) {
+        if let Some(old) = self.entries.insert(path.to_vec(), stamp) {
+            self.unlink_index(path, old);
+        }
+        if stamp.kind != EntryKind::Dir && stamp.nlink > 1 {
+            self.links
+                .entry(stamp.ino)
+                .or_default()
+                .insert(path.to_vec());
+        }
+    }
+
+    /// Stops tracking `path`.
+    fn drop_entry(&mut self, path: &[u8]) -> Option<Stamp> {
+        let old = self.entries.remove(path)?;
+        self.unlink_index(path, old);
+        Some(old)
+    }
+
+    fn unlink_index(&mut self, path: &[u8], old: Stamp) {
+        if let Some(names) = self.links.get_mut(&old.ino) {
+            names.remove(path);
+            if names.is_empty() {
+                self.links.remove(&old.ino);
             }
         }
     }
@@ -368,7 +493,7 @@ impl Tracker {
         let old = self.entries.get(path).copied();
         match (old, now.kind) {
             (Some(o), EntryKind::Dir) if o.kind == EntryKind::Dir && o.ino == now.ino => {
-                self.entries.insert(path.to_vec(), now);
+                self.put(path, now);
             }
             (old, EntryKind::Dir) => {
                 if old.is_some() {
@@ -385,7 +510,7 @@ impl Tracker {
                     self.complete.remove(parent);
                     return;
                 }
-                self.entries.insert(path.to_vec(), now);
+                self.put(path, now);
                 self.walk(root, path, Some(out));
             }
             (old, _) => {
@@ -402,7 +527,7 @@ impl Tracker {
                     self.complete.remove(parent);
                     return;
                 }
-                self.entries.insert(path.to_vec(), now);
+                self.put(path, now);
                 out.push(RawChange {
                     path: path.to_vec(),
                     change,
@@ -419,18 +544,18 @@ impl Tracker {
         if self.entries.contains_key(path) {
             gone.push(path.to_vec());
         }
-        let lo = join(path, b"");
-        let mut lo_slash = lo.clone();
-        lo_slash.push(b'/');
-        let mut hi = lo.clone();
-        hi.push(b'0'); // the byte after '/'
-        gone.extend(self.entries.range(lo_slash..hi).map(|(p, _)| p.clone()));
+        // Everything under `path/`: from `path/` up to `path0` ('0' is the byte after '/').
+        let mut lo = path.to_vec();
+        lo.push(b'/');
+        let mut hi = path.to_vec();
+        hi.push(b'0');
+        gone.extend(self.entries.range(lo..hi).map(|(p, _)| p.clone()));
         for p in gone {
-            if let Some(s) = self.entries.remove(&p) {
+            if let Some(s) = self.drop_entry(&p) {
                 if s.kind == EntryKind::Dir {
                     self.complete.remove(&p);
                     if let Some(wd) = self.wds.remove(&p) {
-                        self.watcher.remove(wd);
+                        self.watcher.remove(wd, &p);
                     }
                 } else {
                     out.push(RawChange {
@@ -458,6 +583,31 @@ impl Tracker {
         )
     }
 
+    /// Watches the open directory `dir` (`rel`); when that fails, every report rescans
+    /// from now on, and the log says so once.
+    fn watch(&mut self, dir: BorrowedFd<'_>, rel: &[u8]) {
+        if self.polling {
+            return;
+        }
+        match self.watcher.add(self.id, dir, rel) {
+            Ok(wd) => {
+                self.wds.insert(rel.to_vec(), wd);
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.warned, true) {
+                    tracing::warn!(
+                        error = %e,
+                        workspace = %self.root.display(),
+                        "a workspace directory cannot be watched: every report of this \
+                         workspace is a full rescan (raise fs.inotify.max_user_watches if \
+                         that limit was reached)"
+                    );
+                }
+                self.polling = true;
+            }
+        }
+    }
+
     /// Lists the directory `start` (already tracked) and everything beneath it, breadth
     /// first, watching each directory before listing it. New non-directories are reported
     /// as created into `out`; directories listed in full are marked complete.
@@ -467,14 +617,7 @@ impl Tracker {
             let Ok(dir) = fsops::open_dir(root, &rel) else {
                 continue;
             };
-            if !self.polling {
-                match self.watcher.add(self.id, dir.as_fd(), &rel) {
-                    Some(wd) => {
-                        self.wds.insert(rel.clone(), wd);
-                    }
-                    None => self.polling = true,
-                }
-            }
+            self.watch(dir.as_fd(), &rel);
             let Ok(names) = fsops::list(dir.as_fd()) else {
                 continue;
             };
@@ -508,7 +651,7 @@ impl Tracker {
                         size: stamp.size,
                     });
                 }
-                self.entries.insert(path, stamp);
+                self.put(&path, stamp);
             }
             if whole {
                 self.complete.insert(rel);
@@ -523,10 +666,12 @@ impl Tracker {
         let Some(root) = self.open_root() else {
             return Vec::new();
         };
+        self.rescans += 1;
         let old = std::mem::take(&mut self.entries);
+        self.links.clear();
         let old_complete = std::mem::take(&mut self.complete);
-        for (_, wd) in self.wds.drain() {
-            self.watcher.remove(wd);
+        for (rel, wd) in std::mem::take(&mut self.wds) {
+            self.watcher.remove(wd, &rel);
         }
         // Events queued before the watches were dropped are about the old state.
         let _ = self.watcher.take(self.id);
