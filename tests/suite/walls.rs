@@ -98,8 +98,12 @@ impl Drop for Bystander {
 }
 
 /// Code that attacks the limits, priority, scheduling and CPUs of process `b` and reads
-/// the server's (`s`) limits, then does the same to itself; one line per attempt.
+/// the server's (`s`) limits, then does the same to itself; one line per attempt. Its
+/// own priority it lowers by one step from where it is (a server started under `nice -n
+/// 19` may not go back up), and the ioprio call uses the number of the architecture the
+/// tests run on.
 fn limits_attack(b: u32, s: u32) -> String {
+    let ioprio_set = libc::SYS_ioprio_set;
     format!(
         r#"import ctypes, os, resource
 libc = ctypes.CDLL(None, use_errno=True)
@@ -120,10 +124,10 @@ attempt("setpriority_group", lambda: os.setpriority(os.PRIO_PGRP, B, 19))
 attempt("setpriority_user", lambda: os.setpriority(os.PRIO_USER, 2147483000, 19))
 attempt("setaffinity_bystander", lambda: os.sched_setaffinity(B, {{0}}))
 attempt("setscheduler_bystander", lambda: os.sched_setscheduler(B, os.SCHED_IDLE, os.sched_param(0)))
-attempt("ioprio_bystander", lambda: libc.syscall(251, 1, B, (3 << 13) | 7))
+attempt("ioprio_bystander", lambda: libc.syscall({ioprio_set}, 1, B, (3 << 13) | 7))
 attempt("kill_bystander", lambda: os.kill(B, 9))
 attempt("prlimit_self", lambda: resource.prlimit(0, resource.RLIMIT_NOFILE))
-attempt("setpriority_self", lambda: os.setpriority(os.PRIO_PROCESS, 0, 1))
+attempt("setpriority_self", lambda: os.setpriority(os.PRIO_PROCESS, 0, min(19, os.getpriority(os.PRIO_PROCESS, 0) + 1)))
 attempt("setaffinity_self", lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))
 "#,
     )
