@@ -95,6 +95,8 @@ def families_of(call, scope=(), loops=None, internals=frozenset()):
     """The families a call belongs to (empty when none)."""
     out = set()
     f = call.func
+    if literal_reflection(call, internals):
+        return out
     for family, spec in FAMILIES.items():
         if isinstance(f, ast.Name) and f.id in spec["names"]:
             out.add(family)
@@ -108,6 +110,39 @@ def families_of(call, scope=(), loops=None, internals=frozenset()):
                 or constrained(name, internals) or literal_loop(name, loops or {})):
             out.add("reflection")
     return out
+
+
+# Calls that name their module or attribute with string literals only
+# (`import_module("numpy")`, `attrgetter("zorder")`): nothing chosen at run
+# time reaches them, and the guard allows the same literal spelling in user
+# code. A literal dunder or interpreter internal stays a finding.
+LITERAL_REFLECTION = {"import_module", "attrgetter", "methodcaller"}
+
+
+def literal_reflection(call, internals):
+    f = call.func
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    if name not in LITERAL_REFLECTION or not call.args:
+        return False
+    # methodcaller's later arguments are the call's arguments, not names.
+    names = call.args[:1] if name != "attrgetter" else call.args
+    for a in names:
+        if not (isinstance(a, ast.Constant) and isinstance(a.value, str)):
+            return False
+        if any(p.startswith("__") or p in internals or not p.isidentifier()
+               for p in a.value.split(".")):
+            return False
+    return all(k.arg is not None and (k.arg == "catch" or is_literal(k.value))
+               for k in call.keywords)
+
+
+def is_literal(node):
+    """A literal display (`{"fromlist": ["pyplot"]}`, `"1.1.0"`, `()`)."""
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
 
 
 # A getattr in these methods forwards an attribute the calling code spelled
