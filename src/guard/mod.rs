@@ -32,6 +32,7 @@ mod names;
 mod paths;
 mod policy;
 mod pool;
+mod reaper;
 mod render;
 mod strings;
 mod tripwire;
@@ -262,8 +263,9 @@ impl Guard {
             max_nesting: limits.max_nesting_depth,
             max_chain: limits.max_expression_chain,
         };
-        let small = depth::scan(&text, depth::small_stack_limits(scan_limits)).is_ok();
-        if !small && let Err(e) = depth::scan(&text, scan_limits) {
+        let shallow = depth::scan(&text, depth::small_stack_limits(scan_limits)).is_ok();
+        let small = shallow && pool::room_to_check_inline();
+        if !shallow && let Err(e) = depth::scan(&text, scan_limits) {
             let at = index.position(e.offset);
             return refusal(
                 "nesting_too_deep",
@@ -287,7 +289,7 @@ impl Guard {
             catch_unwind(AssertUnwindSafe(|| {
                 parse_and_walk(&text, &self.policy, &roots, true)
             }))
-            .map_err(|_| "the guard failed on this input".to_string())
+            .map_err(|p| pool::panic_message(&*p))
             .transpose()
         } else {
             None
@@ -336,9 +338,13 @@ fn parse_and_walk(
     small_stack: bool,
 ) -> Option<Outcome> {
     match walk::parse_suite(text) {
-        Ok(module) => walk::walk(&module.body, policy, roots, small_stack)
-            .ok()
-            .map(Outcome::Findings),
+        Ok(module) => {
+            let outcome = walk::walk(&module.body, policy, roots, small_stack)
+                .ok()
+                .map(Outcome::Findings);
+            reaper::free_later(module);
+            outcome
+        }
         Err(e) => Some(Outcome::Syntax {
             offset: e.location.start().to_usize(),
             message: format!("syntax error: {}", e.error),
@@ -522,6 +528,40 @@ mod tests {
             })
             .unwrap();
         worker.join().unwrap();
+    }
+
+    #[test]
+    fn a_caller_short_of_stack_has_its_code_checked_on_a_parse_thread() {
+        // The deepest shallow shapes need more than 128 KiB on the caller's
+        // stack (see above): checked inline from this thread they would
+        // overflow it, or make the parser map a stack of its own, which can
+        // fail when the machine is short of memory. With too little room
+        // left the guard hands them to a parse thread instead, every time.
+        let guard = Guard::with_default_policy().unwrap();
+        let cases = small_stack_worst_cases();
+        let worker = std::thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(move || {
+                assert!(!pool::room_to_check_inline());
+                let ctx = CheckContext {
+                    workspace: PathBuf::from("/tmp/w"),
+                    allowed_roots: vec![],
+                };
+                for src in &cases {
+                    let v = guard.check(src.as_bytes(), &ctx);
+                    assert!(
+                        v.findings.iter().all(|f| f.rule != "internal_error"),
+                        "{src}: {v:?}"
+                    );
+                }
+            })
+            .unwrap();
+        worker.join().unwrap();
+        assert!(
+            std::thread::spawn(pool::room_to_check_inline)
+                .join()
+                .unwrap()
+        );
     }
 
     #[test]
