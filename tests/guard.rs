@@ -1983,12 +1983,17 @@ fn sinks(n: &str) -> Vec<String> {
         format!("matplotlib.rcParams.update({{{n}: '/bin/sh'}})"),
         format!("yaml.load(doc, Loader=getattr(yaml, {n}))"),
         format!("np.load('x.npy', allow_pickle=bool({n}))"),
+        format!("np.core.fromnumeric._wrapfunc(obj, {n})"),
+        format!("np.ma.core._frommethod({n})(obj)"),
+        format!("scipy.stats._morestats._parse_dist_kw({n})"),
+        format!("scipy.optimize.root_scalar(f, method={n})"),
+        format!("sympy.sin(x)._rewrite(None, None, {n})"),
     ]
 }
 
 const PRELUDE: &str = "import operator, string, codecs, collections, dataclasses\n\
 import sympy, sympy.parsing.sympy_parser, sympy.external\n\
-import numpy as np, pandas as pd, jinja2, matplotlib, yaml\n\
+import numpy as np, pandas as pd, jinja2, matplotlib, yaml, scipy.stats, scipy.optimize\n\
 from PIL import ImageMath\n";
 
 /// How many sinks there are in all.

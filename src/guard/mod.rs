@@ -503,65 +503,65 @@ mod tests {
         out
     }
 
-    #[test]
-    fn code_checked_on_the_callers_stack_fits_a_small_stack() {
+    /// Runs `f` once fewer than `left` bytes of stack remain, measured the
+    /// way the guard measures it (a thread's real stack can be larger than
+    /// asked for: glibc reuses cached stacks up to four times the size).
+    fn with_stack_left_below<R>(left: usize, f: impl FnOnce() -> R) -> R {
+        if stacker::remaining_stack().unwrap() < left {
+            return f();
+        }
+        let pad = std::hint::black_box([0u8; 4096]);
+        let r = with_stack_left_below(left, f);
+        std::hint::black_box(&pad);
+        r
+    }
+
+    /// Checks every worst shallow case with less than `left` bytes of stack
+    /// remaining, which must (or must not) count as room to check inline.
+    fn judge_worst_cases_with_stack_left(left: usize, inline: bool) {
         let guard = Guard::with_default_policy().unwrap();
         let cases = small_stack_worst_cases();
         assert!(cases.len() > 40);
-        // A debug build's frames are several times a release build's, and
-        // the callers (tokio's blocking threads, `warden check`) have 2 MiB
-        // or more: 512 KiB here leaves a wide margin.
         let worker = std::thread::Builder::new()
-            .stack_size(512 * 1024)
+            .stack_size(8 << 20)
             .spawn(move || {
-                let ctx = CheckContext {
-                    workspace: PathBuf::from("/tmp/w"),
-                    allowed_roots: vec![],
-                };
-                for src in &cases {
-                    let v = guard.check(src.as_bytes(), &ctx);
-                    assert!(
-                        v.findings.iter().all(|f| f.rule != "internal_error"),
-                        "{src}: {v:?}"
-                    );
-                }
+                with_stack_left_below(left, || {
+                    assert_eq!(pool::room_to_check_inline(), inline);
+                    let ctx = CheckContext {
+                        workspace: PathBuf::from("/tmp/w"),
+                        allowed_roots: vec![],
+                    };
+                    for src in &cases {
+                        let v = guard.check(src.as_bytes(), &ctx);
+                        assert!(
+                            v.findings.iter().all(|f| f.rule != "internal_error"),
+                            "{src}: {v:?}"
+                        );
+                    }
+                })
             })
             .unwrap();
         worker.join().unwrap();
     }
 
     #[test]
+    fn code_checked_on_the_callers_stack_fits_a_small_stack() {
+        // A debug build's frames are several times a release build's, and
+        // the callers (tokio's blocking threads, `warden check`) have 2 MiB
+        // or more: checked inline with under 448 KiB left, the deepest
+        // shallow shapes must fit.
+        judge_worst_cases_with_stack_left(448 * 1024, true);
+    }
+
+    #[test]
     fn a_caller_short_of_stack_has_its_code_checked_on_a_parse_thread() {
         // The deepest shallow shapes need more than 128 KiB on the caller's
-        // stack (see above): checked inline from this thread they would
+        // stack (see above): checked inline with less room they would
         // overflow it, or make the parser map a stack of its own, which can
-        // fail when the machine is short of memory. With too little room
-        // left the guard hands them to a parse thread instead, every time.
-        let guard = Guard::with_default_policy().unwrap();
-        let cases = small_stack_worst_cases();
-        let worker = std::thread::Builder::new()
-            .stack_size(128 * 1024)
-            .spawn(move || {
-                assert!(!pool::room_to_check_inline());
-                let ctx = CheckContext {
-                    workspace: PathBuf::from("/tmp/w"),
-                    allowed_roots: vec![],
-                };
-                for src in &cases {
-                    let v = guard.check(src.as_bytes(), &ctx);
-                    assert!(
-                        v.findings.iter().all(|f| f.rule != "internal_error"),
-                        "{src}: {v:?}"
-                    );
-                }
-            })
-            .unwrap();
-        worker.join().unwrap();
-        assert!(
-            std::thread::spawn(pool::room_to_check_inline)
-                .join()
-                .unwrap()
-        );
+        // fail when the machine is short of memory. With less than
+        // INLINE_STACK_BYTES left the guard hands them to a parse thread
+        // instead, every time.
+        judge_worst_cases_with_stack_left(256 * 1024, false);
     }
 
     #[test]
