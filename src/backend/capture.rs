@@ -9,14 +9,59 @@
 //!
 //! Cost per byte is one `memchr::memmem` scan and, under the output cap only, one copy:
 //! the stream is read straight into the collector's buffer, and past the cap bytes are
-//! only scanned for the end marker and counted.
+//! only scanned for the end marker and counted. Cost per read (a wake-up of the runtime,
+//! a system call) is paid once per [`READ_CHUNK`]: the host backend makes its output
+//! pipes that large ([`PIPE_SIZE`]), so a writer fills a whole chunk before the reader
+//! is woken, and one read takes it all. The read buffers are large, so they are kept
+//! for the next call ([`SpareBuffers`]) rather than allocated (and faulted in) anew.
+
+use std::sync::Mutex;
 
 use memchr::memmem::Finder;
 
 use super::protocol::{Captured, OutputTap};
 
-/// Bytes read from the stream at a time.
-pub const READ_CHUNK: usize = 64 << 10;
+/// What the host backend asks the kernel for as the size of a worker's stdout and
+/// stderr pipes (`F_SETPIPE_SZ`; `/proc/sys/fs/pipe-max-size` is 1 MiB by default).
+pub const PIPE_SIZE: usize = 1 << 20;
+/// Bytes read from the stream at a time: a full pipe in one read.
+pub const READ_CHUNK: usize = PIPE_SIZE;
+/// Read buffers kept for later calls; calls in flight beyond that allocate their own.
+const SPARE_BUFFERS: usize = 4;
+
+/// Read buffers of finished calls, handed to the next ones: a fresh buffer of this
+/// size is a fresh mapping, whose pages fault in on every call.
+pub struct SpareBuffers {
+    spare: Mutex<Vec<Vec<u8>>>,
+}
+
+/// The buffers every channel of this server shares.
+pub static SPARE: SpareBuffers = SpareBuffers {
+    spare: Mutex::new(Vec::new()),
+};
+
+impl SpareBuffers {
+    /// A buffer of `len` bytes (contents unspecified).
+    fn take(&self, len: usize) -> Vec<u8> {
+        let reused = self.spare.lock().ok().and_then(|mut s| s.pop());
+        match reused {
+            Some(mut buf) => {
+                buf.resize(len, 0);
+                buf
+            }
+            None => vec![0u8; len],
+        }
+    }
+
+    /// Keeps `buf` for a later call, unless enough are kept already.
+    fn give(&self, buf: Vec<u8>) {
+        if let Ok(mut spare) = self.spare.lock()
+            && spare.len() < SPARE_BUFFERS
+        {
+            spare.push(buf);
+        }
+    }
+}
 
 /// The two markers of one call.
 pub struct Markers {
@@ -69,7 +114,7 @@ pub struct StreamCollector {
 
 impl StreamCollector {
     pub fn new(cap: usize, markers: Markers) -> StreamCollector {
-        let buf = vec![0u8; READ_CHUNK + markers.longest()];
+        let buf = SPARE.take(READ_CHUNK + markers.longest());
         StreamCollector {
             markers,
             phase: Phase::Start,
@@ -174,8 +219,9 @@ impl StreamCollector {
             }
             self.held = 0;
         }
+        SPARE.give(std::mem::take(&mut self.buf));
         let captured = Captured {
-            bytes: self.kept,
+            bytes: std::mem::take(&mut self.kept),
             truncated: self.truncated,
             complete: self.phase == Phase::Done,
         };
@@ -269,6 +315,53 @@ mod tests {
         let (captured, _, _) = c.finish();
         assert_eq!(captured.bytes, b"yyyy");
         assert!(captured.truncated && captured.complete);
+    }
+
+    #[test]
+    fn an_end_marker_split_across_full_reads_is_found_at_every_offset() {
+        // Reads as large as the pipe, with the end marker straddling the boundary
+        // between two of them at each possible offset.
+        for k in 0..=E.len() {
+            let body = vec![b'y'; 2 * READ_CHUNK - S.len() - k];
+            let all = cat(&[S, &body, E, b"tail"]);
+            let mut c = collector(64 << 10);
+            let pieces: Vec<&[u8]> = all.chunks(READ_CHUNK).collect();
+            assert!(feed(&mut c, &pieces), "split {k} bytes into the marker");
+            let (captured, before, after) = c.finish();
+            assert_eq!(captured.bytes.len(), 64 << 10, "split {k}");
+            assert!(captured.bytes.iter().all(|&b| b == b'y'), "split {k}");
+            assert!(captured.truncated && captured.complete, "split {k}");
+            assert_eq!((before, after), (0, 4), "split {k}");
+        }
+    }
+
+    #[test]
+    fn a_start_marker_split_across_full_reads_is_found() {
+        for k in 1..S.len() {
+            let late = vec![b'l'; READ_CHUNK - k];
+            let all = cat(&[&late, S, b"own", E]);
+            let mut c = collector(1024);
+            let pieces: Vec<&[u8]> = all.chunks(READ_CHUNK).collect();
+            assert!(feed(&mut c, &pieces), "split {k}");
+            let (captured, before, _) = c.finish();
+            assert_eq!(captured.bytes, b"own", "split {k}");
+            assert_eq!(before, late.len() as u64, "split {k}");
+        }
+    }
+
+    #[test]
+    fn a_reused_read_buffer_shows_nothing_of_the_call_before() {
+        let mut first = collector(1 << 20);
+        let secret = cat(&[S, &vec![b's'; READ_CHUNK - S.len()]]);
+        assert!(!feed(&mut first, &[&secret]));
+        drop(first.finish());
+        // Later collectors get the buffers back, contents and all: only what they read
+        // is ever looked at.
+        for _ in 0..=SPARE_BUFFERS {
+            let mut c = collector(1 << 20);
+            assert!(feed(&mut c, &[S, b"x", E]));
+            assert_eq!(c.finish().0.bytes, b"x");
+        }
     }
 
     #[test]

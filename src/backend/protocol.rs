@@ -467,7 +467,8 @@ async fn read_line<R: AsyncRead + Unpin>(
     Ok(Some(line))
 }
 /// Reads `reader` into `sink` until the end marker, EOF or the deadline; `soft` may bring
-/// the deadline forward while reading (once the call's result has arrived).
+/// the deadline forward while reading (once the call's result has arrived). One timer
+/// for the whole call, moved only when the deadline does: not one per read.
 async fn collect<R: AsyncRead + Unpin>(
     reader: &mut R,
     sink: &mut StreamCollector,
@@ -475,26 +476,36 @@ async fn collect<R: AsyncRead + Unpin>(
     mut soft: Option<tokio::sync::watch::Receiver<Option<tokio::time::Instant>>>,
 ) {
     enum Step {
-        Read(Result<std::io::Result<usize>, tokio::time::error::Elapsed>),
+        Read(std::io::Result<usize>),
         SoftChanged(bool),
+        Elapsed,
     }
     if sink.complete() {
         return;
     }
-    loop {
-        let limit = soft
-            .as_ref()
+    let limit = |soft: &Option<tokio::sync::watch::Receiver<Option<tokio::time::Instant>>>| {
+        soft.as_ref()
             .and_then(|s| *s.borrow())
-            .map_or(deadline, |d| d.min(deadline));
+            .map_or(deadline, |d| d.min(deadline))
+    };
+    let timer = tokio::time::sleep_until(limit(&soft));
+    tokio::pin!(timer);
+    loop {
         let step = tokio::select! {
-            r = tokio::time::timeout_at(limit, reader.read(sink.space())) => Step::Read(r),
+            biased;
+            r = reader.read(sink.space()) => Step::Read(r),
             alive = wait_for_change(&mut soft) => Step::SoftChanged(alive),
+            () = &mut timer => Step::Elapsed,
         };
         match step {
-            Step::SoftChanged(true) => {}
-            Step::SoftChanged(false) => soft = None,
-            Step::Read(Ok(Ok(0)) | Ok(Err(_)) | Err(_)) => return,
-            Step::Read(Ok(Ok(n))) => {
+            Step::SoftChanged(alive) => {
+                if !alive {
+                    soft = None;
+                }
+                timer.as_mut().reset(limit(&soft));
+            }
+            Step::Read(Ok(0) | Err(_)) | Step::Elapsed => return,
+            Step::Read(Ok(n)) => {
                 if sink.filled(n) {
                     return;
                 }

@@ -220,6 +220,41 @@ async fn output_is_captured_from_c_and_capped() {
     server.stop().await;
 }
 
+/// Several pipes' worth of output in one write on each stream (the end markers arrive
+/// megabytes later), with a marker-like string and a last line after it: capped at the
+/// limit, complete, and nothing of it is left for the next call.
+#[tokio::test]
+async fn megabytes_in_one_write_are_capped_and_leave_nothing_for_the_next_call() {
+    let server = Server::start(&[]).await;
+    let r = server
+        .run(
+            "flood",
+            "import os\nos.write(1, b'a' * (3 << 20) + b'\\0WARDEN-END:x\\0')\nos.write(2, b'b' * (5 << 20))\nprint('tail')",
+        )
+        .await;
+    assert_eq!(r["status"], "ok", "{r}");
+    assert_eq!(r["truncated"], true, "{r}");
+    let out = stdout(&r);
+    assert_eq!(
+        out.len(),
+        64 * 1024,
+        "{}",
+        &out[out.len().saturating_sub(80)..]
+    );
+    assert!(out.bytes().all(|b| b == b'a'));
+    let err = r["stderr"].as_str().unwrap_or_default();
+    assert_eq!(err.len(), 64 * 1024);
+    assert!(err.bytes().all(|b| b == b'b'));
+    for i in 0..3 {
+        let r = server.run("flood", &format!("print('clean {i}')")).await;
+        assert_eq!(stdout(&r), format!("clean {i}\n"), "{r}");
+        assert_eq!(r["stderr"], "", "{r}");
+        assert_eq!(r["truncated"], false, "{r}");
+        assert_ne!(r["worker_restarted"], true, "{r}");
+    }
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn bad_arguments_get_clear_errors_and_the_server_keeps_serving() {
     let server = Server::start(&[]).await;

@@ -230,6 +230,19 @@ async fn fork_helper(inherit: &[BorrowedFd<'_>]) -> Result<(Child, OwnedFd, Owne
     Ok((child, req_write, resp_read))
 }
 
+/// Asks for an output pipe of [`crate::backend::capture::PIPE_SIZE`], so that a call
+/// printing a lot wakes the server once per full pipe rather than once per 64 KiB (the
+/// default). Best effort: a server that is not root, past
+/// `/proc/sys/fs/pipe-user-pages-soft`, keeps the default, which is only slower.
+fn enlarge_pipe(pipe: &impl std::os::fd::AsFd) {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::pipe::fcntl_setpipe_size(pipe, crate::backend::capture::PIPE_SIZE) {
+        tracing::debug!(error = %e, "an output pipe keeps its default size");
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = pipe;
+}
+
 /// Starts a sandboxed worker for `policy` and waits until Python is ready; `inherit`
 /// are passed at descriptors 5, 6, … (see [`fork_helper`]).
 pub async fn spawn(
@@ -245,6 +258,8 @@ pub async fn spawn(
         kill_group(pid);
         return Err(StartError::Io(std::io::Error::other("stdio pipes missing")));
     };
+    enlarge_pipe(&stdout);
+    enlarge_pipe(&stderr);
     let mut channel = Channel::new(
         Box::new(pipe::Sender::from_owned_fd(req_write)?),
         Box::new(pipe::Receiver::from_owned_fd(resp_read)?),
