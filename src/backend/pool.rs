@@ -1,9 +1,13 @@
 //! Warm workers (`SANDBOX_WARM_WORKERS`): workers started ahead, each fully inside its
 //! walls in a [`Home`] of its own with an empty workspace, frozen until a new session's
-//! first call takes one. The pool refills in the background, one start at a time (the
-//! machine's cores are shared with the calls being served), and only while the
-//! live-worker [`Budget`] has room: a warm worker never pushes out a session's worker;
-//! the session layer sheds warm workers first when it needs room.
+//! first call takes one. The pool refills in the background, up to one start per core
+//! at once (a start is mostly one process's CPU: two cores finish two starts in the time
+//! of one), and only while the live-worker [`Budget`] has room: a warm worker never
+//! pushes out a session's worker; the session layer sheds warm workers first when it
+//! needs room. A new session that finds the pool empty while a start is under way waits
+//! for that start ([`WarmPool::take_or_wait`]) rather than beginning one of its own,
+//! which would finish later and slow down the one under way: so when names come faster
+//! than workers start (churn), each waits for the earliest start, not a whole start.
 //!
 //! Backend-generic: a warm worker is made with exactly the calls a session's worker is
 //! made with ([`AnyBackend::open_home`], [`AnyBackend::start_worker`]), for the policy
@@ -26,9 +30,12 @@ use crate::grants::Grant;
 /// Longest pause between failed starts (a sandbox that refuses to start is not retried
 /// in a tight loop).
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// How long a refill waits after a warm worker was taken: the call that took it runs
-/// first, without a worker start competing for the CPU.
+/// How long a refill waits after a warm worker was taken, unless a new session is
+/// waiting for a start: the call that took it runs first, without a worker start
+/// competing for the CPU.
 const AFTER_TAKE: Duration = Duration::from_millis(100);
+/// Most starts under way at once, whatever the number of cores.
+const MAX_PARALLEL: usize = 4;
 /// How long shutdown waits for one start in progress.
 const STOP_WAIT: Duration = Duration::from_secs(20);
 /// How often a pool that is waiting for room looks again, besides being told.
@@ -77,6 +84,13 @@ pub struct PoolStats {
 struct State {
     ready: VecDeque<Warm>,
     starting: usize,
+    /// New sessions waiting for a start under way (each counts on one of them).
+    claimed: usize,
+    /// The pause after the last failed start (doubles while starts keep failing; zero
+    /// after a success).
+    backoff: Duration,
+    /// A pause the refill still has to take before its next start.
+    pause: Duration,
     closed: bool,
 }
 
@@ -85,6 +99,8 @@ pub struct WarmPool {
     budget: Arc<Budget>,
     homes: Arc<HomeDirs>,
     target: usize,
+    /// Starts under way at once at most: one per core, up to `target`.
+    parallel: usize,
     /// The grants every new session's worker starts with.
     grants: Vec<Grant>,
     state: Mutex<State>,
@@ -102,11 +118,13 @@ impl WarmPool {
         target: usize,
         grants: Vec<Grant>,
     ) -> Arc<WarmPool> {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Arc::new(WarmPool {
             backend,
             budget,
             homes,
             target,
+            parallel: cores.clamp(1, MAX_PARALLEL).min(target.max(1)),
             grants,
             state: Mutex::new(State::default()),
             wake: Notify::new(),
@@ -134,13 +152,38 @@ impl WarmPool {
         }
     }
 
-    /// A warm worker for a new session whose worker needs exactly `grants`; `None` when
-    /// none is ready or the session needs another policy.
-    pub fn take(&self, grants: &[Grant]) -> Option<Warm> {
+    /// A warm worker for a new session whose worker needs exactly `grants`. When none is
+    /// ready and a start is under way that no other new session counts on yet, waits
+    /// for it (at most `limit`): it finishes sooner than a start begun now. `None`: the
+    /// session needs another policy, or none came; it starts a worker of its own.
+    pub async fn take_or_wait(&self, grants: &[Grant], limit: Duration) -> Option<Warm> {
         if grants != self.grants.as_slice() {
             return None;
         }
-        let warm = self.state().ready.pop_front();
+        let settled = {
+            let mut state = self.state();
+            if let Some(warm) = state.ready.pop_front() {
+                drop(state);
+                self.wake.notify_one();
+                return Some(warm);
+            }
+            if state.closed || state.starting <= state.claimed {
+                return None;
+            }
+            state.claimed += 1;
+            // Registered before the lock is released: a start that ends in between
+            // still wakes this waiter.
+            let settled = self.settled.notified();
+            drop(state);
+            settled
+        };
+        self.wake.notify_one();
+        let _ = tokio::time::timeout(limit, settled).await;
+        let warm = {
+            let mut state = self.state();
+            state.claimed -= 1;
+            state.ready.pop_front()
+        };
         if warm.is_some() {
             self.wake.notify_one();
         }
@@ -230,10 +273,19 @@ impl WarmPool {
         }
     }
 
-    /// Whether the pool should start another worker now.
+    /// Whether the pool should start another worker now: below its target (counting
+    /// the new sessions waiting for a start as takers), and below one start per core.
     fn wants_more(&self) -> bool {
         let state = self.state();
-        !state.closed && state.ready.len() + state.starting < self.target
+        let wanted = self.target + state.claimed;
+        !state.closed
+            && state.starting < self.parallel
+            && state.ready.len() + state.starting < wanted
+    }
+
+    /// New sessions are waiting for a start.
+    fn awaited(&self) -> bool {
+        self.state().claimed > 0
     }
 
     /// Makes a home and starts a frozen worker in it.
@@ -269,18 +321,27 @@ fn describe(e: &StartError) -> String {
     format!("{}: {e}", e.kind())
 }
 
-/// The refill loop: keeps `target` warm workers while the budget has room, one start at a
-/// time, backing off after failures. Ends when the pool is shut down.
+/// The refill loop: keeps `target` warm workers while the budget has room, up to
+/// `parallel` starts at once, pausing after failures. Ends when the pool is shut down.
 async fn refill(pool: Arc<WarmPool>) {
-    let mut backoff = Duration::ZERO;
     loop {
         let woken = pool.wake.notified();
-        if pool.state().closed {
-            return;
+        let backoff = {
+            let mut state = pool.state();
+            if state.closed {
+                return;
+            }
+            std::mem::take(&mut state.pause)
+        };
+        if !backoff.is_zero() {
+            tokio::time::sleep(backoff).await;
+            continue;
         }
         if !pool.wants_more() {
             woken.await;
-            tokio::time::sleep(AFTER_TAKE).await;
+            if !pool.awaited() {
+                tokio::time::sleep(AFTER_TAKE).await;
+            }
             continue;
         }
         let Some(permit) = pool.budget.try_acquire() else {
@@ -290,34 +351,40 @@ async fn refill(pool: Arc<WarmPool>) {
         };
         drop(woken);
         pool.state().starting += 1;
-        let started = pool.start_one(permit).await;
-        let discard = {
-            let mut state = pool.state();
-            state.starting -= 1;
-            match started {
-                Ok(warm) if state.closed => Some(warm),
-                Ok(warm) => {
-                    state.ready.push_back(warm);
-                    backoff = Duration::ZERO;
-                    None
-                }
-                Err(why) if state.closed => {
-                    tracing::debug!(error = %why, "a warm worker's start ended by shutdown");
-                    None
-                }
-                Err(why) => {
-                    backoff = (backoff * 2).clamp(Duration::from_secs(1), MAX_BACKOFF);
-                    tracing::warn!(error = %why, retry_in = ?backoff, "a warm worker did not start");
-                    None
-                }
-            }
-        };
-        if let Some(warm) = discard {
-            pool.discard(warm);
-        }
-        pool.settled.notify_waiters();
-        if !backoff.is_zero() {
-            tokio::time::sleep(backoff).await;
-        }
+        tokio::spawn(start_and_keep(pool.clone(), permit));
     }
+}
+
+/// One start of the refill: the worker joins the ready queue (or is discarded if the
+/// pool closed meanwhile); a failure sets the pause before the next start.
+async fn start_and_keep(pool: Arc<WarmPool>, permit: Permit) {
+    let started = pool.start_one(permit).await;
+    let discard = {
+        let mut state = pool.state();
+        state.starting -= 1;
+        match started {
+            Ok(warm) if state.closed => Some(warm),
+            Ok(warm) => {
+                state.ready.push_back(warm);
+                state.backoff = Duration::ZERO;
+                None
+            }
+            Err(why) if state.closed => {
+                tracing::debug!(error = %why, "a warm worker's start ended by shutdown");
+                None
+            }
+            Err(why) => {
+                let backoff = (state.backoff * 2).clamp(Duration::from_secs(1), MAX_BACKOFF);
+                state.backoff = backoff;
+                state.pause = backoff;
+                tracing::warn!(error = %why, retry_in = ?backoff, "a warm worker did not start");
+                None
+            }
+        }
+    };
+    if let Some(warm) = discard {
+        pool.discard(warm);
+    }
+    pool.settled.notify_waiters();
+    pool.wake.notify_one();
 }

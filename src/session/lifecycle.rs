@@ -15,6 +15,11 @@ use crate::backend::pool::Warm;
 use crate::execution::ErrorInfo;
 use crate::owner::SessionKey;
 
+/// How long a new session waits for a warm worker whose start is under way before it
+/// starts one of its own (a start takes well under a second unless the machine is
+/// swamped).
+const WARM_WAIT: Duration = Duration::from_secs(5);
+
 /// Why a session closes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Closing {
@@ -69,7 +74,12 @@ impl SessionManager {
                 "the server is shutting down; no session can be opened",
             ));
         }
-        if warm_ok && let Some(warm) = self.pool.take(&self.approved_operator_grants()) {
+        if warm_ok
+            && let Some(warm) = self
+                .pool
+                .take_or_wait(&self.approved_operator_grants(), WARM_WAIT)
+                .await
+        {
             return self.insert(key, Opened::Warm(Box::new(warm)));
         }
         let home = self.make_home(key).await?;
