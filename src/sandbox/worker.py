@@ -258,6 +258,21 @@ def _call(request, namespace, counter):
     return response
 
 
+def _warm_up():
+    # A call's first use of the JSON codec, of the compiler and of the AST types costs a
+    # few hundred microseconds more than every later use (measured: about 0.25 ms of
+    # 0.3): paid here, before "ready", so that a worker the warm pool hands to a new
+    # session answers its first call as fast as a warm one. Nothing of it stays: its own
+    # namespace, no cell name, no output.
+    json.loads(json.dumps({"type": "exec", "id": 0, "code": "", "inputs": []}))
+    tree = compile("_ = 0\n0", "<warm-up>", "exec", _ast.PyCF_ONLY_AST)
+    last = _ast.Expression(tree.body.pop().value)
+    scratch = {"__builtins__": builtins}
+    exec(compile(tree, "<warm-up>", "exec"), scratch)
+    eval(compile(last, "<warm-up>", "eval"), scratch)
+    sys._current_frames()
+
+
 def _main():
     # The user's code gets a real __main__ module of its own, so that pickle, dataclasses
     # and typing find its classes; the worker's own names stay out of its reach by name.
@@ -266,6 +281,7 @@ def _main():
     sys.modules["__main__"] = main_module
     namespace = main_module.__dict__
     _install_streams()
+    _warm_up()
     counter = 0
     _send({"type": "ready", "python": sys.version.split()[0]})
     while True:
