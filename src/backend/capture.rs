@@ -22,8 +22,14 @@ use memchr::memmem::Finder;
 use super::protocol::{Captured, OutputTap};
 
 /// What the host backend asks the kernel for as the size of a worker's stdout and
-/// stderr pipes (`F_SETPIPE_SZ`; `/proc/sys/fs/pipe-max-size` is 1 MiB by default).
+/// stderr pipes (`F_SETPIPE_SZ`; `/proc/sys/fs/pipe-max-size` is 1 MiB by default) when
+/// the server is root.
 pub const PIPE_SIZE: usize = 1 << 20;
+/// The same when the server is not root: the kernel counts every pipe's size against its
+/// user (`/proc/sys/fs/pipe-user-pages-soft`, 64 MiB by default), and past that limit
+/// gives *every* new pipe of that user, the user's other programs' too, one or two
+/// pages. At this size 128 workers stay under half the default limit.
+pub const PIPE_SIZE_UNPRIVILEGED: usize = 256 << 10;
 /// Bytes read from the stream at a time: a full pipe in one read.
 pub const READ_CHUNK: usize = PIPE_SIZE;
 /// Read buffers kept for later calls; calls in flight beyond that allocate their own.

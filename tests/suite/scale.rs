@@ -556,3 +556,44 @@ async fn one_new_name_called_at_once_opens_one_session() {
     );
     server.stop().await;
 }
+
+/// The size of the pipe open as `fd` in process `pid`, asked of the kernel through a
+/// descriptor of our own (`/proc/PID/fd/N` opens the same pipe); `None` if it is not one.
+fn pipe_size_of(pid: u32, fd: i32) -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let pipe = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/fd/{fd}"))
+        .ok()?;
+    // SAFETY: F_GETPIPE_SZ on a descriptor we own; it reads nothing from memory.
+    let size = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    usize::try_from(size).ok()
+}
+
+/// A worker's stdout and stderr pipes are enlarged, so that a call printing a lot wakes
+/// the server once per full pipe: 1 MiB for a root server; 256 KiB for a login user's,
+/// whose pipes the kernel counts against a per-user limit (past it, every new pipe of that
+/// user would get one page).
+#[tokio::test]
+async fn a_workers_output_pipes_are_enlarged_within_the_users_pipe_limit() {
+    for who in both_modes() {
+        let server = start(who, &[]).await;
+        let r = server.run("pipes", "print('ok')").await;
+        assert_eq!(stdout(&r), "ok\n", "{who:?}: {r}");
+        let expected = match who {
+            As::Root => 1 << 20,
+            As::User => 256 << 10,
+        };
+        let sizes: Vec<(u32, i32, Option<usize>)> = workers_of(server.pid)
+            .iter()
+            .flat_map(|p| [1, 2].map(|fd| (p.pid, fd, pipe_size_of(p.pid, fd))))
+            .collect();
+        assert!(!sizes.is_empty(), "{who:?}: no worker found");
+        for (pid, fd, size) in &sizes {
+            assert_eq!(*size, Some(expected), "{who:?}: pid {pid} fd {fd}: {sizes:?}");
+        }
+        server.stop().await;
+    }
+}

@@ -230,14 +230,25 @@ async fn fork_helper(inherit: &[BorrowedFd<'_>]) -> Result<(Child, OwnedFd, Owne
     Ok((child, req_write, resp_read))
 }
 
-/// Asks for an output pipe of [`crate::backend::capture::PIPE_SIZE`], so that a call
-/// printing a lot wakes the server once per full pipe rather than once per 64 KiB (the
-/// default). Best effort: a server that is not root, past
-/// `/proc/sys/fs/pipe-user-pages-soft`, keeps the default, which is only slower.
+/// Asks for an output pipe of [`PIPE_SIZE`] (root) or [`PIPE_SIZE_UNPRIVILEGED`], so
+/// that a call printing a lot wakes the server once per full pipe rather than once per
+/// 64 KiB (the default). Best effort: a pipe the kernel will not enlarge keeps the
+/// default, which is only slower.
+///
+/// [`PIPE_SIZE`]: crate::backend::capture::PIPE_SIZE
+/// [`PIPE_SIZE_UNPRIVILEGED`]: crate::backend::capture::PIPE_SIZE_UNPRIVILEGED
 fn enlarge_pipe(pipe: &impl std::os::fd::AsFd) {
     #[cfg(target_os = "linux")]
-    if let Err(e) = rustix::pipe::fcntl_setpipe_size(pipe, crate::backend::capture::PIPE_SIZE) {
-        tracing::debug!(error = %e, "an output pipe keeps its default size");
+    {
+        use crate::backend::capture::{PIPE_SIZE, PIPE_SIZE_UNPRIVILEGED};
+        let size = if rustix::process::geteuid().is_root() {
+            PIPE_SIZE
+        } else {
+            PIPE_SIZE_UNPRIVILEGED
+        };
+        if let Err(e) = rustix::pipe::fcntl_setpipe_size(pipe, size) {
+            tracing::debug!(error = %e, "an output pipe keeps its default size");
+        }
     }
     #[cfg(not(target_os = "linux"))]
     let _ = pipe;
