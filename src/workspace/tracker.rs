@@ -356,26 +356,9 @@ impl Tracker {
             self.watcher.drain();
             let pending = self.watcher.take(self.id);
             if pending.overflow {
-                // Which files stay open is not known either: none is assumed.
-                self.open.clear();
                 changes = self.rescan();
             } else if let Some(root) = self.open_root() {
-                let mut dirty = pending.dirty;
-                for (path, delta) in pending.opened {
-                    let n = self.open.entry(path).or_default();
-                    *n += delta;
-                }
-                self.open.retain(|_, n| *n > 0);
-                for path in self.open.keys() {
-                    dirty.entry(path.clone()).or_default();
-                }
-                let mut seen = BTreeSet::new();
-                for (path, created) in &dirty {
-                    self.refresh_linked(root.as_fd(), path, *created, &mut seen, &mut changes);
-                }
-                // A name renamed or removed while open is closed under another name.
-                let entries = &self.entries;
-                self.open.retain(|p, _| entries.contains_key(p));
+                self.look_again(root.as_fd(), pending, &mut changes);
             }
         }
         changes.sort_by(|a, b| a.path.cmp(&b.path));
@@ -384,6 +367,25 @@ impl Tracker {
             changes,
             incomplete: self.limit.clone(),
         }
+    }
+
+    /// Looks at every name the kernel reported, and at every file still open.
+    fn look_again(&mut self, root: BorrowedFd<'_>, pending: Pending, out: &mut Vec<RawChange>) {
+        let mut dirty = pending.dirty;
+        for (path, delta) in pending.opened {
+            *self.open.entry(path).or_default() += delta;
+        }
+        self.open.retain(|_, n| *n > 0);
+        for path in self.open.keys() {
+            dirty.entry(path.clone()).or_default();
+        }
+        let mut seen = BTreeSet::new();
+        for (path, created) in &dirty {
+            self.refresh_linked(root, path, *created, &mut seen, out);
+        }
+        // A name renamed or removed while open is closed under another name.
+        let entries = &self.entries;
+        self.open.retain(|p, _| entries.contains_key(p));
     }
 
     fn open_root(&mut self) -> Option<OwnedFd> {
@@ -667,6 +669,9 @@ impl Tracker {
             return Vec::new();
         };
         self.rescans += 1;
+        // Which files stay open is not known after events were dropped: none is assumed
+        // (a file opened before is looked at again when it is closed).
+        self.open.clear();
         let old = std::mem::take(&mut self.entries);
         self.links.clear();
         let old_complete = std::mem::take(&mut self.complete);
