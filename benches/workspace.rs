@@ -1,7 +1,7 @@
 //! The workspace change report's cost on a warm call, through a real MCP client (rmcp
 //! over stdio) against the release binary: `print(1+1)` in an empty workspace, in one of
-//! 10,000 files, and a call that rewrites one file of the 10,000 (the report must name
-//! exactly it). Run with `cargo bench --bench workspace`; `WARDEN_BENCH_QUICK=1` takes
+//! 10,000 files, a call that rewrites one file of the 10,000 (the report must name
+//! exactly it), and (full mode only) `print(1+1)` in one of 100,000 files. Run with `cargo bench --bench workspace`; `WARDEN_BENCH_QUICK=1` takes
 //! fewer samples. Prints p50/p95 in milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -89,5 +89,26 @@ async fn main() {
         None,
         None,
     );
+    if !support::quick() {
+        // Ten times more (empty files: inodes, no pages), to show the cost stays flat.
+        let made = call(
+            &client,
+            "huge",
+            "from pathlib import Path\nfor d in range(1000):\n    p = Path(f'd{d:03}')\n    p.mkdir()\n    for f in range(100):\n        (p / f'f{f:02}').touch()\nprint('made')",
+        )
+        .await;
+        assert_eq!(made["files_total"], 100_000, "{made}");
+        let huge = timed(&client, "huge", "print(1 + 1)", runs, |r| {
+            ok(r);
+            assert_eq!(r["files_total"], 0, "{r}");
+        })
+        .await;
+        row(
+            "warm print(1+1), 100,000 files in the workspace",
+            stats(&huge),
+            None,
+            None,
+        );
+    }
     client.stop().await;
 }
