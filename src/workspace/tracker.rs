@@ -430,7 +430,27 @@ impl Tracker {
                     queue.extend(names.iter().map(|n| (n.clone(), false)));
                 }
             }
+            if let Some(now) = after.filter(|s| s.kind != EntryKind::Dir && s.nlink > 1) {
+                queue.extend(self.unindexed_links(now).into_iter().map(|n| (n, false)));
+            }
         }
+    }
+
+    /// The tracked names of `now`'s inode that the index does not hold yet: a file that
+    /// had one link when it was last looked at and has just been given another. Found
+    /// by a pass over the tracked entries, only when the link count says some are
+    /// missing (so once per new link, not per call).
+    fn unindexed_links(&self, now: Stamp) -> Vec<Vec<u8>> {
+        let indexed = self.links.get(&now.ino).map_or(0, |n| n.len());
+        if indexed as u64 >= now.nlink {
+            return Vec::new();
+        }
+        self.entries
+            .iter()
+            .filter(|(_, s)| s.ino == now.ino && s.kind != EntryKind::Dir)
+            .filter(|(p, _)| !self.links.get(&now.ino).is_some_and(|n| n.contains(*p)))
+            .map(|(p, _)| p.clone())
+            .collect()
     }
 
     /// Tracks `path` as `stamp` (keeping the index of hard links).

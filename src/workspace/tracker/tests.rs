@@ -367,8 +367,16 @@ fn a_change_through_a_hard_link_shows_under_every_name() {
         std::fs::create_dir_all(root.join("one")).unwrap();
         std::fs::create_dir_all(root.join("two")).unwrap();
         write(root, "one/a", "1");
-        std::fs::hard_link(root.join("one/a"), root.join("two/b")).unwrap();
         let mut t = Tracker::new(root, watcher);
+        // A second name for a file that had one.
+        std::fs::hard_link(root.join("one/a"), root.join("two/b")).unwrap();
+        assert_eq!(
+            summary(&t.report()),
+            vec![
+                ("one/a".to_string(), Change::Modified),
+                ("two/b".to_string(), Change::Created),
+            ]
+        );
         write(root, "one/a", "22");
         assert_eq!(
             summary(&t.report()),
