@@ -392,9 +392,21 @@ pub fn processes_of_uid(uid: u64) -> Vec<u32> {
     pids
 }
 
-/// Waits up to `secs` for `cond`.
+/// How many times slower than this machine the one running the tests is:
+/// `WARDEN_TEST_SLOWDOWN` (a whole number, default 1). Only `tools/arm64-vm.sh` sets it,
+/// for the suite under full-system emulation (TCG), where the server's clean-up takes
+/// more than the seconds a real machine is given.
+pub fn slowdown() -> u64 {
+    std::env::var("WARDEN_TEST_SLOWDOWN")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(1)
+}
+
+/// Waits up to `secs` (times [`slowdown`]) for `cond`.
 pub async fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs * slowdown());
     while std::time::Instant::now() < until {
         if cond() {
             return true;
