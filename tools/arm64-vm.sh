@@ -286,7 +286,7 @@ payload() {
   # The suite finds the binary and the corpus by the paths they had at build time.
   cp "target/$TARGET/debug/warden" "$p$ROOT/target/$TARGET/debug/warden"
   cp -r tests/corpus "$p$ROOT/tests/"
-  cp -r policies "$p$ROOT/"
+  cp -r policies README.md "$p$ROOT/"  # the unit tests read these two too
   chmod -R go+rX "$p"
   # The kernel unpacks concatenated newc archives in order: the payload lands on top.
   (cd "$p" && find . -print0 | cpio --null -o -H newc --quiet) >"$VM/payload.cpio"
