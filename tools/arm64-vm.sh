@@ -215,7 +215,7 @@ for home in /root /home/warden-test; do
   chmod 700 $home/.ssh && chmod 600 $home/.ssh/id_ed25519
 done
 chown -R warden-test: /home/warden-test/.ssh
-selftest root env
+selftest root env HOME=/root
 selftest user setpriv --reuid=1000 --regid=1000 --clear-groups env HOME=/home/warden-test USER=warden-test LOGNAME=warden-test
 if [ "$SUITE" != none ]; then
   start=$(date +%s)
@@ -328,13 +328,20 @@ summary() {
   echo "arm64 VM: PASSED ($passes steps); disk used by $VM: $(du -sh "$VM" | cut -f1)"
 }
 
-host_packages
-kernel
-rootfs
-mapfile -t bins < <(build)
-lib=$(printf '%s\n' "${bins[@]}" | grep '/deps/warden-' | head -n1)
-suite=$(printf '%s\n' "${bins[@]}" | grep '/deps/all-' | head -n1)
-[ -n "$lib" ] && [ -n "$suite" ] || die "cross-build did not yield both test binaries: ${bins[*]}"
-payload "$lib" "$suite"
-boot
-summary
+main() {
+  host_packages
+  kernel
+  rootfs
+  local bins lib suite
+  mapfile -t bins < <(build)
+  lib=$(printf '%s\n' "${bins[@]}" | grep '/deps/warden-' | head -n1)
+  suite=$(printf '%s\n' "${bins[@]}" | grep '/deps/all-' | head -n1)
+  [ -n "$lib" ] && [ -n "$suite" ] || die "cross-build did not yield both test binaries: ${bins[*]}"
+  payload "$lib" "$suite"
+  boot
+  summary
+}
+
+# Parsed whole before it runs: editing this file during a run cannot change the run.
+main "$@"
+exit
