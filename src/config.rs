@@ -205,12 +205,25 @@ pub const REGISTRY: &[Spec] = &[
         "64m",
         "size of each container's `/tmp` (a tmpfs; at least `1m`).",
     ),
+    spec(
+        "SANDBOX_LAUNCHER",
+        "auto",
+        "the Docker backend's in-container launcher. `bind`: this server's own binary, \
+         bind-mounted read-only (a Linux server and an engine on this machine). `image`: \
+         the Linux warden the image carries (`tools/build-image.sh --launcher`), refused \
+         unless its launcher protocol is this server's. `auto`: `bind` on a Linux server \
+         whose engine is local (a UNIX socket or loopback TCP), else `image` (macOS and \
+         Windows through Docker Desktop, a remote `DOCKER_HOST`).",
+    ),
     computed(
         "DOCKER_HOST",
         "the local engine, `unix:///var/run/docker.sock`",
-        "the Docker engine: `unix:///path`, `tcp://host:port` (with `DOCKER_TLS_VERIFY=1`: \
-         TLS with `ca.pem`, `cert.pem`, `key.pem` from `DOCKER_CERT_PATH`). The engine \
-         must see this machine's paths (workspaces are bind-mounted).",
+        "the Docker engine: `unix:///path`, `npipe:////./pipe/name` (Windows), \
+         `tcp://host:port` (with `DOCKER_TLS_VERIFY=1`: TLS with `ca.pem`, `cert.pem`, \
+         `key.pem` from `DOCKER_CERT_PATH`). Default: `unix:///var/run/docker.sock` \
+         (macOS: else Docker Desktop's `~/.docker/run/docker.sock`; Windows: \
+         `npipe:////./pipe/docker_engine`). The engine must see this machine's paths \
+         (workspaces are bind-mounted); the backend checks it at start.",
     ),
     spec(
         "DOCKER_TLS_VERIFY",
@@ -311,8 +324,8 @@ pub enum ConfigError {
         expected: &'static str,
     },
     #[error(
-        "EXECUTION_BACKEND=docker: this build has no Docker backend (it needs a Linux \
-         server built with the `docker` feature); unset EXECUTION_BACKEND or set it to \
+        "EXECUTION_BACKEND=docker: this build has no Docker backend (it is built with the \
+         `docker` Cargo feature, on by default); unset EXECUTION_BACKEND or set it to \
          \"host\""
     )]
     DockerNotAvailable,
@@ -342,6 +355,8 @@ pub struct DockerSettings {
     pub user: (u32, u32),
     pub user_is_default: bool,
     pub tmp_size_bytes: u64,
+    /// `SANDBOX_LAUNCHER`.
+    pub launcher: LauncherMode,
     /// `DOCKER_HOST`; `None`: the local engine's socket.
     pub host: Option<String>,
     pub tls_verify: bool,
@@ -360,12 +375,35 @@ pub enum SandboxMode {
     Require,
 }
 
+impl SandboxMode {
+    /// `HOST_SANDBOX`'s word for the mode.
+    pub fn word(self) -> &'static str {
+        match self {
+            SandboxMode::Off => "off",
+            SandboxMode::BestEffort => "best-effort",
+            SandboxMode::Require => "require",
+        }
+    }
+}
+
 /// `HOST_SANDBOX_NETWORK`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NetworkMode {
     Deny,
     Allow,
+}
+
+/// `SANDBOX_LAUNCHER`: where a Docker worker container's launcher comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LauncherMode {
+    /// `bind` where it can work, else `image`.
+    Auto,
+    /// This server's own binary, bind-mounted read-only.
+    Bind,
+    /// The Linux warden the image carries.
+    Image,
 }
 
 /// `CODEGUARD`.
@@ -563,9 +601,7 @@ impl Settings {
         };
         let backend = r.value("EXECUTION_BACKEND", "host or docker", |t| match t {
             "host" => Some(Ok(Backend::Host)),
-            "docker" if cfg!(all(feature = "docker", target_os = "linux")) => {
-                Some(Ok(Backend::Docker))
-            }
+            "docker" if cfg!(feature = "docker") => Some(Ok(Backend::Docker)),
             "docker" => Some(Err(ConfigError::DockerNotAvailable)),
             _ => None,
         })??;
@@ -814,10 +850,24 @@ fn docker_settings(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
         .last()
         .is_some_and(|s| s.origin == Origin::Default);
     let tmp_size_bytes = r.value("SANDBOX_TMP_SIZE", SIZE_1M, size_at_least(1 << 20))?;
+    let launcher = r.choice(
+        "SANDBOX_LAUNCHER",
+        "auto, bind or image",
+        &[
+            ("auto", LauncherMode::Auto),
+            ("bind", LauncherMode::Bind),
+            ("image", LauncherMode::Image),
+        ],
+    )?;
     let host = r.optional(
         "DOCKER_HOST",
-        "unix:///path/to/docker.sock or tcp://host:port",
-        |t| (t.starts_with("unix://") || t.starts_with("tcp://")).then(|| t.to_string()),
+        "unix:///path/to/docker.sock, npipe:////./pipe/name or tcp://host:port",
+        |t| {
+            ["unix://", "tcp://", "npipe://"]
+                .iter()
+                .any(|p| t.starts_with(p))
+                .then(|| t.to_string())
+        },
     )?;
     let tls_verify = r.choice(
         "DOCKER_TLS_VERIFY",
@@ -831,6 +881,7 @@ fn docker_settings(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
         user,
         user_is_default,
         tmp_size_bytes,
+        launcher,
         host,
         tls_verify,
         cert_path,
@@ -1295,6 +1346,16 @@ mod tests {
         }
         assert!(settings(&[("SANDBOX_POOL_SIZE", "65")]).is_err());
         assert!(settings(&[("DOCKER_HOST", "ssh://x")]).is_err());
+        assert_eq!(s.docker.launcher, LauncherMode::Auto);
+        let s = settings(&[("SANDBOX_LAUNCHER", "image")]).unwrap();
+        assert_eq!(s.docker.launcher, LauncherMode::Image);
+        let err = settings(&[("SANDBOX_LAUNCHER", "mine")]).unwrap_err();
+        assert!(err.to_string().contains("SANDBOX_LAUNCHER"), "{err}");
+        let s = settings(&[("DOCKER_HOST", "npipe:////./pipe/docker_engine")]).unwrap();
+        assert_eq!(
+            s.docker.host.as_deref(),
+            Some("npipe:////./pipe/docker_engine")
+        );
         let s = settings(&[
             ("DOCKER_HOST", "tcp://127.0.0.1:2376"),
             ("DOCKER_TLS_VERIFY", "1"),

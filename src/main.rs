@@ -107,6 +107,15 @@ fn main() -> ExitCode {
             _ => {}
         }
     }
+    // What tools/build-image.sh --launcher labels an image with.
+    #[cfg(feature = "docker")]
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == warden::backend::docker::route::PROTOCOL_SUBCOMMAND)
+    {
+        println!("{}", warden::backend::docker::route::protocol_line());
+        return ExitCode::SUCCESS;
+    }
     harden_server_process();
     match real_main() {
         Ok(code) => code,

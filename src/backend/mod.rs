@@ -17,7 +17,7 @@
 
 pub mod budget;
 pub mod capture;
-#[cfg(all(feature = "docker", target_os = "linux"))]
+#[cfg(feature = "docker")]
 pub mod docker;
 #[cfg(unix)]
 pub mod host;
@@ -128,7 +128,7 @@ impl StartError {
 #[derive(Debug)]
 pub enum SessionSlot {
     Host(host::HostSlot),
-    #[cfg(all(feature = "docker", target_os = "linux"))]
+    #[cfg(feature = "docker")]
     Docker(docker::DockerSlot),
 }
 
@@ -164,6 +164,10 @@ pub struct Enforcement {
     pub protected_paths: Vec<PathBuf>,
     /// Processes (tasks) per worker, when a limit is in force.
     pub processes_limit: Option<u64>,
+    /// The Docker backend's in-container launcher, as resolved (`SANDBOX_LAUNCHER`):
+    /// this server's binary bound read-only, or the image's, with its version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<String>,
     /// Mechanisms this backend or build cannot apply here, and why.
     pub gaps: Vec<Capability>,
 }
@@ -198,7 +202,7 @@ pub trait Backend: Send + Sync {
 #[allow(clippy::large_enum_variant)]
 pub enum AnyBackend {
     Host(host::HostBackend),
-    #[cfg(all(feature = "docker", target_os = "linux"))]
+    #[cfg(feature = "docker")]
     Docker(docker::DockerBackend),
 }
 
@@ -217,7 +221,7 @@ impl AnyBackend {
         settings: Arc<Settings>,
         instance_dir: &Path,
     ) -> Result<Resolution, BackendError> {
-        #[cfg(all(feature = "docker", target_os = "linux"))]
+        #[cfg(feature = "docker")]
         if settings.backend == BackendKind::Docker {
             match docker::DockerBackend::new(settings.clone(), instance_dir).await {
                 Ok(b) => {
@@ -245,7 +249,7 @@ impl AnyBackend {
     pub fn kind(&self) -> BackendKind {
         match self {
             AnyBackend::Host(b) => b.kind(),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             AnyBackend::Docker(b) => b.kind(),
         }
     }
@@ -255,7 +259,7 @@ impl AnyBackend {
             AnyBackend::Host(b) => b
                 .open_session(dir)
                 .map(|(slot, paths)| (SessionSlot::Host(slot), paths)),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             AnyBackend::Docker(b) => b
                 .open_session(dir)
                 .map(|(slot, paths)| (SessionSlot::Docker(slot), paths)),
@@ -272,9 +276,9 @@ impl AnyBackend {
     pub async fn start_worker(&self, spec: &WorkerSpec<'_>) -> Result<Worker, StartError> {
         match (self, spec.slot) {
             (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.start_worker(slot, spec).await,
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             (AnyBackend::Docker(b), SessionSlot::Docker(slot)) => b.start_worker(slot, spec).await,
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             _ => Err(StartError::Protocol(
                 "a session slot of another backend".into(),
             )),
@@ -284,9 +288,9 @@ impl AnyBackend {
     pub fn close_session(&self, slot: &SessionSlot) -> Result<(), String> {
         match (self, slot) {
             (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.close_session(slot),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             (AnyBackend::Docker(b), SessionSlot::Docker(slot)) => b.close_session(slot),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             _ => Err("a session slot of another backend".into()),
         }
     }
@@ -297,7 +301,7 @@ impl AnyBackend {
     pub async fn kill_all(&self) {
         match self {
             AnyBackend::Host(_) => {}
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             AnyBackend::Docker(b) => b.kill_all().await,
         }
     }
@@ -305,7 +309,7 @@ impl AnyBackend {
     pub async fn shutdown(&self) {
         match self {
             AnyBackend::Host(b) => b.shutdown().await,
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             AnyBackend::Docker(b) => b.shutdown().await,
         }
     }
@@ -313,7 +317,7 @@ impl AnyBackend {
     pub fn enforcement(&self) -> Enforcement {
         match self {
             AnyBackend::Host(b) => b.enforcement(),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             AnyBackend::Docker(b) => b.enforcement(),
         }
     }

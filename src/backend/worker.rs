@@ -35,10 +35,12 @@ pub async fn handshake(
     }
 }
 
-/// The process behind a worker, per backend (static dispatch).
+/// The process behind a worker, per backend (static dispatch). (On Windows the host
+/// variant is uninhabited, hence the size difference.)
+#[allow(clippy::large_enum_variant)]
 pub enum WorkerProcessKind {
     Host(HostProcess),
-    #[cfg(all(feature = "docker", target_os = "linux"))]
+    #[cfg(feature = "docker")]
     Docker(crate::backend::docker::container::DockerProcess),
 }
 
@@ -46,7 +48,7 @@ impl WorkerProcess for WorkerProcessKind {
     fn kill(&mut self) {
         match self {
             WorkerProcessKind::Host(p) => p.kill(),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             WorkerProcessKind::Docker(p) => p.kill(),
         }
     }
@@ -54,7 +56,7 @@ impl WorkerProcess for WorkerProcessKind {
     async fn wait_exit(&mut self) -> String {
         match self {
             WorkerProcessKind::Host(p) => p.wait_exit().await,
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             WorkerProcessKind::Docker(p) => p.wait_exit().await,
         }
     }
@@ -62,7 +64,7 @@ impl WorkerProcess for WorkerProcessKind {
     fn freeze(&mut self) {
         match self {
             WorkerProcessKind::Host(p) => p.freeze(),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             WorkerProcessKind::Docker(p) => p.freeze(),
         }
     }
@@ -70,7 +72,7 @@ impl WorkerProcess for WorkerProcessKind {
     fn thaw(&mut self) {
         match self {
             WorkerProcessKind::Host(p) => p.thaw(),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             WorkerProcessKind::Docker(p) => p.thaw(),
         }
     }
@@ -86,7 +88,7 @@ struct KillOnDrop {
 #[derive(Debug, Clone)]
 enum KillTarget {
     HostGroup(i32),
-    #[cfg(all(feature = "docker", target_os = "linux"))]
+    #[cfg(feature = "docker")]
     Container(crate::backend::docker::container::Removal),
 }
 
@@ -94,7 +96,7 @@ impl KillTarget {
     fn fire(&self) {
         match self {
             KillTarget::HostGroup(pid) => kill_group(*pid),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             KillTarget::Container(removal) => removal.fire(),
         }
     }
@@ -124,7 +126,7 @@ impl Drop for KillOnDrop {
 #[derive(Debug, Clone)]
 pub enum ExitWitness {
     HostPid(i32),
-    #[cfg(all(feature = "docker", target_os = "linux"))]
+    #[cfg(feature = "docker")]
     Container(bollard::Docker, String),
 }
 
@@ -133,7 +135,7 @@ impl ExitWitness {
     pub async fn is_gone(&self) -> bool {
         match self {
             ExitWitness::HostPid(pid) => host_pid_gone(*pid),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             ExitWitness::Container(docker, id) => {
                 // Removal runs in the background: give it a moment.
                 for _ in 0..50 {
@@ -156,7 +158,7 @@ impl ExitWitness {
     pub fn describe(&self) -> String {
         match self {
             ExitWitness::HostPid(pid) => format!("pid {pid}"),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             ExitWitness::Container(_, id) => format!("container {id}"),
         }
     }
@@ -178,7 +180,7 @@ pub enum UsageProbe {
     HostPid(i32),
     /// A container's worker: the container's processes in this machine's `/proc` (a
     /// local engine: `pid` is the container's init), else the engine's statistics.
-    #[cfg(all(feature = "docker", target_os = "linux"))]
+    #[cfg(feature = "docker")]
     Container {
         docker: bollard::Docker,
         id: String,
@@ -192,7 +194,7 @@ impl UsageProbe {
     pub fn read(&self) -> Option<Usage> {
         match self {
             UsageProbe::HostPid(pid) => crate::backend::host::usage::of_tree(*pid),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             UsageProbe::Container { id, pid, .. } => {
                 crate::backend::docker::container::local_usage(id, (*pid)?)
             }
@@ -202,7 +204,7 @@ impl UsageProbe {
     /// Like [`UsageProbe::read`], and for a remote engine's container asks the engine.
     pub async fn sample(&self) -> Option<Usage> {
         match self {
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             UsageProbe::Container {
                 docker,
                 id,
@@ -256,7 +258,7 @@ impl Worker {
     pub fn usage_probe(&self) -> UsageProbe {
         match &self.process {
             WorkerProcessKind::Host(p) => UsageProbe::HostPid(p.pid()),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             WorkerProcessKind::Docker(p) => UsageProbe::Container {
                 docker: p.docker().clone(),
                 id: p.id().to_string(),
@@ -288,7 +290,7 @@ impl Worker {
     fn kill_target(&self) -> KillTarget {
         match &self.process {
             WorkerProcessKind::Host(p) => KillTarget::HostGroup(p.pid()),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             WorkerProcessKind::Docker(p) => KillTarget::Container(p.removal()),
         }
     }
@@ -296,7 +298,7 @@ impl Worker {
     pub fn exit_witness(&self) -> ExitWitness {
         match &self.process {
             WorkerProcessKind::Host(p) => ExitWitness::HostPid(p.pid()),
-            #[cfg(all(feature = "docker", target_os = "linux"))]
+            #[cfg(feature = "docker")]
             WorkerProcessKind::Docker(p) => {
                 ExitWitness::Container(p.docker().clone(), p.id().to_string())
             }

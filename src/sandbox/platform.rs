@@ -50,7 +50,7 @@ impl HostOs {
 /// Why the host backend runs nothing on `os`, and what to use instead.
 pub fn host_unsupported_reason(os: HostOs) -> String {
     format!(
-        "unsupported: the host backend has no sandbox for a process on {} (warden confines host workers with Landlock and seccomp on Linux and with Seatbelt on macOS), so it runs nothing here; EXECUTION_BACKEND=docker is not available here either: the Docker backend needs a Linux server for now (its in-container launcher is the server's own binary), so run warden on Linux",
+        "unsupported: the host backend has no sandbox for a process on {} (warden confines host workers with Landlock and seccomp on Linux and with Seatbelt on macOS), so it runs nothing here; use EXECUTION_BACKEND=docker with Docker Desktop and an image that carries a Linux warden launcher (tools/build-image.sh --launcher), or run warden on Linux",
         os.name()
     )
 }

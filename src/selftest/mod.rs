@@ -145,7 +145,7 @@ pub async fn run(manager: &SessionManager) -> SelftestReport {
         backend: enforcement.kind.to_string(),
         configured_backend: manager.configured_backend().to_string(),
         resolved_backend: enforcement.kind.to_string(),
-        host_sandbox: mode_word(settings.host_sandbox).into(),
+        host_sandbox: settings.host_sandbox.word().into(),
         network_mode: match settings.network {
             NetworkMode::Deny => "deny".into(),
             NetworkMode::Allow => "allow".into(),
@@ -177,14 +177,6 @@ pub async fn run(manager: &SessionManager) -> SelftestReport {
         ),
         platform: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-    }
-}
-
-fn mode_word(mode: SandboxMode) -> &'static str {
-    match mode {
-        SandboxMode::Off => "off",
-        SandboxMode::BestEffort => "best-effort",
-        SandboxMode::Require => "require",
     }
 }
 

@@ -194,6 +194,8 @@ impl WardenServer {
                 "workspaces": self.sessions.instance_dir(),
                 "dedicated_uid_per_session": enforcement.dedicated_uid_per_session,
                 "workspace_quota_bytes": enforcement.workspace_quota_bytes,
+                "docker_launcher": enforcement.launcher,
+                "gaps": enforcement.gaps,
                 "audit_log": self.sessions.audit().status(),
                 "guard_policy": self.sessions.guard_summary(),
             },

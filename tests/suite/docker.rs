@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::redteam::{breach, canary_env, cases, pwned_in_tmp, token};
 use super::{As, Net, Server, containers_of, corpus, eventually, stdout};
 
-fn image() -> String {
+pub fn image() -> String {
     std::env::var("WARDEN_TEST_IMAGE").unwrap_or_else(|_| "warden-sandbox:latest".into())
 }
 
@@ -859,7 +859,7 @@ async fn docker_host_over_tls_verifies_both_ends() {
 /// (judged by the instance's label, through the engine). The engine gets the same grace
 /// the host test gives the worker processes: until one second after the signal.
 async fn a_signal_ends_the_server_and_its_containers_within_a_second(signal: i32) {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     if !docker_ready() {
         return;
     }
@@ -893,18 +893,8 @@ async fn a_signal_ends_the_server_and_its_containers_within_a_second(signal: i32
             "idle, busy and two warm containers: {:?}",
             super::containers_labelled(&label)
         );
-        // SAFETY: a signal to the server this test started.
-        assert_eq!(unsafe { libc::kill(server.pid as i32, signal) }, 0);
-        let sent = Instant::now();
-        while super::is_alive(me) && sent.elapsed() < Duration::from_secs(5) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let took = sent.elapsed();
-        assert!(!super::is_alive(me), "the server is still running");
-        assert!(
-            took < Duration::from_secs(1),
-            "signal {signal} took {took:?}"
-        );
+        let context = format!("signal {signal}");
+        let sent = super::signals::signal_and_see_it_end(&server, me, signal, &context).await;
         let mut left = super::containers_labelled(&label);
         while !left.is_empty() && sent.elapsed() < Duration::from_secs(1) {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -916,17 +906,7 @@ async fn a_signal_ends_the_server_and_its_containers_within_a_second(signal: i32
         );
     };
     let (answer, ()) = tokio::join!(call, check);
-    // The call ends with the connection, or with its container removed just before.
-    if let Ok(r) = answer {
-        let r = r.structured_content.unwrap_or_default();
-        assert_ne!(r["status"], "ok", "the call ran to its end: {r}");
-    }
-    // And the sessions' workspaces (tmpfs mounts as root) went with it.
-    let sessions = server.data_dir.path().join("sessions");
-    let instances: Vec<_> = std::fs::read_dir(&sessions)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    assert!(instances.is_empty(), "signal {signal}: left {instances:?}");
+    super::signals::assert_nothing_left(&server, answer, &format!("signal {signal}"));
 }
 
 #[tokio::test]
@@ -937,4 +917,225 @@ async fn sigterm_with_a_call_in_flight_ends_the_server_and_its_containers_within
 #[tokio::test]
 async fn sigint_with_a_call_in_flight_ends_the_server_and_its_containers_within_a_second() {
     a_signal_ends_the_server_and_its_containers_within_a_second(libc::SIGINT).await;
+}
+
+/// An image this test built, removed when the test ends (whatever happens).
+struct BuiltImage(String);
+
+impl Drop for BuiltImage {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+    }
+}
+
+/// Writes a pure-Python wheel (a zip with the package, `METADATA`, `WHEEL` and a
+/// `RECORD` of hashes) into `dir`, with Python's zipfile: nothing is fetched.
+fn make_wheel(dir: &std::path::Path) {
+    const SCRIPT: &str = r#"
+import base64, hashlib, sys, zipfile
+files = {
+    "wardenwheel/__init__.py": "def greet():\n    return 'hello from a wheel'\n",
+    "wardenwheel-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: wardenwheel\nVersion: 0.1\n",
+    "wardenwheel-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: warden-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+for name, text in files.items():
+    data = text.encode()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record.append(f"{name},sha256={digest},{len(data)}")
+record.append("wardenwheel-0.1.dist-info/RECORD,,")
+files["wardenwheel-0.1.dist-info/RECORD"] = "\n".join(record) + "\n"
+with zipfile.ZipFile(sys.argv[1] + "/wardenwheel-0.1-py3-none-any.whl", "w") as z:
+    for name, text in files.items():
+        z.writestr(name, text)
+"#;
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", SCRIPT])
+        .arg(dir)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds the image `tag` with `tools/build-image.sh --tag tag` and the given arguments
+/// (from the repository's root); it is removed when the result is dropped.
+fn build_image(tag: String, args: &[&str]) -> BuiltImage {
+    let built = BuiltImage(tag);
+    let out = Command::new("bash")
+        .arg("tools/build-image.sh")
+        .args(["--tag", &built.0])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("tools/build-image.sh");
+    assert!(
+        out.status.success(),
+        "build-image: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    built
+}
+
+/// The image's wheel route, for real: a wheel made here offline, added by
+/// `tools/build-image.sh --requirements --wheels` as one layer on the base image
+/// (`--from`, seconds instead of a second debootstrap), and imported through the Docker
+/// backend over MCP.
+#[tokio::test]
+async fn a_package_from_a_local_wheel_directory_is_importable_in_the_container() {
+    if !docker_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let wheels = dir.path().join("wheels");
+    std::fs::create_dir(&wheels).unwrap();
+    make_wheel(&wheels);
+    let requirements = dir.path().join("requirements.txt");
+    std::fs::write(&requirements, "wardenwheel==0.1\n").unwrap();
+    let tag = format!("warden-test-wheel:{}", std::process::id());
+    let _built = build_image(
+        tag.clone(),
+        &[
+            "--from",
+            &image(),
+            "--requirements",
+            requirements.to_str().unwrap(),
+            "--wheels",
+            wheels.to_str().unwrap(),
+        ],
+    );
+    let server = start(&[("SANDBOX_IMAGE", tag.as_str())]).await;
+    let r = server
+        .run(
+            "w",
+            "import wardenwheel\nprint(wardenwheel.greet())\nprint(wardenwheel.__file__)",
+        )
+        .await;
+    assert_eq!(r["status"], "ok", "{r}");
+    let lines: Vec<&str> = stdout(&r).lines().collect();
+    assert_eq!(lines.first(), Some(&"hello from a wheel"), "{r}");
+    assert!(
+        lines
+            .get(1)
+            .is_some_and(|f| f.starts_with("/usr/local/lib/python3")
+                && f.ends_with("/dist-packages/wardenwheel/__init__.py")),
+        "installed where the image's Python finds it: {r}"
+    );
+    // Not in the base image: the package came with the wheel layer.
+    let base = start(&[]).await;
+    let r = base.run("w", "import wardenwheel").await;
+    assert_eq!(r["status"], "error", "{r}");
+    assert!(r.to_string().contains("ModuleNotFoundError"), "{r}");
+    base.stop().await;
+    server.stop().await;
+}
+
+/// The image-launcher route, run on this Linux machine (`SANDBOX_LAUNCHER=image` forces
+/// it; a server on macOS or Windows, or with a remote engine, takes it by itself): an
+/// image carrying this build's warden as its launcher (`--launcher`, one layer on the
+/// base image), containers that bind nothing of this machine but the workspace, and the
+/// same walls and freezing as with the bound binary (`selftest`: every probe blocked).
+#[tokio::test]
+async fn with_the_images_launcher_nothing_of_the_host_but_the_workspace_is_bound() {
+    if !docker_ready() {
+        return;
+    }
+    let tag = format!("warden-test-launcher:{}", std::process::id());
+    let warden = env!("CARGO_BIN_EXE_warden");
+    let _built = build_image(tag.clone(), &["--from", &image(), "--launcher", warden]);
+    let server = start(&[
+        ("SANDBOX_IMAGE", tag.as_str()),
+        ("SANDBOX_LAUNCHER", "image"),
+    ])
+    .await;
+    let r = server.run("l", "x = 6 * 7\nprint(x)").await;
+    assert_eq!(r["backend"], "docker", "{r}");
+    assert_eq!(stdout(&r), "42\n", "{r}");
+    let r = server.run("l", "print(x + 1)").await;
+    assert_eq!(
+        stdout(&r),
+        "43\n",
+        "the same worker, frozen and thawed: {r}"
+    );
+    let ids = containers_of(server.pid);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let mounts = inspect(&ids[0])["Mounts"].as_array().unwrap().clone();
+    assert_eq!(mounts.len(), 1, "the workspace only: {mounts:?}");
+    assert_eq!(mounts[0]["Destination"], "/workspace", "{mounts:?}");
+    let settings = server.settings().await;
+    let launcher = settings["resolved"]["docker_launcher"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        launcher.starts_with("the image's (warden ") && launcher.contains("launcher protocol"),
+        "{settings:#}"
+    );
+    let st = server.call("selftest", json!({})).await.unwrap();
+    let st = st.structured_content.unwrap();
+    assert_eq!(st["resolved_backend"], "docker", "{st}");
+    assert_eq!(st["failing_required"], json!([]), "{st:#}");
+    server.stop().await;
+}
+
+/// An image whose launcher speaks another protocol, or that has none, is never tried:
+/// the server degrades to the host backend saying why, or refuses under `require`.
+#[tokio::test]
+async fn an_image_launcher_of_another_protocol_or_none_is_refused_with_the_way_out() {
+    if !docker_ready() {
+        return;
+    }
+    let tag = format!("warden-test-old-launcher:{}", std::process::id());
+    let built = BuiltImage(tag.clone());
+    let base = image();
+    // The base image with a launcher label of another protocol (no binary is needed:
+    // nothing may start before the label is judged).
+    let container = Command::new("docker")
+        .args(["create", &base])
+        .output()
+        .unwrap();
+    let container = String::from_utf8_lossy(&container.stdout)
+        .trim()
+        .to_string();
+    let commit = Command::new("docker")
+        .args([
+            "commit",
+            "--change",
+            "LABEL dev.warden.launcher-protocol=999 dev.warden.launcher-version=0.0.1",
+            &container,
+            &built.0,
+        ])
+        .output()
+        .unwrap();
+    let _ = Command::new("docker")
+        .args(["rm", "-f", &container])
+        .output();
+    assert!(commit.status.success(), "{commit:?}");
+    for (img, why) in [
+        (tag.as_str(), "protocol 999"),
+        (base.as_str(), "carries no warden launcher"),
+    ] {
+        let env = [("SANDBOX_IMAGE", img), ("SANDBOX_LAUNCHER", "image")];
+        let server = start(&env).await;
+        let r = server.run("o", "print('ran')").await;
+        assert_eq!(r["backend"], "host", "{r}");
+        let w = r["warnings"][0].as_str().unwrap_or_default();
+        assert!(w.contains(why) && w.contains("--launcher"), "{img}: {r}");
+        assert!(containers_of(server.pid).is_empty(), "nothing was started");
+        server.stop().await;
+        let strict = [
+            ("SANDBOX_IMAGE", img),
+            ("SANDBOX_LAUNCHER", "image"),
+            ("HOST_SANDBOX", "require"),
+        ];
+        let server = start(&strict).await;
+        let r = server.run("o", "print('ran')").await;
+        assert_eq!(r["status"], "error", "{img}: {r}");
+        assert!(r.to_string().contains(why), "{img}: {r}");
+        assert!(stdout(&r).is_empty());
+        server.stop().await;
+    }
 }

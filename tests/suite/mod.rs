@@ -305,6 +305,23 @@ impl Server {
             .expect("structuredContent")
     }
 
+    /// The `warden://settings` document.
+    pub async fn settings(&self) -> Value {
+        let read = self
+            .client
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(
+                "warden://settings",
+            ))
+            .await
+            .expect("read warden://settings");
+        match &read.contents[0] {
+            rmcp::model::ResourceContents::TextResourceContents { text, .. } => {
+                serde_json::from_str(text).expect("settings JSON")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     pub async fn run(&self, session: &str, code: &str) -> Value {
         self.exec(json!({"session": session, "code": code})).await
     }

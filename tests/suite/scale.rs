@@ -20,23 +20,6 @@ async fn start(who: As, env: &[(&str, &str)]) -> Server {
     Server::start_as(who, Net::Host, env).await
 }
 
-/// The `warden://settings` document as the client reads it.
-async fn settings(server: &Server) -> Value {
-    let read = server
-        .client
-        .read_resource(rmcp::model::ReadResourceRequestParams::new(
-            "warden://settings",
-        ))
-        .await
-        .expect("read warden://settings");
-    match &read.contents[0] {
-        rmcp::model::ResourceContents::TextResourceContents { text, .. } => {
-            serde_json::from_str(text).expect("settings JSON")
-        }
-        other => panic!("{other:?}"),
-    }
-}
-
 /// `/proc/<pid>/stat`'s state letter, utime + stime (ticks) and real uid of a process.
 fn proc_info(pid: u32) -> Option<(char, u64, u32)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -109,7 +92,7 @@ async fn two_hundred_new_session_names_in_a_row_all_run() {
         assert_eq!(r["status"], "ok", "session {i}: {r}");
         assert_eq!(stdout(&r), format!("n{i}\n"), "session {i}: {r}");
     }
-    let doc = settings(&server).await;
+    let doc = server.settings().await;
     assert_eq!(doc["workers"]["sessions_open"], 200, "{}", doc["workers"]);
     assert!(
         doc["workers"]["live"].as_u64().unwrap() <= 16,
@@ -247,7 +230,7 @@ async fn idle_sessions_expire_and_their_names_are_free_again() {
         eventually(10, || find_files(&sessions, "expiry-mark").is_empty()).await,
         "the expired session's workspace was removed"
     );
-    let doc = settings(&server).await;
+    let doc = server.settings().await;
     let names: Vec<&str> = doc["sessions"]
         .as_array()
         .unwrap()
@@ -315,7 +298,7 @@ async fn the_warm_pool_hands_out_frozen_workers_and_refills_after_a_burst() {
     let ready = |doc: &Value| doc["workers"]["warm"]["ready"].as_u64().unwrap_or(0);
     let mut filled = false;
     for _ in 0..100 {
-        if ready(&settings(&server).await) == 2 {
+        if ready(&server.settings().await) == 2 {
             filled = true;
             break;
         }
@@ -363,7 +346,7 @@ async fn the_warm_pool_hands_out_frozen_workers_and_refills_after_a_burst() {
     );
     let mut refilled = false;
     for _ in 0..300 {
-        if ready(&settings(&server).await) == 2 {
+        if ready(&server.settings().await) == 2 {
             refilled = true;
             break;
         }
@@ -496,7 +479,7 @@ async fn settings_show_each_sessions_worker_memory() {
     let server = start(As::Root, &[]).await;
     server.run("big", "blob = bytearray(64 << 20)").await;
     server.run("small", "x = 1").await;
-    let doc = settings(&server).await;
+    let doc = server.settings().await;
     let sessions = doc["sessions"].as_array().unwrap();
     let big = sessions.iter().find(|s| s["session"] == "big").unwrap();
     let small = sessions.iter().find(|s| s["session"] == "small").unwrap();
@@ -536,12 +519,12 @@ async fn one_new_name_called_at_once_opens_one_session() {
         (1..=8).collect::<Vec<u64>>(),
         "one interpreter served all"
     );
-    let doc = settings(&server).await;
+    let doc = server.settings().await;
     assert_eq!(doc["workers"]["sessions_open"], 1, "{}", doc["workers"]);
     // Every workspace the keeper holds belongs to the session or to a warm worker.
     let mut settled = false;
     for _ in 0..100 {
-        let w = settings(&server).await["workers"]["warm"].clone();
+        let w = server.settings().await["workers"]["warm"].clone();
         let expected = 1 + w["ready"].as_u64().unwrap() + w["starting"].as_u64().unwrap();
         if workspace_mounts(&server) as u64 == expected {
             settled = true;

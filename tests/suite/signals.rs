@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::json;
 
 use super::{
@@ -45,18 +45,7 @@ async fn signal_with_a_call_in_flight(who: As, signal: i32) {
             workers_of(server.pid).len() >= 2 * WORKER_PROCESSES,
             "{who:?}: two workers run: {family:?}"
         );
-        // SAFETY: a signal to the server this test started.
-        assert_eq!(unsafe { libc::kill(server.pid as i32, signal) }, 0);
-        let sent = Instant::now();
-        while is_alive(me) && sent.elapsed() < Duration::from_secs(5) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let took = sent.elapsed();
-        assert!(!is_alive(me), "{who:?}: the server is still running");
-        assert!(
-            took < Duration::from_secs(1),
-            "{who:?}: signal {signal} took {took:?} to end the server"
-        );
+        let sent = signal_and_see_it_end(&server, me, signal, &format!("{who:?}")).await;
         // Its workers follow within the same second (they die by their parent-death
         // signal a moment after the server): judged at the second, not the instant.
         let mut left: Vec<ProcId> = family;
@@ -73,16 +62,44 @@ async fn signal_with_a_call_in_flight(who: As, signal: i32) {
         );
     };
     let (answer, ()) = tokio::join!(call, check);
-    // The call ends with the connection, or with its worker killed just before.
+    assert_nothing_left(&server, answer, &format!("{who:?}"));
+}
+
+/// Sends `signal` to the server and sees it end within a second; returns when it was
+/// sent.
+pub async fn signal_and_see_it_end(
+    server: &Server,
+    me: ProcId,
+    signal: i32,
+    context: &str,
+) -> Instant {
+    // SAFETY: a signal to the server this test started.
+    assert_eq!(unsafe { libc::kill(server.pid as i32, signal) }, 0);
+    let sent = Instant::now();
+    while is_alive(me) && sent.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = sent.elapsed();
+    assert!(!is_alive(me), "{context}: the server is still running");
+    assert!(
+        took < Duration::from_secs(1),
+        "{context}: signal {signal} took {took:?} to end the server"
+    );
+    sent
+}
+
+/// After the signal: the call in flight ended with the connection, or with its worker
+/// killed just before (never ran to its end), and no workspace of the server is left.
+pub fn assert_nothing_left<E>(server: &Server, answer: Result<CallToolResult, E>, context: &str) {
     if let Ok(r) = answer {
         let r = r.structured_content.unwrap_or_default();
-        assert_ne!(r["status"], "ok", "{who:?}: the call ran to its end: {r}");
+        assert_ne!(r["status"], "ok", "{context}: the call ran to its end: {r}");
     }
     let sessions = server.data_dir.path().join("sessions");
     let instances: Vec<_> = std::fs::read_dir(&sessions)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
-    assert!(instances.is_empty(), "{who:?}: left {instances:?}");
+    assert!(instances.is_empty(), "{context}: left {instances:?}");
 }
 
 #[tokio::test]

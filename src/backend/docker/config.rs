@@ -15,7 +15,8 @@ use bollard::models::{
 use crate::config::NetworkMode;
 use crate::grants::Access;
 
-/// Where the launcher (the warden binary, read-only) sits in every container.
+/// Where the launcher (a Linux warden binary: the server's own, bound read-only, or the
+/// image's) sits in every container.
 pub const LAUNCHER_PATH: &str = "/opt/warden/warden";
 /// The session's workspace inside the container.
 pub const WORKSPACE: &str = "/workspace";
@@ -66,8 +67,9 @@ pub struct ContainerPlan<'a> {
     pub owner: &'a Owner,
     /// "pool" (started ahead) or "session".
     pub role: &'a str,
-    /// The warden binary on this machine.
-    pub launcher: &'a Path,
+    /// The warden binary on this machine, bound at [`LAUNCHER_PATH`]; `None`: the
+    /// image's own launcher is there (see [`super::route`]).
+    pub launcher: Option<&'a Path>,
     /// The session's (or the pooled container's) workspace on this machine.
     pub workspace: &'a Path,
     pub grants: &'a [BoundGrant],
@@ -93,10 +95,12 @@ fn bind(source: &Path, target: &str, read_only: bool) -> Mount {
 
 /// The hardened configuration of one worker container. Pure.
 pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
-    let mut mounts = vec![
-        bind(plan.launcher, LAUNCHER_PATH, true),
-        bind(plan.workspace, WORKSPACE, false),
-    ];
+    let mut mounts: Vec<Mount> = plan
+        .launcher
+        .map(|l| bind(l, LAUNCHER_PATH, true))
+        .into_iter()
+        .collect();
+    mounts.push(bind(plan.workspace, WORKSPACE, false));
     for g in plan.grants {
         let target = g.path.display().to_string();
         mounts.push(bind(&g.path, &target, g.access == Access::Read));
@@ -133,7 +137,7 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         image: Some(plan.image.to_string()),
         user: Some(format!("{}:{}", plan.user.0, plan.user.1)),
         entrypoint: Some(vec![LAUNCHER_PATH.to_string()]),
-        cmd: Some(vec![super::launcher::LAUNCHER_SUBCOMMAND.to_string()]),
+        cmd: Some(vec![super::route::LAUNCHER_SUBCOMMAND.to_string()]),
         env: Some(vec![
             "PATH=/usr/local/bin:/usr/bin:/bin".to_string(),
             "LANG=C.UTF-8".to_string(),
@@ -157,7 +161,9 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
 #[error("refused container configuration: {0}")]
 pub struct Refused(pub String);
 
-/// Host trees a container may never see, nor anything inside them.
+/// Host trees a container may never see, nor anything inside them (compared in
+/// [`comparable`] form: lower case, `/` separators, no drive letter, so that one list
+/// serves Linux, macOS and Windows servers).
 const NEVER_INSIDE: &[&str] = &[
     "/etc",
     "/proc",
@@ -168,15 +174,49 @@ const NEVER_INSIDE: &[&str] = &[
     "/var/run",
     "/var/lib/docker",
     "/var/lib/containerd",
+    // macOS
+    "/system",
+    "/library",
+    "/private/etc",
+    "/private/var/run",
+    // Windows
+    "/windows",
+    "/programdata/docker",
+    "/programdata/dockerdesktop",
 ];
 /// Host directories a container may never see whole (a granted subdirectory is fine).
-const NEVER_WHOLE: &[&str] = &["/", "/home", "/root", "/var", "/var/lib", "/usr"];
+const NEVER_WHOLE: &[&str] = &[
+    "/", "/home", "/root", "/var", "/var/lib", "/usr", "/users", "/private",
+];
+/// Directories whose children are whole home directories (Linux, macOS, Windows).
+const HOMES: &[&str] = &["/home", "/users"];
+
+/// `path` as the lists above are written: `\` as `/`, a drive letter dropped, lower
+/// case (macOS and Windows file systems ignore case by default; on Linux this only
+/// refuses more), no trailing `/`.
+fn comparable(path: &str) -> String {
+    let mut text = path.replace('\\', "/").to_lowercase();
+    // Windows' verbatim prefix, as canonicalize returns it (`\\?\C:\...`).
+    if let Some(rest) = text.strip_prefix("//?/") {
+        text = rest.to_string();
+    }
+    let bytes = text.as_bytes();
+    if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
+        text.replace_range(..2, "");
+    }
+    while text.len() > 1 && text.ends_with('/') {
+        text.pop();
+    }
+    if text.is_empty() { "/".into() } else { text }
+}
 
 /// Whether `path` is or contains a sensitive host tree. `path` is absolute, normalised.
 fn sensitive(path: &Path) -> Option<String> {
+    let text = comparable(&path.to_string_lossy());
+    let here = Path::new(&text);
     for tree in NEVER_INSIDE {
         let tree = Path::new(tree);
-        if path.starts_with(tree) || tree.starts_with(path) {
+        if here.starts_with(tree) || tree.starts_with(here) {
             return Some(format!(
                 "{} is or contains {} (never mounted)",
                 path.display(),
@@ -184,11 +224,13 @@ fn sensitive(path: &Path) -> Option<String> {
             ));
         }
     }
-    if NEVER_WHOLE.iter().any(|d| path == Path::new(d)) {
+    if NEVER_WHOLE.iter().any(|d| here == Path::new(d)) {
         return Some(format!("{} may not be mounted whole", path.display()));
     }
-    // A whole home directory: /home/<user>.
-    if path.parent() == Some(Path::new("/home")) {
+    if here
+        .parent()
+        .is_some_and(|p| HOMES.iter().any(|h| p == Path::new(h)))
+    {
         return Some(format!(
             "{} is a whole home directory (grant a directory inside it)",
             path.display()
@@ -425,7 +467,7 @@ mod tests {
             user: (65534, 65534),
             owner,
             role: "session",
-            launcher: Path::new("/usr/local/bin/warden"),
+            launcher: Some(Path::new("/usr/local/bin/warden")),
             workspace: Path::new("/var/lib/warden/sessions/1-aa/s/workspace"),
             grants,
             memory_bytes: 2 << 30,
@@ -472,6 +514,55 @@ mod tests {
         assert_eq!(mounts[0].target.as_deref(), Some(LAUNCHER_PATH));
         assert_eq!(mounts[1].target.as_deref(), Some(WORKSPACE));
         assert_eq!(cfg.labels.as_ref().unwrap()[LABEL_INSTANCE], "42-abcd");
+    }
+
+    #[test]
+    fn sensitive_trees_of_macos_and_windows_servers_are_refused_too() {
+        for bad in [
+            r"C:\",
+            r"\\?\C:\Users\bob",
+            r"C:\Windows\System32",
+            r"c:\users",
+            r"C:\Users\alice",
+            r"D:\ProgramData\Docker\config",
+            "/Users/alice",
+            "/Users",
+            "/System/Library",
+            "/private/etc/hosts",
+            "/Library",
+        ] {
+            assert!(sensitive(Path::new(bad)).is_some(), "{bad}");
+        }
+        for fine in [
+            r"C:\Users\alice\data",
+            "/Users/alice/project",
+            "/var/lib/warden/sessions/1-aa/s/workspace",
+        ] {
+            assert_eq!(sensitive(Path::new(fine)), None, "{fine}");
+        }
+    }
+
+    #[test]
+    fn with_the_images_launcher_only_the_workspace_is_bound() {
+        let owner = owner();
+        let cfg = container_config(&ContainerPlan {
+            image: "warden-sandbox:latest",
+            user: (65534, 65534),
+            owner: &owner,
+            role: "session",
+            launcher: None,
+            workspace: Path::new("/var/lib/warden/sessions/1-aa/s/workspace"),
+            grants: &[],
+            memory_bytes: 2 << 30,
+            pids_limit: 256,
+            tmp_bytes: 64 << 20,
+            network: NetworkMode::Deny,
+        });
+        validate_container_config(&cfg, &no_sockets).unwrap();
+        let mounts = cfg.host_config.as_ref().unwrap().mounts.clone().unwrap();
+        assert_eq!(mounts.len(), 1, "{mounts:?}");
+        assert_eq!(mounts[0].target.as_deref(), Some(WORKSPACE));
+        assert_eq!(cfg.entrypoint, Some(vec![LAUNCHER_PATH.to_string()]));
     }
 
     #[test]

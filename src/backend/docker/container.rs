@@ -483,7 +483,7 @@ pub fn launcher_on_this_machine() -> Result<std::path::PathBuf, String> {
     Ok(exe)
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
     use crate::backend::docker::config::{BoundGrant, ContainerPlan, Owner, container_config};
@@ -516,7 +516,7 @@ mod tests {
                 user: (65534, 65534),
                 owner: &owner,
                 role: "session",
-                launcher: Path::new("/usr/local/bin/warden"),
+                launcher: Some(Path::new("/usr/local/bin/warden")),
                 workspace: dir.path(),
                 grants: &grants,
                 memory_bytes: 1 << 30,

@@ -12,59 +12,95 @@ use crate::config::DockerSettings;
 
 /// Seconds an API request may take.
 const API_TIMEOUT_S: u64 = 30;
-const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
 
-/// Connects as `DOCKER_HOST` (or the local socket) says. Nothing is sent yet.
+/// The engine when `DOCKER_HOST` is not set: Docker Desktop's named pipe on Windows; on
+/// Unix the usual socket, or on macOS Docker Desktop's per-user socket when the usual one
+/// is not there (Desktop makes `/var/run/docker.sock` only when allowed to).
+pub fn default_host() -> String {
+    if cfg!(windows) {
+        return "npipe:////./pipe/docker_engine".into();
+    }
+    let usual = "/var/run/docker.sock";
+    let desktop =
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker/run/docker.sock"));
+    if cfg!(target_os = "macos")
+        && !Path::new(usual).exists()
+        && let Some(desktop) = desktop.filter(|d| d.exists())
+    {
+        return format!("unix://{}", desktop.display());
+    }
+    format!("unix://{usual}")
+}
+
+/// Connects as `DOCKER_HOST` (or the local engine) says. Nothing is sent yet.
 pub fn connect(settings: &DockerSettings) -> Result<Docker, String> {
-    let host = settings
-        .host
-        .clone()
-        .unwrap_or_else(|| format!("unix://{DEFAULT_SOCKET}"));
+    let host = settings.host.clone().unwrap_or_else(default_host);
     let version = bollard::API_DEFAULT_VERSION;
     if let Some(path) = host.strip_prefix("unix://") {
+        #[cfg(unix)]
         return Docker::connect_with_unix(path, API_TIMEOUT_S, version)
             .map_err(|e| format!("DOCKER_HOST={host}: {e}"));
+        #[cfg(not(unix))]
+        return Err(format!(
+            "DOCKER_HOST={host}: no UNIX sockets on this platform ({path}); use npipe:// or tcp://"
+        ));
+    }
+    if host.starts_with("npipe://") {
+        #[cfg(windows)]
+        return Docker::connect_with_named_pipe(&host, API_TIMEOUT_S, version)
+            .map_err(|e| format!("DOCKER_HOST={host}: {e}"));
+        #[cfg(not(windows))]
+        return Err(format!(
+            "DOCKER_HOST={host}: named pipes exist only on Windows; use unix:// or tcp://"
+        ));
     }
     if settings.tls_verify {
-        let dir = settings
-            .cert_path
-            .clone()
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker")))
-            .ok_or("DOCKER_TLS_VERIFY=1 needs DOCKER_CERT_PATH")?;
-        for file in ["key.pem", "cert.pem", "ca.pem"] {
-            if !dir.join(file).is_file() {
-                return Err(format!(
-                    "DOCKER_TLS_VERIFY=1: {} is missing (DOCKER_CERT_PATH={})",
-                    dir.join(file).display(),
-                    dir.display()
-                ));
-            }
-        }
-        return Docker::connect_with_ssl(
-            &host,
-            &dir.join("key.pem"),
-            &dir.join("cert.pem"),
-            &dir.join("ca.pem"),
-            API_TIMEOUT_S,
-            version,
-        )
-        .map_err(|e| format!("DOCKER_HOST={host} (TLS): {e}"));
+        return connect_tls(settings, &host);
     }
     Docker::connect_with_http(&host, API_TIMEOUT_S, version)
         .map_err(|e| format!("DOCKER_HOST={host}: {e}"))
 }
 
-/// The start time of a live `pid` (clock ticks since boot), from `/proc/<pid>/stat`;
-/// `None` for no such process or a zombie.
-pub fn pid_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields 3 (state) and 22 (start time), counted after the command name's ")".
-    let after = &stat[stat.rfind(')')? + 2..];
-    let mut fields = after.split_whitespace();
-    if fields.next()? == "Z" {
-        return None;
+/// TCP+TLS with `DOCKER_CERT_PATH`'s `ca.pem`, `cert.pem` and `key.pem`.
+#[cfg(not(target_os = "macos"))]
+fn connect_tls(settings: &DockerSettings, host: &str) -> Result<Docker, String> {
+    let dir = settings
+        .cert_path
+        .clone()
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker")))
+        .ok_or("DOCKER_TLS_VERIFY=1 needs DOCKER_CERT_PATH")?;
+    for file in ["key.pem", "cert.pem", "ca.pem"] {
+        if !dir.join(file).is_file() {
+            return Err(format!(
+                "DOCKER_TLS_VERIFY=1: {} is missing (DOCKER_CERT_PATH={})",
+                dir.join(file).display(),
+                dir.display()
+            ));
+        }
     }
-    fields.nth(18)?.parse().ok()
+    Docker::connect_with_ssl(
+        host,
+        &dir.join("key.pem"),
+        &dir.join("cert.pem"),
+        &dir.join("ca.pem"),
+        API_TIMEOUT_S,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .map_err(|e| format!("DOCKER_HOST={host} (TLS): {e}"))
+}
+
+/// No TLS client in macOS builds (see Cargo.toml): said, never a plain connection.
+#[cfg(target_os = "macos")]
+fn connect_tls(_settings: &DockerSettings, host: &str) -> Result<Docker, String> {
+    Err(format!(
+        "DOCKER_HOST={host} with DOCKER_TLS_VERIFY=1: this macOS build has no TLS client for the engine; use Docker Desktop's socket (leave DOCKER_HOST unset) or run warden on Linux"
+    ))
+}
+
+/// The start time of a live `pid` (see [`crate::os::process_start_time`]); `None` for
+/// no such process, or where the system cannot tell (Windows).
+pub fn pid_start(pid: u32) -> Option<u64> {
+    crate::os::process_start_time(pid)
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -73,14 +109,39 @@ fn read_trimmed(path: &str) -> String {
         .unwrap_or_default()
 }
 
-/// This server, as its containers' labels name it.
+/// This machine's name, where the server can read it (empty otherwise: then no
+/// container is ever judged dead, see [`owner_is_gone`]).
+fn host_name() -> String {
+    if cfg!(target_os = "linux") {
+        return read_trimmed("/proc/sys/kernel/hostname");
+    }
+    #[cfg(unix)]
+    {
+        let mut buf = [0u8; 256];
+        // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+        if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+            let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+            return String::from_utf8_lossy(&buf[..end]).into_owned();
+        }
+    }
+    String::new()
+}
+
+/// This server, as its containers' labels name it. Where the system cannot say when a
+/// process started (Windows), the host is left empty, so no other server's containers
+/// are ever judged dead from there: the next server on Linux or macOS reaps them.
 pub fn this_owner(instance: &str) -> Owner {
     let pid = std::process::id();
+    let pid_start = pid_start(pid);
     Owner {
         instance: instance.to_string(),
         pid,
-        pid_start: pid_start(pid).unwrap_or(0),
-        host: read_trimmed("/proc/sys/kernel/hostname"),
+        pid_start: pid_start.unwrap_or(0),
+        host: if pid_start.is_some() {
+            host_name()
+        } else {
+            String::new()
+        },
         boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
     }
 }
@@ -174,10 +235,22 @@ pub async fn remove(docker: &Docker, id: &str) -> bool {
     }
 }
 
-/// Whether `path` is a socket on this machine (for [`super::config::validate_container_config`]).
+/// Whether `path` is a socket on this machine (for [`super::config::validate_container_config`]):
+/// a UNIX socket, or on Windows a named pipe (`\\.\pipe\...`).
 pub fn is_socket(path: &Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+    }
+    #[cfg(not(unix))]
+    {
+        let text = path
+            .to_string_lossy()
+            .replace('/', "\\")
+            .to_ascii_lowercase();
+        text.starts_with("\\\\.\\pipe\\") || text.starts_with("\\\\?\\pipe\\")
+    }
 }
 
 #[cfg(test)]
@@ -188,7 +261,7 @@ mod tests {
         Owner {
             instance: "1-aa".into(),
             pid: std::process::id(),
-            pid_start: pid_start(std::process::id()).unwrap(),
+            pid_start: pid_start(std::process::id()).unwrap_or(1),
             host: "h".into(),
             boot_id: "b".into(),
         }

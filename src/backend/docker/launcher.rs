@@ -18,6 +18,10 @@
 //! `warden __container-query` answers where the image's Python lives (the same query
 //! the host backend runs on the host's interpreter) and what `/workspace` is.
 //!
+//! Linux only: it runs inside a Linux container, whatever the server's platform (a
+//! server that cannot bind its own binary uses the one the image carries, see
+//! [`super::route`]).
+//!
 //! [`frames`]: super::frames
 
 use std::io::{Read, Write};
@@ -32,10 +36,8 @@ use crate::backend::host::spawn::HELPER_SUBCOMMAND;
 use crate::sandbox::helper::{REQUEST_FD, RESPONSE_FD};
 use crate::sandbox::policy::WorkerPolicy;
 
-/// The hidden subcommand that runs the launcher inside a container.
-pub const LAUNCHER_SUBCOMMAND: &str = "__container-worker";
-/// The hidden subcommand that reports the image's interpreter as JSON.
-pub const QUERY_SUBCOMMAND: &str = "__container-query";
+pub use super::route::{LAUNCHER_SUBCOMMAND, QUERY_SUBCOMMAND};
+
 /// Exit status when the launcher could not start the worker.
 const LAUNCH_FAILED: i32 = 72;
 

@@ -1,8 +1,10 @@
 //! The Docker backend: one hardened container per session, running the same persistent
 //! worker protocol as a host worker (not `docker exec` per call).
 //!
-//! Four streams through one container: the warden binary is bind-mounted read-only as
-//! the in-container launcher ([`launcher`]); the container's stdin carries the policy,
+//! Four streams through one container: a Linux warden binary is the in-container
+//! launcher ([`launcher`]), either this server's own, bind-mounted read-only, or the one
+//! the image carries, for servers on macOS and Windows (Docker Desktop) and remote
+//! engines ([`route`], `SANDBOX_LAUNCHER`); the container's stdin carries the policy,
 //! the requests and the orders to freeze and thaw the worker between calls, its stdout
 //! carries the worker's response pipe, fd 1 and fd 2, all as [`frames`]; the server
 //! demultiplexes them into a protocol `Channel`. Chosen over a UNIX socket in the
@@ -19,17 +21,23 @@
 //! - [`engine`]: connecting (`DOCKER_HOST`, TLS), owner labels, reaping leftovers;
 //! - [`container`]: creating, attaching and starting one worker container;
 //! - [`query`]: what the image and the engine are, asked once at start;
-//! - [`quota`]: the size-capped tmpfs workspaces (`SANDBOX_DISK_LIMIT`).
+//! - [`quota`]: the size-capped tmpfs workspaces (`SANDBOX_DISK_LIMIT`);
+//! - [`route`]: which launcher (`SANDBOX_LAUNCHER`), and the image launcher's protocol.
+//!
+//! The server side builds for every platform; the launcher runs only inside a Linux
+//! container. What only a Linux server next to its engine can do (the tmpfs quota) is
+//! reported as a gap elsewhere.
 
 pub mod config;
 pub mod container;
 pub mod engine;
 pub mod frames;
+#[cfg(target_os = "linux")]
 pub mod launcher;
 pub mod query;
 pub mod quota;
+pub mod route;
 
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -71,7 +79,7 @@ pub(crate) struct Inner {
     owner: Owner,
     /// The image's interpreter, as the launcher found it inside the image.
     runtime: PythonRuntime,
-    launcher: PathBuf,
+    launcher: Launcher,
     instance_dir: PathBuf,
     user: (u32, u32),
     /// How workspaces are capped (`SANDBOX_DISK_LIMIT`), as the start-up query found.
@@ -80,9 +88,42 @@ pub(crate) struct Inner {
     closing: std::sync::atomic::AtomicBool,
 }
 
+/// The launcher every container of this server runs (see [`route`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Launcher {
+    /// This server's binary, bound read-only.
+    Bound(PathBuf),
+    /// The image's, of this server's launcher protocol; its warden version.
+    Image { version: String },
+}
+
+impl Launcher {
+    fn describe(&self) -> String {
+        match self {
+            Launcher::Bound(_) => "this server's own binary, bound read-only".to_string(),
+            Launcher::Image { version } => format!(
+                "the image's (warden {version}, launcher protocol {})",
+                route::LAUNCHER_PROTOCOL
+            ),
+        }
+    }
+}
+
 fn running_as_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    crate::os::running_as_root()
+}
+
+/// The container user when none is configured: a non-root server's own ids (its
+/// workspaces are its own files), where the platform has them.
+fn default_user(configured: (u32, u32)) -> (u32, u32) {
+    #[cfg(unix)]
+    if !running_as_root() {
+        return (
+            rustix::process::getuid().as_raw(),
+            rustix::process::getgid().as_raw(),
+        );
+    }
+    configured
 }
 
 /// An error with every cause beneath it ("client error (Connect): invalid peer
@@ -114,12 +155,14 @@ impl DockerBackend {
             .ping()
             .await
             .map_err(|e| Unavailable(format!("no Docker engine answers ({})", causes(&e))))?;
-        docker.inspect_image(&d.image).await.map_err(|e| {
+        let image = docker.inspect_image(&d.image).await.map_err(|e| {
             Unavailable(format!(
                 "the image {} is not available ({e}); build it offline with tools/build-image.sh or set SANDBOX_IMAGE",
                 d.image
             ))
         })?;
+        let labels = image.config.and_then(|c| c.labels).unwrap_or_default();
+        let launcher = choose_launcher(&settings, &labels).map_err(Unavailable)?;
         let instance = instance_dir
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
@@ -132,13 +175,11 @@ impl DockerBackend {
                 "removed containers left by warden instances that are gone"
             );
         }
-        let user = if !running_as_root() && d.user_is_default {
-            // SAFETY: getuid/getgid cannot fail.
-            unsafe { (libc::getuid(), libc::getgid()) }
+        let user = if d.user_is_default {
+            default_user(d.user)
         } else {
             d.user
         };
-        let launcher = container::launcher_on_this_machine().map_err(Unavailable)?;
         let mut inner = Inner {
             settings: settings.clone(),
             docker,
@@ -162,7 +203,7 @@ impl DockerBackend {
         }
         inner.runtime = runtime;
         inner.quota = quota;
-        tracing::info!(image = %d.image, python = %inner.runtime.executable.display(), "docker backend ready");
+        tracing::info!(image = %d.image, python = %inner.runtime.executable.display(), launcher = %inner.launcher.describe(), "docker backend ready");
         Ok(DockerBackend {
             inner: Arc::new(inner),
         })
@@ -176,6 +217,22 @@ impl DockerBackend {
             .closing
             .store(true, std::sync::atomic::Ordering::Release);
         engine::remove_instance(&inner.docker, &inner.owner.instance).await;
+    }
+}
+
+/// The launcher route `SANDBOX_LAUNCHER` and this platform allow, and for the image's
+/// launcher, its protocol checked against this server's.
+fn choose_launcher(
+    settings: &Settings,
+    labels: &std::collections::HashMap<String, String>,
+) -> Result<Launcher, String> {
+    let d = &settings.docker;
+    let local = route::engine_is_local(d.host.as_deref());
+    match route::choose(d.launcher, cfg!(target_os = "linux"), local)? {
+        route::Route::Bind => container::launcher_on_this_machine().map(Launcher::Bound),
+        route::Route::Image => {
+            route::check_image_launcher(&d.image, labels).map(|version| Launcher::Image { version })
+        }
     }
 }
 
@@ -217,7 +274,10 @@ impl Inner {
             user: self.user,
             owner: &self.owner,
             role,
-            launcher: &self.launcher,
+            launcher: match &self.launcher {
+                Launcher::Bound(path) => Some(path.as_path()),
+                Launcher::Image { .. } => None,
+            },
             workspace,
             grants,
             memory_bytes: self.settings.mem_limit_bytes,
@@ -271,7 +331,7 @@ impl Inner {
             name: "container".into(),
             enforced: true,
             detail: format!(
-                "container {} of image {}: read-only root, user {}:{}, cap_drop ALL, no-new-privileges, network {}, memory {} MiB (swap equal), pids {}, /tmp tmpfs {} MiB, init, log driver none, its own mount/PID/IPC/UTS{} namespaces",
+                "container {} of image {}: read-only root, user {}:{}, cap_drop ALL, no-new-privileges, network {}, memory {} MiB (swap equal), pids {}, /tmp tmpfs {} MiB, init, log driver none, its own mount/PID/IPC/UTS{} namespaces; launcher: {}",
                 &process.id()[..12.min(process.id().len())],
                 self.settings.docker.image,
                 self.user.0,
@@ -287,6 +347,7 @@ impl Inner {
                     crate::config::NetworkMode::Deny => "/network",
                     crate::config::NetworkMode::Allow => "",
                 },
+                self.launcher.describe(),
             ),
         });
         report.walls.insert(1, self.quota_wall());
@@ -301,7 +362,7 @@ impl Inner {
                 ),
             });
         }
-        report.mode = crate::backend::host::mode_word(self.settings.host_sandbox).to_string();
+        report.mode = self.settings.host_sandbox.word().to_string();
         Ok(report)
     }
 }
@@ -357,13 +418,17 @@ fn bind_grants(grants: &[Grant]) -> Result<Vec<BoundGrant>, StartError> {
         .collect()
 }
 
-/// Creates `dir` for a container's workspace, owned by the container user.
+/// Creates `dir` for a container's workspace, owned by the container user (Unix; on
+/// Windows Docker Desktop maps ownership itself).
 pub(crate) fn make_workspace(dir: &Path, user: (u32, u32)) -> std::io::Result<()> {
-    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    crate::os::create_dir(dir, 0o700, false)?;
+    #[cfg(unix)]
     if running_as_root() {
         std::os::unix::fs::chown(dir, Some(user.0), Some(user.1))?;
     }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+    #[cfg(not(unix))]
+    let _ = user;
+    crate::os::set_mode(dir, 0o700)
 }
 
 impl Backend for DockerBackend {
@@ -377,7 +442,7 @@ impl Backend for DockerBackend {
     /// the container user and, when the quota stands, a tmpfs of `SANDBOX_DISK_LIMIT`.
     fn open_session(&self, dir: &Path) -> std::io::Result<(DockerSlot, SessionPaths)> {
         let inner = &self.inner;
-        std::fs::DirBuilder::new().mode(0o711).create(dir)?;
+        crate::os::create_dir(dir, 0o711, false)?;
         let paths = SessionPaths {
             workspace: dir.join("workspace"),
         };
@@ -447,8 +512,12 @@ impl Backend for DockerBackend {
             python_version: inner.runtime.version.clone(),
             dedicated_uid_per_session: false,
             workspace_quota_bytes: inner.quota.bytes(),
-            protected_paths: vec![inner.launcher.clone()],
+            protected_paths: match &inner.launcher {
+                Launcher::Bound(path) => vec![path.clone()],
+                Launcher::Image { .. } => Vec::new(),
+            },
             processes_limit: Some(inner.settings.pids_limit),
+            launcher: Some(inner.launcher.describe()),
             gaps,
         }
     }

@@ -35,8 +35,11 @@ pub struct WorkspaceSeen {
     pub marker: Option<String>,
 }
 
-/// The image's interpreter, and how workspaces can be capped: as root, the query's own
-/// workspace is a tmpfs of `SANDBOX_DISK_LIMIT` with a marker in it, and the quota
+/// The image's interpreter, and how workspaces can be capped: the query's own workspace
+/// holds a marker (a nonce), and the engine must show it to the container, or the
+/// workspaces this server binds would not be what its containers see (a remote engine,
+/// or a directory Docker Desktop does not share): then the backend is unavailable. As
+/// root on Linux the workspace is also a tmpfs of `SANDBOX_DISK_LIMIT`, and the quota
 /// stands only if the container saw exactly that.
 pub(super) async fn query_image(inner: &Inner) -> Result<(PythonRuntime, Quota), String> {
     let dir = inner.instance_dir.join(".query");
@@ -46,19 +49,24 @@ pub(super) async fn query_image(inner: &Inner) -> Result<(PythonRuntime, Quota),
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let mounted = if running_as_root() {
+    let mounted = if let Some(why) = quota::platform_gap() {
+        Err(why)
+    } else if running_as_root() {
         quota::mount(&dir, bytes, inner.user)
-            .and_then(|()| std::fs::write(dir.join(MARKER), &nonce))
             .map_err(|e| format!("cannot mount a size-capped tmpfs on {}: {e}", dir.display()))
     } else {
         Err("the server is not root: only root can mount a size-capped tmpfs that the engine sees, so workspaces are plain host directories (run the server as root for a per-session disk quota)".to_string())
     };
+    let marked = std::fs::write(dir.join(MARKER), &nonce);
     let mut cfg = config::container_config(&inner.plan("query", &dir, &[]));
-    cfg.cmd = Some(vec![super::launcher::QUERY_SUBCOMMAND.to_string()]);
+    cfg.cmd = Some(vec![super::route::QUERY_SUBCOMMAND.to_string()]);
     cfg.open_stdin = Some(false);
     cfg.stdin_once = Some(false);
     cfg.attach_stdin = Some(false);
-    let result = run_to_end(inner, cfg).await;
+    let result = match marked {
+        Ok(()) => run_to_end(inner, cfg).await,
+        Err(e) => Err(format!("{}: {e}", dir.join(MARKER).display())),
+    };
     if mounted.is_ok() {
         let _ = quota::unmount(&dir);
     }
@@ -66,16 +74,29 @@ pub(super) async fn query_image(inner: &Inner) -> Result<(PythonRuntime, Quota),
     let (stdout, stderr) = result?;
     let answer = serde_json::from_slice::<Answer>(stdout.trim_ascii()).map_err(|e| {
         format!(
-            "the image {} has no usable python3 ({e}): {}",
+            "the image {} has no usable python3 or launcher ({e}): {}",
             inner.settings.docker.image,
             String::from_utf8_lossy(&stderr).trim()
         )
     })?;
+    shared(&nonce, &answer.workspace, &inner.instance_dir)?;
     let quota = match mounted.and_then(|()| quota::judge(&nonce, bytes, &answer.workspace)) {
         Ok(q) => q,
         Err(why) => Quota::Unavailable(why),
     };
     Ok((answer.runtime, quota))
+}
+
+/// The container saw the marker this server wrote in the directory it bound: the
+/// engine shares this machine's directories. Else no workspace would reach the code.
+fn shared(nonce: &str, seen: &WorkspaceSeen, dir: &std::path::Path) -> Result<(), String> {
+    if seen.marker.as_deref() == Some(nonce) {
+        return Ok(());
+    }
+    Err(format!(
+        "the engine does not show its containers this machine's directories (a container bound {} and did not find the file the server wrote there): a remote DOCKER_HOST cannot bind this machine's workspaces, and Docker Desktop must share that directory (Settings > Resources > File sharing)",
+        dir.display()
+    ))
 }
 
 async fn run_to_end(

@@ -6,12 +6,28 @@
 //! Docker cannot cap a bind mount, and cannot see the workspace keeper's tmpfs (it lives
 //! in a mount namespace of its own), so this needs a mount the engine sees: only root
 //! can make one, and only an engine in the server's mount namespace sees it. Both are
-//! checked at start ([`super::query`]): otherwise the quota is reported as a gap.
+//! checked at start ([`super::query`]): otherwise the quota is reported as a gap. A
+//! server on macOS or Windows has no such mount: there the quota is always a gap.
 
 use std::path::Path;
 
+#[cfg(target_os = "linux")]
 use crate::sandbox::linux::keeper::{inodes_for, workspace_options};
+#[cfg(target_os = "linux")]
 use crate::sandbox::policy::RunAs;
+
+/// Why a server on this platform cannot cap a Docker workspace, or `None` when it can
+/// try (Linux: as root, with an engine in its mount namespace).
+pub fn platform_gap() -> Option<String> {
+    if cfg!(target_os = "linux") {
+        None
+    } else {
+        Some(format!(
+            "the server runs on {}: a size-capped tmpfs the engine sees needs a Linux server as root next to its engine (Docker Desktop's VM shares plain directories)",
+            std::env::consts::OS
+        ))
+    }
+}
 
 /// How the Docker backend's workspaces are capped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +49,7 @@ impl Quota {
 
 /// Mounts a tmpfs of `bytes` (and inodes in proportion) on `dir`, owned by `user`, mode
 /// 0700; no devices, no set-id, nothing executable.
+#[cfg(target_os = "linux")]
 pub fn mount(dir: &Path, bytes: u64, user: (u32, u32)) -> std::io::Result<()> {
     let owner = RunAs {
         uid: user.0,
@@ -55,12 +72,28 @@ pub fn mount(dir: &Path, bytes: u64, user: (u32, u32)) -> std::io::Result<()> {
 
 /// Detaches the tmpfs on `dir` (its pages are freed once no container holds it); a
 /// directory with nothing mounted on it is fine.
+#[cfg(target_os = "linux")]
 pub fn unmount(dir: &Path) -> std::io::Result<()> {
     match rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH) {
         Ok(()) => Ok(()),
         Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// No tmpfs on this platform (see [`platform_gap`]).
+#[cfg(not(target_os = "linux"))]
+pub fn mount(_dir: &Path, _bytes: u64, _user: (u32, u32)) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        platform_gap().unwrap_or_default(),
+    ))
+}
+
+/// Nothing is ever mounted on this platform.
+#[cfg(not(target_os = "linux"))]
+pub fn unmount(_dir: &Path) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// What the start-up query saw at `/workspace`, judged: the quota stands only when the

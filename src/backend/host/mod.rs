@@ -228,6 +228,7 @@ impl Backend for HostBackend {
                 .then_some(self.settings.disk_limit_bytes),
             protected_paths: self.protected_paths(),
             processes_limit: self.uid_base.map(|_| self.settings.pids_limit),
+            launcher: None,
             gaps: self.gaps(),
         }
     }
@@ -257,24 +258,16 @@ impl HostBackend {
     }
 }
 
-/// `HOST_SANDBOX`'s word for a mode.
-pub fn mode_word(mode: SandboxMode) -> &'static str {
-    match mode {
-        SandboxMode::Off => "off",
-        SandboxMode::BestEffort => "best-effort",
-        SandboxMode::Require => "require",
-    }
-}
-
 /// What this platform's host sandbox lacks (see [`crate::sandbox::platform`]), and the
 /// backends this build does not have.
 fn platform_gaps() -> Vec<Capability> {
     let mut gaps = host_capabilities(HostOs::current());
-    if !cfg!(all(feature = "docker", target_os = "linux")) {
+    if !cfg!(feature = "docker") {
         gaps.push(Capability {
             mechanism: "docker".into(),
             enforced: false,
-            reason: "unsupported in this build: the Docker backend needs a Linux server (its in-container launcher is the server's own binary) built with the `docker` Cargo feature".into(),
+            reason: "unsupported in this build: it was built without the `docker` Cargo feature"
+                .into(),
         });
     }
     gaps
