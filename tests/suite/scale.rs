@@ -573,7 +573,7 @@ async fn a_workers_output_pipes_are_enlarged_within_the_users_pipe_limit() {
         // after its fork).
         let mut settled = false;
         for _ in 0..300 {
-            let warm = settings(&server).await["workers"]["warm"].clone();
+            let warm = server.settings().await["workers"]["warm"].clone();
             if warm["starting"] == 0 && warm["ready"] == warm["target"] {
                 settled = true;
                 break;
