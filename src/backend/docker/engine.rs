@@ -98,8 +98,17 @@ fn connect_tls(_settings: &DockerSettings, host: &str) -> Result<Docker, String>
 }
 
 /// The start time of a live `pid` (see [`crate::os::process_start_time`]); `None` for
-/// no such process, or where the system cannot tell (Windows).
+/// no such process, a zombie (a server that died and was not yet waited for), or where
+/// the system cannot tell (Windows).
 pub fn pid_start(pid: u32) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let state = stat.get(stat.rfind(')')? + 2..)?.chars().next()?;
+        if state == 'Z' {
+            return None;
+        }
+    }
     crate::os::process_start_time(pid)
 }
 
