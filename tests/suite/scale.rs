@@ -595,3 +595,41 @@ async fn a_workers_output_pipes_are_enlarged_within_the_users_pipe_limit() {
         server.stop().await;
     }
 }
+
+/// A keeper that answers after the server stopped waiting (stopped for longer than the
+/// server's 10 s timeout, as a badly loaded machine can do) must not have its late
+/// answer taken for the next request's: the next new session gets its own, fresh
+/// workspace, and the workspace whose removal timed out does not linger as a second.
+#[tokio::test]
+async fn a_late_answer_of_the_workspace_keeper_is_never_taken_for_the_next_one() {
+    for who in both_modes() {
+        let server = start(who, &[("SANDBOX_WARM_WORKERS", "0")]).await;
+        let r = server.run("old", "open('old.txt', 'w').write('o')").await;
+        assert_eq!(r["status"], "ok", "{who:?}: {r}");
+        let pid = keeper(&server).expect("the server runs a workspace keeper");
+        let keeper_pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+        rustix::process::kill_process(keeper_pid, rustix::process::Signal::STOP).unwrap();
+        let _ = server
+            .call("reset_session", json!({"session": "old"}))
+            .await;
+        // Longer than the server waits for the keeper: the removal's answer comes late.
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        rustix::process::kill_process(keeper_pid, rustix::process::Signal::CONT).unwrap();
+        for name in ["new", "newer"] {
+            let r = server
+                .run(
+                    name,
+                    &format!("import os\nopen('{name}.txt', 'w').write('n')\nprint(sorted(os.listdir('.')))"),
+                )
+                .await;
+            assert_eq!(r["status"], "ok", "{who:?}: {name}: {r}");
+            assert_eq!(stdout(&r), format!("['{name}.txt']\n"), "{who:?}: {r}");
+        }
+        assert!(
+            eventually(5, || workspace_mounts(&server) == 2).await,
+            "{who:?}: {} workspaces, not the two sessions' own",
+            workspace_mounts(&server)
+        );
+        server.stop().await;
+    }
+}

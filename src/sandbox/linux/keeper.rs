@@ -64,14 +64,27 @@ enum Request {
         parent_pid: i32,
     },
     Create {
+        seq: u64,
         id: String,
         owner: Option<RunAs>,
         size_bytes: u64,
         inodes: u64,
     },
     Remove {
+        seq: u64,
         id: String,
     },
+}
+
+impl Request {
+    /// The number the keeper echoes in its answer (0 for `start`, which is answered
+    /// before any other request is sent).
+    fn seq(&self) -> u64 {
+        match self {
+            Request::Start { .. } => 0,
+            Request::Create { seq, .. } | Request::Remove { seq, .. } => *seq,
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -79,6 +92,10 @@ struct Answer {
     ok: bool,
     #[serde(default)]
     error: String,
+    /// The request's `seq`: an answer that arrives after its request timed out is told
+    /// from the answer to the next request, never taken for it.
+    #[serde(default)]
+    seq: u64,
 }
 
 /// The tmpfs options of one workspace. Pure.
@@ -99,13 +116,23 @@ pub fn inodes_for(size_bytes: u64) -> u64 {
 
 /// The server's handle on its keeper.
 pub struct Keeper {
-    socket: Mutex<OwnedFd>,
+    socket: Mutex<Channel>,
     child: Mutex<std::process::Child>,
     pid: u32,
     stage: PathBuf,
     /// The keeper's user namespace (only when the server is not root).
     user_ns: Option<OwnedFd>,
     mount_ns: OwnedFd,
+}
+
+/// The server's end of the request socket, with the numbering of its requests.
+struct Channel {
+    fd: OwnedFd,
+    /// The last request's number.
+    seq: u64,
+    /// Workspaces whose `create` timed out, by request number: if the keeper made one
+    /// after all, it is removed when its late answer shows up.
+    abandoned: Vec<(u64, String)>,
 }
 
 /// Namespaces a worker joins before it builds its world.
@@ -177,7 +204,11 @@ impl Keeper {
             .ok_or_else(|| KeeperError::Protocol("no mount namespace".into()))?;
         let user_ns = fds.pop();
         Ok(Keeper {
-            socket: Mutex::new(ours),
+            socket: Mutex::new(Channel {
+                fd: ours,
+                seq: 0,
+                abandoned: Vec::new(),
+            }),
             child: Mutex::new(child),
             pid,
             stage: stage.to_path_buf(),
@@ -221,13 +252,14 @@ impl Keeper {
         owner: Option<RunAs>,
         size_bytes: u64,
     ) -> Result<OwnedFd, KeeperError> {
-        let request = Request::Create {
+        let request = |seq| Request::Create {
+            seq,
             id: id.to_string(),
             owner,
             size_bytes,
             inodes: inodes_for(size_bytes),
         };
-        let mut fds = self.call(&request)?;
+        let mut fds = self.call(request)?;
         fds.pop()
             .ok_or_else(|| KeeperError::Protocol("no workspace descriptor".into()))
     }
@@ -238,17 +270,63 @@ impl Keeper {
     /// # Errors
     /// As [`Keeper::create`].
     pub fn remove(&self, id: &str) -> Result<(), KeeperError> {
-        self.call(&Request::Remove { id: id.to_string() })
-            .map(|_| ())
+        let id = id.to_string();
+        self.call(|seq| Request::Remove { seq, id }).map(|_| ())
     }
 
-    fn call(&self, request: &Request) -> Result<Vec<OwnedFd>, KeeperError> {
-        let socket = self
+    /// Sends the request made by `make` with the next number and waits for its answer.
+    /// Answers to earlier requests that timed out are dropped on the way (with their
+    /// descriptors); a workspace made for one of those is removed.
+    fn call(&self, make: impl FnOnce(u64) -> Request) -> Result<Vec<OwnedFd>, KeeperError> {
+        let mut channel = self
             .socket
             .lock()
             .map_err(|_| KeeperError::Protocol("keeper socket poisoned".into()))?;
-        send(&*socket, request, &[])?;
-        let (answer, fds) = recv::<Answer>(&*socket)?;
+        channel.seq += 1;
+        let request = make(channel.seq);
+        send(&channel.fd, &request, &[])?;
+        let mut orphans = Vec::new();
+        let answer = loop {
+            let (answer, fds) = match recv::<Answer>(&channel.fd) {
+                Ok(got) => got,
+                Err(e) => {
+                    if let Request::Create { seq, id, .. } = &request {
+                        channel.abandoned.push((*seq, id.clone()));
+                    }
+                    return Err(e.into());
+                }
+            };
+            if answer.seq == request.seq() {
+                break (answer, fds);
+            }
+            if answer.seq > request.seq() {
+                return Err(KeeperError::Protocol(format!(
+                    "an answer to request {} while waiting for {}",
+                    answer.seq,
+                    request.seq()
+                )));
+            }
+            tracing::warn!(
+                seq = answer.seq,
+                "a late answer of the workspace keeper dropped"
+            );
+            if let Some(at) = channel.abandoned.iter().position(|(s, _)| *s == answer.seq) {
+                let (_, id) = channel.abandoned.swap_remove(at);
+                if answer.ok {
+                    orphans.push(id);
+                }
+            }
+        };
+        let (answer, fds) = answer;
+        for id in orphans {
+            let seq = channel.seq + 1;
+            channel.seq = seq;
+            let removed = send(&channel.fd, &Request::Remove { seq, id }, &[])
+                .and_then(|()| recv::<Answer>(&channel.fd));
+            if let Err(e) = removed {
+                tracing::warn!("removing an abandoned workspace: {e}");
+            }
+        }
         if !answer.ok {
             return Err(KeeperError::Refused(answer.error));
         }
@@ -324,6 +402,7 @@ pub fn run_keeper_main() -> ! {
                 &Answer {
                     ok: false,
                     error: e,
+                    seq: 0,
                 },
                 &[],
             );
@@ -362,6 +441,7 @@ fn serve(socket: &OwnedFd) -> Result<(), String> {
         &Answer {
             ok: true,
             error: String::new(),
+            seq: 0,
         },
         &fds,
     )
@@ -373,15 +453,24 @@ fn serve(socket: &OwnedFd) -> Result<(), String> {
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(format!("reading a request: {e}")),
         };
+        let seq = request.seq();
         let (answer, fd) = match handle(&stage, request) {
             Ok(fd) => (
                 Answer {
                     ok: true,
                     error: String::new(),
+                    seq,
                 },
                 fd,
             ),
-            Err(error) => (Answer { ok: false, error }, None),
+            Err(error) => (
+                Answer {
+                    ok: false,
+                    error,
+                    seq,
+                },
+                None,
+            ),
         };
         let fds: Vec<BorrowedFd<'_>> = fd.iter().map(AsFd::as_fd).collect();
         send(socket, &answer, &fds).map_err(|e| format!("answering: {e}"))?;
@@ -432,11 +521,12 @@ fn handle(stage: &Path, request: Request) -> Result<Option<OwnedFd>, String> {
             owner,
             size_bytes,
             inodes,
+            ..
         } => {
             let dir = stage.join(valid_id(&id)?);
             create_workspace(&dir, owner, size_bytes, inodes).map(Some)
         }
-        Request::Remove { id } => {
+        Request::Remove { id, .. } => {
             let dir = stage.join(valid_id(&id)?);
             rustix::mount::unmount(&dir, rustix::mount::UnmountFlags::DETACH)
                 .map_err(|e| format!("unmounting {}: {e}", dir.display()))?;
