@@ -18,6 +18,10 @@ const PROCESSES: &str = "processes";
 /// An instance directory without a lock file younger than this may be one being
 /// created right now: left alone.
 const GRACE: Duration = Duration::from_secs(600);
+/// A free lock file younger than this, in the directory of a server that still runs, is
+/// not judged by its lock: a starting instance creates the file and locks it in two
+/// steps, and a reaper that came in between would take a live instance for a dead one.
+const FRESH_LOCK: Duration = Duration::from_secs(30);
 
 /// The exclusive lock an instance holds on its own directory for its whole life (the
 /// kernel releases it when the process dies, however it dies).
@@ -147,6 +151,33 @@ fn named_pid_alive(dir: &Path) -> bool {
         .is_none_or(|pid| Path::new(&format!("/proc/{pid}")).exists())
 }
 
+/// Whether the server an instance directory is named after runs (a zombie, a server
+/// killed and not yet waited for, does not).
+fn named_pid_running(dir: &Path) -> bool {
+    let Some(pid) = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split('-').next())
+        .and_then(|pid| pid.parse::<u32>().ok())
+    else {
+        return false;
+    };
+    #[cfg(target_os = "linux")]
+    {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let state = stat.get(stat.rfind(')')? + 2..)?.chars().next()?;
+                Some(state != 'Z')
+            })
+            .unwrap_or(false)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        crate::os::process_start_time(pid).is_some()
+    }
+}
+
 /// A root server's Docker workspaces are tmpfs mounts on the host: detached before the
 /// directory is removed, or it could not be and their memory would stay held.
 #[cfg(target_os = "linux")]
@@ -215,6 +246,15 @@ fn lock_if_free(dir: &Path) -> Result<File, Liveness> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Liveness::NoLock),
         Err(_) => return Err(Liveness::Alive),
     };
+    let fresh = file
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age < FRESH_LOCK);
+    if fresh && named_pid_running(dir) {
+        return Err(Liveness::Alive);
+    }
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(_) => Err(Liveness::Alive),
@@ -264,6 +304,7 @@ mod tests {
         }
         let _held = InstanceLock::acquire(&live).unwrap();
         drop(InstanceLock::acquire(&dead).unwrap());
+        age(&dead.join(LOCK));
         std::fs::write(dead.join("processes"), "4000000 1\n").unwrap();
         // A second lock on a live instance fails.
         assert!(InstanceLock::acquire(&live).is_err());
@@ -276,6 +317,48 @@ mod tests {
             }]
         );
         assert!(live.is_dir() && own.is_dir() && !dead.exists());
+    }
+
+    /// Makes a file look an hour old.
+    fn age(path: &Path) {
+        let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+
+    #[test]
+    fn an_instance_between_creating_and_locking_its_lock_file_is_not_reaped() {
+        let sessions = tempfile::tempdir().unwrap();
+        let (starting, dead, own) = (
+            sessions
+                .path()
+                .join(format!("{}-starting", std::process::id())),
+            sessions.path().join("4000000000-dead"),
+            sessions.path().join("own"),
+        );
+        for d in [&starting, &dead, &own] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join(LOCK), "").unwrap();
+        }
+        // Both lock files are unlocked; the fresh one of a running server is left alone,
+        // and a fresh one of a server that is gone is reaped at once.
+        let gone_fresh = sessions.path().join("4000000001-killed");
+        std::fs::create_dir(&gone_fresh).unwrap();
+        std::fs::write(gone_fresh.join(LOCK), "").unwrap();
+        age(&dead.join(LOCK));
+        let reaped: Vec<PathBuf> = reap_dead(sessions.path(), &own)
+            .into_iter()
+            .map(|r| r.dir)
+            .collect();
+        assert_eq!(reaped.len(), 2, "{reaped:?}");
+        assert!(reaped.contains(&dead) && reaped.contains(&gone_fresh));
+        assert!(starting.is_dir() && !dead.exists() && !gone_fresh.exists());
+        // And the starting instance then takes its lock as usual.
+        assert!(InstanceLock::acquire(&starting).is_ok());
     }
 
     #[test]
