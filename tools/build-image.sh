@@ -127,7 +127,9 @@ if [ -n "$from" ]; then
     install -D -m 0755 "$launcher" "$work/layer/opt/warden/warden"
   fi
   container="$(docker create "$from")"
-  trap 'docker rm -f "$container" >/dev/null 2>&1; rm -rf "$work"' EXIT
+  # `|| true`: under set -e a failing command in an EXIT trap ends the script with its
+  # status, after the image was built.
+  trap 'docker rm -f "$container" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
   tar --numeric-owner --owner=0 --group=0 -C "$work/layer" -c . | docker cp - "$container:/"
   docker commit --change "LABEL dev.warden.image-key=$key" "${launcher_labels[@]}" \
     "$container" "$tag" >/dev/null
@@ -146,7 +148,9 @@ if [ -n "$packages" ]; then
   echo "build-image: apt-get install $packages" >&2
   mkdir -p "$cache/archives/partial"
   mount --bind "$cache/archives" "$root/var/cache/apt/archives"
-  trap 'umount "$root/var/cache/apt/archives" 2>/dev/null; rm -rf "$work"' EXIT
+  # Already unmounted on success: `|| true`, or umount's status (32) would become the
+  # script's under set -e, after the image was built.
+  trap 'umount "$root/var/cache/apt/archives" 2>/dev/null || true; rm -rf "$work"' EXIT
   # shellcheck disable=SC2086
   { chroot "$root" apt-get update -qq && DEBIAN_FRONTEND=noninteractive chroot "$root" \
       apt-get install -y -qq --no-install-recommends $packages; } >"$work/apt.log" 2>&1 \
