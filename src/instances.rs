@@ -142,40 +142,21 @@ fn reap_if_dead(dir: &Path) -> Option<Reaped> {
     })
 }
 
-/// Whether the process an instance directory is named after (`<pid>-<random>`) runs.
+/// The pid an instance directory is named after (`<pid>-<random>`).
+fn named_pid(dir: &Path) -> Option<u32> {
+    dir.file_name()?.to_str()?.split('-').next()?.parse().ok()
+}
+
+/// Whether the process an instance directory is named after may run: a name without a
+/// pid counts as alive (nothing proves it dead).
 fn named_pid_alive(dir: &Path) -> bool {
-    dir.file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.split('-').next())
-        .and_then(|pid| pid.parse::<u32>().ok())
-        .is_none_or(|pid| Path::new(&format!("/proc/{pid}")).exists())
+    named_pid(dir).is_none_or(|pid| Path::new(&format!("/proc/{pid}")).exists())
 }
 
 /// Whether the server an instance directory is named after runs (a zombie, a server
 /// killed and not yet waited for, does not).
 fn named_pid_running(dir: &Path) -> bool {
-    let Some(pid) = dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.split('-').next())
-        .and_then(|pid| pid.parse::<u32>().ok())
-    else {
-        return false;
-    };
-    #[cfg(target_os = "linux")]
-    {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| {
-                let state = stat.get(stat.rfind(')')? + 2..)?.chars().next()?;
-                Some(state != 'Z')
-            })
-            .unwrap_or(false)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        crate::os::process_start_time(pid).is_some()
-    }
+    named_pid(dir).is_some_and(|pid| crate::os::running_start_time(pid).is_some())
 }
 
 /// A root server's Docker workspaces are tmpfs mounts on the host: detached before the

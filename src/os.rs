@@ -100,6 +100,21 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     }
 }
 
+/// The start time (see [`process_start_time`]) of a process that runs: `None` also for
+/// a zombie, a process that died and was not yet waited for (a killed server whose
+/// parent has not reaped it still has a `/proc` entry, but is gone).
+pub fn running_start_time(pid: u32) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let state = stat.get(stat.rfind(')')? + 2..)?.chars().next()?;
+        if state == 'Z' {
+            return None;
+        }
+    }
+    process_start_time(pid)
+}
+
 /// SIGKILL to the process group led by `pid`, then to `pid` itself (nothing on
 /// Windows, where no host worker runs).
 pub fn kill_group(pid: i32) {
@@ -278,6 +293,31 @@ mod tests {
             assert_eq!(process_start_time(me), Some(t));
         }
         assert_eq!(process_start_time(u32::MAX - 1), None);
+    }
+
+    /// A child that exited and was not waited for keeps its `/proc` entry (a zombie):
+    /// it has a start time but does not run.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_zombie_has_a_start_time_but_does_not_run() {
+        let me = std::process::id();
+        assert_eq!(running_start_time(me), process_start_time(me));
+        let mut child = std::process::Command::new("/bin/true").spawn().unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while running_start_time(pid).is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "/bin/true never exited"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(
+            process_start_time(pid).is_some(),
+            "not waited for: still a zombie"
+        );
+        child.wait().unwrap();
+        assert_eq!(running_start_time(pid), None);
     }
 
     #[cfg(unix)]

@@ -97,21 +97,6 @@ fn connect_tls(_settings: &DockerSettings, host: &str) -> Result<Docker, String>
     ))
 }
 
-/// The start time of a live `pid` (see [`crate::os::process_start_time`]); `None` for
-/// no such process, a zombie (a server that died and was not yet waited for), or where
-/// the system cannot tell (Windows).
-pub fn pid_start(pid: u32) -> Option<u64> {
-    #[cfg(target_os = "linux")]
-    {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let state = stat.get(stat.rfind(')')? + 2..)?.chars().next()?;
-        if state == 'Z' {
-            return None;
-        }
-    }
-    crate::os::process_start_time(pid)
-}
-
 fn read_trimmed(path: &str) -> String {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -141,7 +126,7 @@ fn host_name() -> String {
 /// are ever judged dead from there: the next server on Linux or macOS reaps them.
 pub fn this_owner(instance: &str) -> Owner {
     let pid = std::process::id();
-    let pid_start = pid_start(pid);
+    let pid_start = crate::os::running_start_time(pid);
     Owner {
         instance: instance.to_string(),
         pid,
@@ -172,7 +157,7 @@ pub fn owner_is_gone(labels: &std::collections::HashMap<String, String>, me: &Ow
     let Ok(start) = get(LABEL_PID_START).parse::<u64>() else {
         return false;
     };
-    pid_start(pid) != Some(start)
+    crate::os::running_start_time(pid) != Some(start)
 }
 
 /// Removes every warden container whose server is gone; returns how many.
@@ -270,7 +255,7 @@ mod tests {
         Owner {
             instance: "1-aa".into(),
             pid: std::process::id(),
-            pid_start: pid_start(std::process::id()).unwrap_or(1),
+            pid_start: crate::os::running_start_time(std::process::id()).unwrap_or(1),
             host: "h".into(),
             boot_id: "b".into(),
         }
