@@ -62,12 +62,22 @@ const WATCH: WatchFlags = WatchFlags::CREATE
 /// What the kernel said about one tracker since it last asked.
 #[derive(Default)]
 struct Pending {
-    /// Relative paths of the names an event was about, and whether one of the events
-    /// said the name was created (or moved in) there.
-    dirty: BTreeMap<Vec<u8>, bool>,
+    /// Relative paths of the names an event was about, and what the events said.
+    dirty: BTreeMap<Vec<u8>, Seen>,
     /// Opens minus closes of files, by name, since the last report.
     opened: HashMap<Vec<u8>, i64>,
     overflow: bool,
+}
+
+/// What the kernel's events said about one name since the last report.
+#[derive(Clone, Copy, Default)]
+struct Seen {
+    /// Created (or moved in) there.
+    created: bool,
+    /// Its content was written (`IN_MODIFY`). Needed beside the stamp: on a kernel
+    /// without fine-grained timestamps (before 6.13) a write of the same size within
+    /// one clock tick of the last look leaves size, mtime and ctime as they were.
+    written: bool,
 }
 
 #[derive(Default)]
@@ -193,6 +203,7 @@ impl Watcher {
                 _ => dir,
             };
             let created = flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO);
+            let written = flags.contains(ReadFlags::MODIFY) && !flags.contains(ReadFlags::ISDIR);
             // Opens and closes of files (not of directories: listing one is no change).
             let opened = match flags {
                 f if f.contains(ReadFlags::ISDIR) => 0,
@@ -211,7 +222,9 @@ impl Watcher {
                 if flags.intersects(ReadFlags::OPEN | ReadFlags::CLOSE_NOWRITE) {
                     continue; // opening or reading a file changes nothing by itself
                 }
-                *p.dirty.entry(path).or_default() |= created;
+                let seen = p.dirty.entry(path).or_default();
+                seen.created |= created;
+                seen.written |= written;
             }
         }
     }
@@ -380,8 +393,8 @@ impl Tracker {
             dirty.entry(path.clone()).or_default();
         }
         let mut seen = BTreeSet::new();
-        for (path, created) in &dirty {
-            self.refresh_linked(root, path, *created, &mut seen, out);
+        for (path, what) in &dirty {
+            self.refresh_linked(root, path, *what, &mut seen, out);
         }
         // A name renamed or removed while open is closed under another name.
         let entries = &self.entries;
@@ -405,33 +418,38 @@ impl Tracker {
     }
 
     /// [`Tracker::refresh`], and then every other tracked name of a changed file with
-    /// more than one link (each name once per report: `seen`).
+    /// more than one link (each name once per report: `seen`). A write through one name
+    /// is a write of every name of the inode.
     fn refresh_linked(
         &mut self,
         root: BorrowedFd<'_>,
         path: &[u8],
-        created: bool,
+        what: Seen,
         seen: &mut BTreeSet<Vec<u8>>,
         out: &mut Vec<RawChange>,
     ) {
-        let mut queue = vec![(path.to_vec(), created)];
-        while let Some((path, created)) = queue.pop() {
+        let mut queue = vec![(path.to_vec(), what)];
+        while let Some((path, what)) = queue.pop() {
             if !seen.insert(path.clone()) {
                 continue;
             }
             let before = self.entries.get(&path).copied();
-            self.refresh(root, &path, created, out);
+            self.refresh(root, &path, what, out);
             let after = self.entries.get(&path).copied();
-            if before == after {
+            if before == after && !what.written {
                 continue;
             }
+            let link = Seen {
+                created: false,
+                written: what.written,
+            };
             for stamp in [before, after].into_iter().flatten() {
                 if let Some(names) = self.links.get(&stamp.ino) {
-                    queue.extend(names.iter().map(|n| (n.clone(), false)));
+                    queue.extend(names.iter().map(|n| (n.clone(), link)));
                 }
             }
             if let Some(now) = after.filter(|s| s.kind != EntryKind::Dir && s.nlink > 1) {
-                queue.extend(self.unindexed_links(now).into_iter().map(|n| (n, false)));
+                queue.extend(self.unindexed_links(now).into_iter().map(|n| (n, link)));
             }
         }
     }
@@ -482,15 +500,9 @@ impl Tracker {
         }
     }
 
-    /// Looks at one name the kernel reported (`created`: an event said it was created or
-    /// moved in), and brings the tracked state in line.
-    fn refresh(
-        &mut self,
-        root: BorrowedFd<'_>,
-        path: &[u8],
-        created: bool,
-        out: &mut Vec<RawChange>,
-    ) {
+    /// Looks at one name the kernel reported (`what` its events said), and brings the
+    /// tracked state in line.
+    fn refresh(&mut self, root: BorrowedFd<'_>, path: &[u8], what: Seen, out: &mut Vec<RawChange>) {
         let (parent, name) = parent_of(path);
         if depth_of(path) > self.max_depth {
             return;
@@ -498,7 +510,7 @@ impl Tracker {
         if !parent.is_empty() && self.entries.get(parent).map(|s| s.kind) != Some(EntryKind::Dir) {
             return; // an ancestor is gone or untracked: its own event covers it
         }
-        if !self.entries.contains_key(path) && !created && !self.complete.contains(parent) {
+        if !self.entries.contains_key(path) && !what.created && !self.complete.contains(parent) {
             return; // an entry that was never tracked: not known to be new
         }
         let Ok(dir) = fsops::open_dir(root, parent) else {
@@ -541,7 +553,7 @@ impl Tracker {
                 }
                 let change = match self.entries.get(path) {
                     None => Change::Created,
-                    Some(o) if *o != now => Change::Modified,
+                    Some(o) if *o != now || what.written => Change::Modified,
                     Some(_) => return,
                 };
                 if change == Change::Created && self.entries.len() >= self.max_tracked {
