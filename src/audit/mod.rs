@@ -41,8 +41,11 @@ pub const SEGMENT_BYTES: u64 = 16 << 20;
 /// The checkpoint is renewed at least this often (records), so start-up never checks
 /// more than about this many records plus the anchor.
 const CHECKPOINT_EVERY: u64 = 1000;
-/// Longest wait for another server's append.
-const LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest wait for other servers' appends: long enough that servers sharing a data
+/// directory on a slow or overloaded machine take turns (two seconds were not, under
+/// emulation: a waiter lost every race while two others appended in turn), short enough
+/// that a hung holder does not stall calls for long.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest text of any one field of a record (the rest is cut, marked with `…`).
 const MAX_FIELD: usize = 1000;
 

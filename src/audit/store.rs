@@ -188,7 +188,9 @@ impl Lock {
                 ));
             }
             std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(20));
+            // Short naps: an append holds the lock for well under a millisecond, and a
+            // waiter that sleeps long loses every release to the ones that retry sooner.
+            nap = (nap * 2).min(Duration::from_millis(1));
         }
     }
 }
