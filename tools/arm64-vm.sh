@@ -91,10 +91,26 @@ kernel() {
 binfmt() {
   # qemu-user-static runs the arm64 maintainer scripts of the second stage. The F flag
   # (in Debian's registration) opens the interpreter now, so it works inside the chroot.
-  mountpoint -q /proc/sys/fs/binfmt_misc ||
+  # What this adds to the host is taken away again (unbinfmt, also on exit).
+  trap unbinfmt EXIT
+  if ! mountpoint -q /proc/sys/fs/binfmt_misc; then
     mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-  [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] ||
+    BINFMT_MOUNTED=1
+  fi
+  if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
     cat /usr/lib/binfmt.d/qemu-aarch64.conf >/proc/sys/fs/binfmt_misc/register
+    BINFMT_ADDED=1
+  fi
+}
+
+unbinfmt() {
+  if [ "${BINFMT_ADDED:-}" = 1 ] && [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+    echo -1 >/proc/sys/fs/binfmt_misc/qemu-aarch64 || true
+  fi
+  if [ "${BINFMT_MOUNTED:-}" = 1 ]; then
+    umount /proc/sys/fs/binfmt_misc || true
+  fi
+  BINFMT_ADDED= BINFMT_MOUNTED=
 }
 
 rootfs() {
@@ -109,6 +125,7 @@ rootfs() {
     die "debootstrap (first stage) failed: see $VM/debootstrap.log"
   chroot "$r" /debootstrap/debootstrap --second-stage >>"$VM/debootstrap.log" 2>&1 ||
     die "debootstrap (second stage) failed: see $VM/debootstrap.log"
+  unbinfmt
   # Second stage leaves /proc mounted on failure paths; never archive a mount.
   ! mountpoint -q "$r/proc" || umount "$r/proc"
   chroot "$r" useradd --create-home --uid 1000 --shell /bin/bash warden-test
