@@ -19,10 +19,17 @@ fn wrap_text(source: &str, body: &str) -> String {
 }
 
 fn wrap_as(kind: &str, source: &str, body: &str) -> String {
-    format!(
-        "<provenance type=\"{kind}\" source=\"{}\" trust=\"untrusted\">\n{body}\n</provenance>",
-        escape_markup(source).replace('"', "&quot;")
-    )
+    let source = escape_markup(source).replace('"', "&quot;");
+    // Built by appending, not `format!`: the body can be most of a megabyte of output.
+    let mut out = String::with_capacity(body.len() + source.len() + kind.len() + 80);
+    out.push_str("<provenance type=\"");
+    out.push_str(kind);
+    out.push_str("\" source=\"");
+    out.push_str(&source);
+    out.push_str("\" trust=\"untrusted\">\n");
+    out.push_str(body);
+    out.push_str("\n</provenance>");
+    out
 }
 
 /// A workspace file's text as a resource returns it: inside provenance delimiters, with
@@ -50,30 +57,32 @@ pub fn untrusted_meta(kind: &str, source: &str, encoding: Option<&str>) -> rmcp:
 
 /// `&`, `<` and `>` as XML entities.
 pub fn escape_markup(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            _ => out.push(c),
-        }
-    }
-    out
+    replace_markup(text, ["&lt;", "&gt;", "&amp;"])
 }
 
 /// JSON's grammar has no `<`, `>` or `&` outside strings, and inside strings the unicode
 /// escape is equivalent, so this keeps the document's meaning exactly.
 pub fn escape_markup_in_json(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            _ => out.push(c),
-        }
+    replace_markup(json, ["\\u003c", "\\u003e", "\\u0026"])
+}
+
+/// `text` with every `<`, `>` and `&` replaced by `with[0]`, `with[1]` and `with[2]`.
+/// The runs between them are copied whole (a tool result is mostly such a run, up to the
+/// output cap), found with `memchr3`; all three are ASCII, so no character is split.
+fn replace_markup(text: &str, with: [&str; 3]) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len() + text.len() / 16);
+    let mut from = 0;
+    for at in memchr::memchr3_iter(b'<', b'>', b'&', bytes) {
+        out.push_str(&text[from..at]);
+        out.push_str(match bytes[at] {
+            b'<' => with[0],
+            b'>' => with[1],
+            _ => with[2],
+        });
+        from = at + 1;
     }
+    out.push_str(&text[from..]);
     out
 }
 
@@ -81,6 +90,51 @@ pub fn escape_markup_in_json(json: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The character-by-character definition the run-copying escapes must match.
+    fn naive(text: &str, with: [&str; 3]) -> String {
+        text.chars()
+            .map(|c| match c {
+                '<' => with[0].to_string(),
+                '>' => with[1].to_string(),
+                '&' => with[2].to_string(),
+                c => c.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn escaping_copies_runs_exactly_like_character_by_character() {
+        let pieces = [
+            "<",
+            ">",
+            "&",
+            "a",
+            "é",
+            "\u{1F600}",
+            "\"",
+            "\\",
+            "\n",
+            "<&>",
+            "",
+        ];
+        let mut texts = vec![String::new(), "x".repeat(100_000)];
+        for (i, a) in pieces.iter().enumerate() {
+            for b in &pieces {
+                for c in &pieces[i..] {
+                    texts.push(format!("{a}{b}{c}"));
+                    texts.push(format!("{a}text {b} more{c}"));
+                }
+            }
+        }
+        texts.push(format!("{}<{}&", "y".repeat(70_000), "ü".repeat(5_000)));
+        for text in &texts {
+            let json = ["\\u003c", "\\u003e", "\\u0026"];
+            assert_eq!(escape_markup_in_json(text), naive(text, json), "{text:?}");
+            let xml = ["&lt;", "&gt;", "&amp;"];
+            assert_eq!(escape_markup(text), naive(text, xml), "{text:?}");
+        }
+    }
 
     #[test]
     fn printed_text_cannot_close_the_delimiter() {

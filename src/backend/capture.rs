@@ -388,6 +388,30 @@ mod tests {
     }
 
     #[test]
+    fn captured_text_is_moved_when_utf8_and_decoded_lossily_otherwise() {
+        let mut valid = Captured {
+            bytes: "héllo\n".as_bytes().to_vec(),
+            ..Captured::default()
+        };
+        let at = valid.bytes.as_ptr();
+        let text = valid.take_text();
+        assert_eq!(text, "héllo\n");
+        assert_eq!(text.as_ptr(), at, "valid UTF-8 is moved, not copied");
+        assert!(valid.bytes.is_empty());
+        // A character cut by the output cap, and bytes that are not UTF-8 at all.
+        let mut cut = Captured {
+            bytes: b"ab\xc3".to_vec(),
+            ..Captured::default()
+        };
+        assert_eq!(cut.take_text(), "ab\u{FFFD}");
+        let mut binary = Captured {
+            bytes: b"\xff\x00z".to_vec(),
+            ..Captured::default()
+        };
+        assert_eq!(binary.take_text(), "\u{FFFD}\u{0}z");
+    }
+
+    #[test]
     fn the_longest_marker_prefix_at_the_end_is_held() {
         assert_eq!(marker_prefix_at_end(b"abc\0WAR", E), 4);
         assert_eq!(marker_prefix_at_end(b"abc", E), 0);

@@ -60,6 +60,9 @@ struct ExecRequest<'a> {
     nonce: &'a str,
     inputs: &'a [InputFile],
     result_cap: usize,
+    /// The cap on each of fd 1 and fd 2: the worker drops what a call writes past it
+    /// through `sys.stdout`/`sys.stderr` rather than piping it here (see `dropped`).
+    stream_cap: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -82,6 +85,21 @@ pub struct WorkerResponse {
     /// since the previous response: set apart by the worker, never this call's output.
     #[serde(default)]
     pub late: WorkerLate,
+    /// Bytes the call wrote through `sys.stdout`/`sys.stderr` past the stream cap, which
+    /// the worker counted and never sent. Only ever bytes past the cap (the worker counts
+    /// only what it wrote itself, never more than the stream holds), so a stream with
+    /// any is cut. The code could understate it, but then it only hides that it cut its
+    /// own output: the server's cap on what it reads stands either way.
+    #[serde(default)]
+    pub dropped: WorkerDropped,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+pub struct WorkerDropped {
+    #[serde(default)]
+    pub stdout: u64,
+    #[serde(default)]
+    pub stderr: u64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
@@ -117,6 +135,15 @@ pub struct Captured {
     pub truncated: bool,
     /// The end-of-output marker was seen: everything the call printed is here.
     pub complete: bool,
+}
+
+impl Captured {
+    /// The bytes as text, taken out of `self`: moved when they are UTF-8 (no copy of up
+    /// to the output cap), else decoded lossily.
+    pub fn take_text(&mut self) -> String {
+        String::from_utf8(std::mem::take(&mut self.bytes))
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
 }
 
 #[derive(Debug)]
@@ -298,6 +325,7 @@ impl Channel {
             nonce: &nonce,
             inputs,
             result_cap: output_cap,
+            stream_cap: output_cap,
         };
         let line = match serde_json::to_vec(&request) {
             Ok(mut line) => {
@@ -380,8 +408,12 @@ impl Channel {
         err: StreamCollector,
         reusable: bool,
     ) -> RunOutput {
-        let (stdout, out_before, out_after) = out.finish();
-        let (stderr, err_before, err_after) = err.finish();
+        let (mut stdout, out_before, out_after) = out.finish();
+        let (mut stderr, err_before, err_after) = err.finish();
+        if let Outcome::Finished(r) = &outcome {
+            stdout.truncated |= r.dropped.stdout > 0;
+            stderr.truncated |= r.dropped.stderr > 0;
+        }
         let between_calls = self.late_carry + out_before + err_before;
         self.late_carry = out_after + err_after;
         let (from_earlier_calls, excerpt) = match &outcome {

@@ -34,6 +34,17 @@ _LATE_EXCERPT = 512
 _current = None
 _earlier_threads = frozenset()
 _late = {"bytes": 0, "excerpt": b""}
+# Per output fd, what the running call wrote through sys.stdout/sys.stderr and what it
+# wrote past the server's cap on that stream (the request's "stream_cap"). The server
+# keeps only the first stream_cap bytes of each stream and counts the rest; bytes the
+# call writes past the cap through these streams are counted here instead of being sent
+# through the pipe only to be counted there, and the response says how many, so the
+# server still reports the stream as cut. What reaches fd 1 or 2 any other way (os.write,
+# C code) is not counted here, so this count never runs ahead of the stream: a byte
+# dropped here lies past the cap in the stream the server reads too.
+_written = {1: 0, 2: 0}
+_dropped = {1: 0, 2: 0}
+_stream_cap = None
 
 
 def _send(message):
@@ -78,6 +89,12 @@ class _CallOutput(io.RawIOBase):
             if room > 0:
                 _late["excerpt"] += bytes(view[:room])
             return size
+        if _stream_cap is not None:
+            room = max(_stream_cap - _written[self._fd], 0)
+            if size > room:
+                _dropped[self._fd] += size - room
+                view = view[:room]
+        _written[self._fd] += len(view)
         while view:
             view = view[os.write(self._fd, view):]
         return size
@@ -245,8 +262,13 @@ def _flush_streams():
 
 
 def _call(request, namespace, counter):
-    global _current, _earlier_threads
+    global _current, _earlier_threads, _stream_cap
     _earlier_threads = frozenset(sys._current_frames()) - {_MAIN_THREAD}
+    cap = request.get("stream_cap")
+    _stream_cap = cap if type(cap) is int and cap >= 0 else None
+    for fd in (1, 2):
+        _written[fd] = 0
+        _dropped[fd] = 0
     _marker(b"START", request["nonce"])
     _current = counter
     try:
@@ -255,22 +277,56 @@ def _call(request, namespace, counter):
         _flush_streams()
         _current = None
     _marker(b"END", request["nonce"])
+    response["dropped"] = _take_dropped()
     return response
 
 
+def _take_dropped():
+    return {"stdout": _dropped[1], "stderr": _dropped[2]}
+
+
 def _warm_up():
-    # A call's first use of the JSON codec, of the compiler and of the AST types costs a
-    # few hundred microseconds more than every later use (measured: about 0.25 ms of
-    # 0.3): paid here, before "ready", so that a worker the warm pool hands to a new
-    # session answers its first call as fast as a warm one. Nothing of it stays: its own
-    # namespace, no cell name, no output.
-    json.loads(json.dumps({"type": "exec", "id": 0, "code": "", "inputs": []}))
-    tree = compile("_ = 0\n0", "<warm-up>", "exec", _ast.PyCF_ONLY_AST)
-    last = _ast.Expression(tree.body.pop().value)
-    scratch = {"__builtins__": builtins}
-    exec(compile(tree, "<warm-up>", "exec"), scratch)
-    eval(compile(last, "<warm-up>", "eval"), scratch)
-    sys._current_frames()
+    # A call's first run through the worker's own code (decoding the request, the
+    # markers, compiling, running and printing, encoding the response) costs a few
+    # hundred microseconds more than later runs: first uses of the JSON codec, the
+    # compiler and the AST types, and CPython specialising the code as it runs. Paid
+    # here, before "ready", so that a worker the warm pool hands to a new session answers
+    # its first call as fast as a warm one: whole calls are rehearsed with fds 1 and 2
+    # pointed at a scratch pipe (nothing reaches the server's streams and no response is
+    # sent), in a namespace of their own, and what they leave behind is reset.
+    saved = {}
+    try:
+        scratch_read, scratch_write = os.pipe()
+    except OSError:
+        return
+    try:
+        os.set_blocking(scratch_read, False)
+        for fd in (1, 2):
+            saved[fd] = os.dup(fd)
+            os.dup2(scratch_write, fd)
+        request = {"type": "exec", "id": 0, "code": "x = 1 + 1\nprint(x)\nx",
+                   "nonce": "0" * 32, "inputs": [], "result_cap": 1 << 16,
+                   "stream_cap": 1 << 16}
+        line = (json.dumps(request) + "\n").encode("ascii")
+        for _ in range(3):
+            response = _call(json.loads(line), {"__builtins__": builtins}, 0)
+            response["late"] = _take_late()
+            json.dumps(response, ensure_ascii=True).encode("ascii")
+            try:
+                while os.read(scratch_read, 1 << 16):
+                    pass
+            except BlockingIOError:
+                pass
+    except Exception:
+        pass
+    finally:
+        for fd, old in saved.items():
+            os.dup2(old, fd)
+            os.close(old)
+        os.close(scratch_read)
+        os.close(scratch_write)
+        linecache.cache.pop("<cell 0>", None)
+        _take_late()
 
 
 def _main():
@@ -302,6 +358,7 @@ def _main():
         except (TypeError, ValueError):
             _send({"type": "result", "id": request["id"], "status": "error", "result": None,
                    "result_truncated": False, "late": _take_late(),
+                   "dropped": response.get("dropped", _take_dropped()),
                    "error": {"type": "WorkerError", "message": "result not serialisable",
                              "traceback": ""}})
 

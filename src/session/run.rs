@@ -119,7 +119,7 @@ impl Session {
         let cap = manager.settings.output_limit_bytes;
         worker.tap_stdout(tap);
         let running = Running::start(self, worker.kill_switch());
-        let run = worker.execute(code, inputs, timeout, cap).await;
+        let mut run = worker.execute(code, inputs, timeout, cap).await;
         drop(running);
         let report = self.workspace_report();
         if !run.reusable {
@@ -129,8 +129,8 @@ impl Session {
         let (out_cut, err_cut) = (run.stdout.truncated, run.stderr.truncated);
         let mut result = ExecResult {
             status: ExecStatus::Ok,
-            stdout: String::from_utf8_lossy(&run.stdout.bytes).into_owned(),
-            stderr: String::from_utf8_lossy(&run.stderr.bytes).into_owned(),
+            stdout: run.stdout.take_text(),
+            stderr: run.stderr.take_text(),
             result: None,
             error: None,
             duration_ms: elapsed_ms(started),

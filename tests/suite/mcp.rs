@@ -255,6 +255,82 @@ async fn megabytes_in_one_write_are_capped_and_leave_nothing_for_the_next_call()
     server.stop().await;
 }
 
+/// What a call prints through `sys.stdout`/`sys.stderr` past the output cap is dropped in
+/// the worker (counted, never piped): what comes back must be exactly what the server's
+/// own cap on the stream would keep, wherever the cap falls and however the output was
+/// written (print, many small writes, raw `os.write` beside it, multi-byte text), and the
+/// stream must still be reported as cut.
+#[tokio::test]
+async fn output_past_the_cap_is_cut_exactly_however_it_was_written() {
+    const CAP: usize = 1024;
+    let server = Server::start(&[("SANDBOX_OUTPUT_LIMIT", "1k")]).await;
+    let cases: Vec<(&str, String, String, bool)> = vec![
+        // (code, stdout, stderr, truncated)
+        (
+            "print('x' * 1024, end='')",
+            "x".repeat(CAP),
+            String::new(),
+            false,
+        ),
+        (
+            "print('x' * 1025, end='')",
+            "x".repeat(CAP),
+            String::new(),
+            true,
+        ),
+        (
+            "import os\nos.write(1, b'a' * 10)\nprint('b' * 2000, end='')\nos.write(1, b'c' * 5)",
+            format!("{}{}", "a".repeat(10), "b".repeat(CAP - 10)),
+            String::new(),
+            true,
+        ),
+        (
+            "import os\nprint('b' * 1000, end='')\nos.write(1, b'a' * 100)\nprint('c' * 10, end='')",
+            format!("{}{}", "b".repeat(1000), "a".repeat(CAP - 1000)),
+            String::new(),
+            true,
+        ),
+        (
+            "import sys\nsys.stdout.write('é' * 600)",
+            "é".repeat(CAP / 2),
+            String::new(),
+            true,
+        ),
+        (
+            "for i in range(5000):\n    print(i)",
+            (0..5000).map(|i| format!("{i}\n")).collect::<String>()[..CAP].to_string(),
+            String::new(),
+            true,
+        ),
+        (
+            "import sys\nprint('o')\nprint('e' * 3000, file=sys.stderr)",
+            "o\n".to_string(),
+            "e".repeat(CAP),
+            true,
+        ),
+    ];
+    for (code, out, err, cut) in &cases {
+        let r = server.run("cap", code).await;
+        assert_eq!(r["status"], "ok", "{code}: {r}");
+        assert_eq!(stdout(&r), out.as_str(), "{code}");
+        assert_eq!(r["stderr"].as_str().unwrap_or_default(), err, "{code}");
+        assert_eq!(r["truncated"], *cut, "{code}: {r}");
+        let fields = r["truncated_fields"].to_string();
+        assert_eq!(
+            fields.contains("stdout"),
+            *cut && out.len() >= CAP,
+            "{code}: {r}"
+        );
+        assert_eq!(fields.contains("stderr"), !err.is_empty(), "{code}: {r}");
+        assert_ne!(r["worker_restarted"], true, "{code}: {r}");
+        // Nothing of it is left for the next call.
+        let next = server.run("cap", "print('clean')").await;
+        assert_eq!(stdout(&next), "clean\n", "after {code}: {next}");
+        assert_eq!(next["truncated"], false, "after {code}: {next}");
+    }
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn bad_arguments_get_clear_errors_and_the_server_keeps_serving() {
     let server = Server::start(&[]).await;
