@@ -19,20 +19,22 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
 use super::budget::{Budget, Permit};
 use super::{AnyBackend, Home, StartError, Worker, WorkerSpec};
 use crate::grants::Grant;
+use crate::workspace::{Tracker, Watcher};
 
 /// Longest pause between failed starts (a sandbox that refuses to start is not retried
 /// in a tight loop).
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// How long a refill waits after a warm worker was taken, unless a new session is
-/// waiting for a start: the call that took it runs first, without a worker start
-/// competing for the CPU.
+/// How long a refill waits after a warm worker was taken for a call to be answered,
+/// unless a new session is waiting for a start: the call that took it runs first,
+/// without a worker start competing for the CPU, and the start begins as soon as it has
+/// its answer ([`WarmPool::call_answered`]), or after this long at the latest.
 const AFTER_TAKE: Duration = Duration::from_millis(100);
 /// Most starts under way at once, whatever the number of cores.
 const MAX_PARALLEL: usize = 4;
@@ -65,11 +67,14 @@ impl HomeDirs {
     }
 }
 
-/// A home with a started, frozen worker in it, and the worker's place in the budget.
+/// A home with a started, frozen worker in it, the worker's place in the budget, and the
+/// tracker of its (empty) workspace, made ahead too: none of it is left to do on the
+/// request path of the session that takes it.
 pub struct Warm {
     pub home: Home,
     pub worker: Worker,
     pub permit: Permit,
+    pub tracker: Tracker,
 }
 
 /// What the pool holds now, for `warden://settings`.
@@ -91,6 +96,8 @@ struct State {
     backoff: Duration,
     /// A pause the refill still has to take before its next start.
     pause: Duration,
+    /// [`WarmPool::answers`] when a warm worker was last taken.
+    answers_at_take: u64,
     closed: bool,
 }
 
@@ -103,11 +110,16 @@ pub struct WarmPool {
     parallel: usize,
     /// The grants every new session's worker starts with.
     grants: Vec<Grant>,
+    /// Watches the warm homes' workspaces (the sessions' watcher).
+    watcher: Arc<Watcher>,
     state: Mutex<State>,
     /// Wakes the refill task: a worker was taken, room was freed, the pool closed.
     wake: Notify,
     /// Wakes callers waiting for a start in progress to end.
     settled: Notify,
+    /// Calls answered so far (any session's), and a wake-up for each.
+    answers: AtomicU64,
+    answered: Notify,
 }
 
 impl WarmPool {
@@ -117,6 +129,7 @@ impl WarmPool {
         homes: Arc<HomeDirs>,
         target: usize,
         grants: Vec<Grant>,
+        watcher: Arc<Watcher>,
     ) -> Arc<WarmPool> {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Arc::new(WarmPool {
@@ -126,10 +139,35 @@ impl WarmPool {
             target,
             parallel: cores.clamp(1, MAX_PARALLEL).min(target.max(1)),
             grants,
+            watcher,
             state: Mutex::new(State::default()),
             wake: Notify::new(),
             settled: Notify::new(),
+            answers: AtomicU64::new(0),
+            answered: Notify::new(),
         })
+    }
+
+    /// A call's answer is ready: a refill that waits for the call that took a warm
+    /// worker to end may start now.
+    pub fn call_answered(&self) {
+        self.answers.fetch_add(1, Ordering::Release);
+        self.answered.notify_waiters();
+    }
+
+    /// Waits until a call was answered since the last take, `AFTER_TAKE` at most.
+    async fn after_take(&self) {
+        let deadline = Instant::now() + AFTER_TAKE;
+        loop {
+            let answered = self.answered.notified();
+            if self.answers.load(Ordering::Acquire) > self.state().answers_at_take {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, answered).await.is_err() {
+                return;
+            }
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -163,6 +201,7 @@ impl WarmPool {
         let settled = {
             let mut state = self.state();
             if let Some(warm) = state.ready.pop_front() {
+                state.answers_at_take = self.answers.load(Ordering::Acquire);
                 drop(state);
                 self.wake.notify_one();
                 return Some(warm);
@@ -182,6 +221,7 @@ impl WarmPool {
         let warm = {
             let mut state = self.state();
             state.claimed -= 1;
+            state.answers_at_take = self.answers.load(Ordering::Acquire);
             state.ready.pop_front()
         };
         if warm.is_some() {
@@ -209,6 +249,7 @@ impl WarmPool {
             home,
             mut worker,
             permit,
+            ..
         } = warm;
         worker.kill();
         self.close_home_later(home);
@@ -238,6 +279,7 @@ impl WarmPool {
                 home,
                 mut worker,
                 permit,
+                ..
             } = warm;
             worker.kill();
             drop(permit);
@@ -288,14 +330,19 @@ impl WarmPool {
         self.state().claimed > 0
     }
 
-    /// Makes a home and starts a frozen worker in it.
+    /// Makes a home (and its workspace's tracker) and starts a frozen worker in it.
     async fn start_one(&self, permit: Permit) -> Result<Warm, String> {
         let dir = self.homes.next_dir();
         let backend = self.backend.clone();
-        let home = tokio::task::spawn_blocking(move || backend.open_home(&dir))
-            .await
-            .map_err(|e| format!("the home task failed: {e}"))?
-            .map_err(|e| format!("cannot create a warm worker's home: {e}"))?;
+        let watcher = self.watcher.clone();
+        let (home, tracker) = tokio::task::spawn_blocking(move || {
+            let home = backend.open_home(&dir)?;
+            let tracker = Tracker::new(&home.paths.workspace, watcher);
+            Ok::<_, std::io::Error>((home, tracker))
+        })
+        .await
+        .map_err(|e| format!("the home task failed: {e}"))?
+        .map_err(|e| format!("cannot create a warm worker's home: {e}"))?;
         let spec = WorkerSpec {
             slot: &home.slot,
             grants: &self.grants,
@@ -307,6 +354,7 @@ impl WarmPool {
                     home,
                     worker,
                     permit,
+                    tracker,
                 })
             }
             Err(e) => {
@@ -340,7 +388,7 @@ async fn refill(pool: Arc<WarmPool>) {
         if !pool.wants_more() {
             woken.await;
             if !pool.awaited() {
-                tokio::time::sleep(AFTER_TAKE).await;
+                pool.after_take().await;
             }
             continue;
         }

@@ -14,6 +14,7 @@ use crate::backend::Home;
 use crate::backend::pool::Warm;
 use crate::execution::ErrorInfo;
 use crate::owner::SessionKey;
+use crate::workspace::Tracker;
 
 /// How long a new session waits for a warm worker whose start is under way before it
 /// starts one of its own (a start takes well under a second unless the machine is
@@ -34,8 +35,8 @@ pub(super) enum Closing {
 pub(super) enum Opened {
     /// A warm home with a frozen worker, from the pool.
     Warm(Box<Warm>),
-    /// A new, empty home; the worker starts at the first call.
-    Fresh(Home),
+    /// A new, empty home and its workspace's tracker; the worker starts at the first call.
+    Fresh(Home, Box<Tracker>),
 }
 
 impl SessionManager {
@@ -82,40 +83,38 @@ impl SessionManager {
         {
             return self.insert(key, Opened::Warm(Box::new(warm)));
         }
-        let home = self.make_home(key).await?;
-        self.insert(key, Opened::Fresh(home))
+        let (home, tracker) = self.make_home(key).await?;
+        self.insert(key, Opened::Fresh(home, Box::new(tracker)))
     }
 
-    /// A new, empty home, made on a blocking thread: creating directories (and handing
-    /// them to the session's uid) must hold up neither the session table nor the
-    /// runtime's threads.
-    async fn make_home(&self, key: &SessionKey) -> Result<Home, ErrorInfo> {
+    /// A new, empty home and its workspace's tracker, made on a blocking thread:
+    /// creating directories (and handing them to the session's uid) must hold up neither
+    /// the session table nor the runtime's threads.
+    async fn make_home(&self, key: &SessionKey) -> Result<(Home, Tracker), ErrorInfo> {
         let dir = self.homes.next_dir();
         let backend = self.backend.clone();
-        tokio::task::spawn_blocking(move || backend.open_home(&dir))
-            .await
-            .map_err(|e| ErrorInfo::new("InternalError", format!("the home task failed: {e}")))?
-            .map_err(|e| {
-                ErrorInfo::new(
-                    "InternalError",
-                    format!(
-                        "cannot create the workspace for session {:?}: {e}",
-                        key.name
-                    ),
-                )
-            })
+        let watcher = self.watcher.clone();
+        tokio::task::spawn_blocking(move || {
+            let home = backend.open_home(&dir)?;
+            let tracker = Tracker::new(&home.paths.workspace, watcher);
+            Ok::<_, std::io::Error>((home, tracker))
+        })
+        .await
+        .map_err(|e| ErrorInfo::new("InternalError", format!("the home task failed: {e}")))?
+        .map_err(|e| {
+            ErrorInfo::new(
+                "InternalError",
+                format!(
+                    "cannot create the workspace for session {:?}: {e}",
+                    key.name
+                ),
+            )
+        })
     }
 
     /// Enters a new session in the table, unless a concurrent first call entered the
     /// same name first: then that one is used and what was prepared is given back.
     fn insert(&self, key: &SessionKey, opened: Opened) -> Result<Arc<Session>, ErrorInfo> {
-        // What is in the workspace now (empty for a new or warm home), before any call:
-        // taken off the table's lock.
-        let workspace = match &opened {
-            Opened::Warm(warm) => warm.home.paths.workspace.clone(),
-            Opened::Fresh(home) => home.paths.workspace.clone(),
-        };
-        let tracker = crate::workspace::Tracker::new(&workspace, self.watcher.clone());
         let mut sessions = self
             .sessions
             .lock()
@@ -124,13 +123,22 @@ impl SessionManager {
             drop(sessions);
             match opened {
                 Opened::Warm(warm) => self.pool.put_back(*warm),
-                Opened::Fresh(home) => self.close_home_later(home),
+                Opened::Fresh(home, _) => self.close_home_later(home),
             }
             return Ok(existing);
         }
-        let (home, live) = match opened {
-            Opened::Warm(warm) => (warm.home, Some(LiveWorker::new(warm.worker, warm.permit))),
-            Opened::Fresh(home) => (home, None),
+        // The tracker saw the workspace as it is before any call: empty.
+        let (home, live, tracker) = match opened {
+            Opened::Warm(warm) => {
+                let Warm {
+                    home,
+                    worker,
+                    permit,
+                    tracker,
+                } = *warm;
+                (home, Some(LiveWorker::new(worker, permit)), tracker)
+            }
+            Opened::Fresh(home, tracker) => (home, None, *tracker),
         };
         let session = Arc::new(Session::new(key, home, self.now_ms(), tracker));
         if let Some(live) = live

@@ -253,12 +253,14 @@ impl SessionManager {
         let backend = Arc::new(resolution.backend);
         let homes = Arc::new(HomeDirs::new(instance_dir.clone()));
         let budget = Budget::new(settings.max_workers);
+        let watcher = crate::workspace::Watcher::new();
         let pool = WarmPool::new(
             backend.clone(),
             budget.clone(),
             homes.clone(),
             warm_target,
             operator_grants.clone(),
+            watcher.clone(),
         );
         let manager = SessionManager {
             settings,
@@ -279,7 +281,7 @@ impl SessionManager {
             forbidden,
             operator_grants,
             audit,
-            watcher: crate::workspace::Watcher::new(),
+            watcher,
         };
         if let Some(why) = &manager.fallback
             && manager.settings.host_sandbox == crate::config::SandboxMode::Require
@@ -438,6 +440,8 @@ impl SessionManager {
             ));
         }
         result.warnings.extend(self.audit.warnings());
+        // A warm worker's refill waits for this (see `WarmPool::call_answered`).
+        self.pool.call_answered();
         result
     }
 
