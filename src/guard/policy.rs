@@ -277,6 +277,14 @@ pub enum Literal {
     OneOf,
 }
 
+impl Literal {
+    /// Whether an argument that is not a string (a function given by a
+    /// bare decorator, `@numba.njit`) passes.
+    pub fn passes_non_strings(self) -> bool {
+        matches!(self, Literal::CodeIfString | Literal::AttributeIfString)
+    }
+}
+
 /// One capability entry, compiled.
 #[derive(Debug, Clone)]
 pub struct Capability {

@@ -127,6 +127,16 @@ impl<'a> Walker<'a> {
                     ),
                     offset,
                 );
+            } else if role == Role::Decorator && !cap.literal.passes_non_strings() {
+                self.report(
+                    &cap.rule,
+                    &cap.category,
+                    format!(
+                        "`@{last}` ({}) {}: as a decorator it is given a function, not the literal it must be given",
+                        cap.name, cap.reason
+                    ),
+                    offset,
+                );
             }
         }
     }
@@ -204,6 +214,10 @@ impl<'a> Walker<'a> {
         let text = match cap.literal {
             Literal::Fields => return self.check_field_names(cap, arg),
             Literal::CodeIfString if const_str(arg).is_none() && !self.computed_string(arg, 0) => {
+                // `vectorize(["f8(f8)", "i8(i8)"])`: a display of signatures.
+                for item in display_items(arg) {
+                    self.check_literal_argument(cap, item);
+                }
                 return;
             }
             Literal::OneOf if literal_keyed_dict(arg) => return,

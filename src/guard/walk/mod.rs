@@ -65,6 +65,9 @@ enum Role {
     Callee,
     /// The object of an attribute access (`S` in `S.Half`).
     Receiver,
+    /// A bare decorator (`@numba.njit`): called with the function it
+    /// decorates, which is not a literal of any kind.
+    Decorator,
 }
 
 /// The walk met a code string too deep for the caller's stack (see
@@ -438,7 +441,11 @@ impl<'a> Walker<'a> {
 
     fn decorators(&mut self, decorators: &[py::Decorator]) {
         for d in decorators {
-            self.expr(&d.expression);
+            let role = match &d.expression {
+                Expr::Name(_) | Expr::Attribute(_) => Role::Decorator,
+                _ => Role::Value,
+            };
+            self.expr_as(&d.expression, role);
         }
     }
 
