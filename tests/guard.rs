@@ -2075,3 +2075,163 @@ proptest! {
         prop_assert!(!rules(&v).contains(&"internal_error"), "{}", src);
     }
 }
+
+// ---- packages outside the data stack (guard5) ----
+//
+// numba/llvmlite, fontTools, openpyxl, ufoLib2 and fs: each route the audit
+// found is ruled (a blocked computed or indirect use, named by its rule, and
+// an allowed literal use) or judged in policies/audit-reviewed.toml.
+
+/// (what, blocked program, rule, allowed program)
+const OUTSIDE_DATA_STACK: &[(&str, &str, &str, &str)] = &[
+    (
+        "numba evaluates a signature built at run time",
+        "import numba\nsig = 'int64(' + 'int64)'\ng = numba.njit(sig)(f)",
+        "code_string",
+        "import numba\n@numba.njit('int64(int64)')\ndef f(x):\n    return x + 1\n",
+    ),
+    (
+        "numba evaluates a literal signature that calls the builtins",
+        "import numba\ng = numba.jit(\"__import__('os').system('id') or ()\")(f)",
+        "blocked_builtin",
+        "import numba\n@numba.jit('float64(float64[:])', nopython=True)\ndef m(a):\n    return a.sum()\n",
+    ),
+    (
+        "numba.vectorize with a signature list holding a built string",
+        "import numba\nt = 'f8'\nu = numba.vectorize([t + '(f8)'])(f)",
+        "code_string",
+        "import numba\n@numba.vectorize(['float64(float64)', 'int64(int64)'])\ndef d(x):\n    return 2 * x\n",
+    ),
+    (
+        "a jitted function's inspection evaluates its signature",
+        "import numba\n@numba.njit\ndef f(x):\n    return x\nprint(f.inspect_llvm(str(sig)))",
+        "code_string",
+        "import numba\n@numba.njit\ndef f(x):\n    return x\nf(1)\nprint(len(f.inspect_types(None, None, pretty=False) or ''))",
+    ),
+    (
+        "objmode evaluates its type strings",
+        "import numba\n@numba.njit\ndef f():\n    with numba.objmode(y='float64'):\n        y = 1.0\n    return y\n",
+        "code_string",
+        "import numba\n@numba.njit\ndef f(x):\n    return x * 2\n",
+    ),
+    (
+        "numba.stencil pastes str(cval) into source it executes",
+        "import numba\n@numba.stencil(cval=c)\ndef k(a):\n    return a[-1] + a[1]\n",
+        "code_string",
+        "import numba\n@numba.njit\ndef k(a, out):\n    for i in range(1, a.shape[0] - 1):\n        out[i] = a[i - 1] + a[i + 1]\n",
+    ),
+    (
+        "jitclass pastes field names into source it executes",
+        "from numba.experimental import jitclass\nC = jitclass([(name, t)])(C)",
+        "blocked_module",
+        "from numba import typed\nl = typed.List()\nl.append(1)\nprint(len(l))",
+    ),
+    (
+        "cfunc hands out a C callback's address",
+        "import numba\n@numba.cfunc('int64(int64)')\ndef f(x):\n    return x\nprint(f.address)",
+        "native_code",
+        "import numba\n@numba.njit(nogil=True)\ndef f(x):\n    return x\n",
+    ),
+    (
+        "cfunc as a bare decorator",
+        "from numba import cfunc\n@cfunc\ndef f(x):\n    return x\n",
+        "native_code",
+        "from numba import njit\n@njit\ndef f(x):\n    return x\n",
+    ),
+    (
+        "numba's compiler internals through a jitted function",
+        "import numba\n@numba.njit\ndef f(x):\n    return x\nlib = list(f.overloads.values())[0].library",
+        "native_code",
+        "import numba\n@numba.njit\ndef f(x):\n    return x\nprint(f(3), f.py_func(3))",
+    ),
+    (
+        "numba's signature parser called directly",
+        "from numba.core import sigutils\nsigutils._parse_signature_string(s)",
+        "blocked_module",
+        "from numba import types\nprint(types.float64[:])",
+    ),
+    (
+        "numba's unpickler",
+        "import numba\nnumba.core.serialize._numba_unpickle(0, data, None)",
+        "native_code",
+        "import numba\nprint(numba.typeof(1.0))",
+    ),
+    (
+        "numba.gdb runs the program named gdb",
+        "import numba\n@numba.njit\ndef f():\n    numba.gdb()\n",
+        "process_spawn",
+        "import numba\n@numba.njit\ndef f():\n    return numba.prange(3)\n",
+    ),
+    (
+        "gdb imported from numba",
+        "from numba import gdb_init\n",
+        "process_spawn",
+        "from numba import njit, prange\n",
+    ),
+    (
+        "numba's on-disk cache loads a pickle",
+        "import numba\n@numba.njit(cache=True)\ndef f(x):\n    return x\n",
+        "unsafe_loader",
+        "import numba\n@numba.njit(cache=False)\ndef f(x):\n    return x\n",
+    ),
+    (
+        "numba's cache switched on by position",
+        "import numba\ng = numba.jit(f, {}, True)",
+        "unsafe_loader",
+        "import numba\ng = numba.jit(f, {}, False)",
+    ),
+    (
+        "numba's cache switched on afterwards",
+        "import numba\n@numba.njit\ndef f(x):\n    return x\nf.enable_caching()",
+        "native_code",
+        "import numba\n@numba.njit\ndef f(x):\n    return x\nprint(f(1))",
+    ),
+    (
+        "writing numba's cache index",
+        "from pathlib import Path\nPath('__pycache__/m.f-3.py311.nbi').write_bytes(data)",
+        "code_file_write",
+        "from pathlib import Path\nPath('m.bin').write_bytes(b'1')",
+    ),
+    (
+        "a class offering numba a machine address to call",
+        "class F:\n    def __wrapper_address__(self):\n        return 0\n",
+        "dunder_name",
+        "class F:\n    def address(self):\n        return 0\n",
+    ),
+    (
+        "an alias of njit cannot be followed",
+        "import numba\nj = numba.njit\ng = j(sig)(f)",
+        "code_string",
+        "import numba\ng = numba.njit(f)",
+    ),
+    (
+        "llvmlite's JIT",
+        "import llvmlite.binding as llvm\nllvm.create_mcjit_compiler(m, t)",
+        "blocked_module",
+        "import numba\nprint(numba.__version__)",
+    ),
+];
+
+#[test]
+fn packages_outside_the_data_stack_block_computed_uses_and_allow_literal_ones() {
+    for (what, blocked, rule, allowed) in OUTSIDE_DATA_STACK {
+        let v = check(blocked);
+        assert_eq!(
+            v.decision,
+            Decision::Blocked,
+            "{what}: not blocked: {blocked}\n{v:#?}"
+        );
+        assert!(
+            rules(&v).contains(rule),
+            "{what}: expected {rule} for {blocked:?}, got {:?}",
+            rules(&v)
+        );
+        let v = check(allowed);
+        assert_eq!(
+            v.decision,
+            Decision::Allowed,
+            "{what}: false positive for {allowed:?}\n{v:#?}"
+        );
+        assert!(v.findings.is_empty(), "{what}: {allowed:?}: {v:#?}");
+    }
+}
