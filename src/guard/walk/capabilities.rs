@@ -46,9 +46,10 @@ impl<'a> Walker<'a> {
         if res.unknown && !res.paths.is_empty() {
             out.extend(caps.lookup(&[], last));
         }
-        // The same entry may come back by path and by name.
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        out.dedup_by(|a, b| a.name == b.name && a.rule == b.rule);
+        // The same entry may come back by path and by name; two entries for
+        // one function that check different arguments both stay.
+        out.sort_by(|a, b| a.name.cmp(&b.name).then(a.position.cmp(&b.position)));
+        out.dedup_by(|a, b| a.name == b.name && a.rule == b.rule && a.position == b.position);
         out
     }
 
