@@ -2133,6 +2133,12 @@ const OUTSIDE_DATA_STACK: &[(&str, &str, &str, &str)] = &[
         "import numba\n@numba.njit(nogil=True)\ndef f(x):\n    return x\n",
     ),
     (
+        "jitted code calling a C symbol by name",
+        "from numba import types\nf = types.ExternalFunction('sys' + 'tem', types.int32(types.intp))",
+        "native_code",
+        "from numba import types\nsig = types.int32(types.intp)\nprint(sig)",
+    ),
+    (
         "cfunc as a bare decorator",
         "from numba import cfunc\n@cfunc\ndef f(x):\n    return x\n",
         "native_code",
@@ -2335,5 +2341,46 @@ fn packages_outside_the_data_stack_block_computed_uses_and_allow_literal_ones() 
             "{what}: false positive for {allowed:?}\n{v:#?}"
         );
         assert!(v.findings.is_empty(), "{what}: {allowed:?}: {v:#?}");
+    }
+}
+
+/// The sinks of these packages that take a name or code as a string.
+fn outside_sinks(n: &str) -> Vec<String> {
+    vec![
+        format!("numba.njit({n})(f)"),
+        format!("numba.jit({n})(f)"),
+        format!("numba.vectorize([{n}])(f)"),
+        format!("numba.guvectorize([{n}], '(n)->(n)')(f)"),
+        format!("f.inspect_llvm({n})"),
+        format!("types.ExternalFunction({n}, sig)"),
+        format!("ttLib.registerCustomTableClass('ABCD', {n})"),
+        format!("ttLib.registerCustomTableClass('ABCD', 'numpy', {n})"),
+        format!("Alias({n})"),
+        format!("BoundDictionary({n}, list)"),
+    ]
+}
+
+const OUTSIDE_PRELUDE: &str = "import codecs\nimport numba\nfrom numba import types\n\
+from fontTools import ttLib\nfrom openpyxl.descriptors.base import Alias\n\
+from openpyxl.utils.bound_dictionary import BoundDictionary\n";
+
+#[test]
+fn built_names_reach_no_sink_of_these_packages() {
+    for target in TARGETS {
+        for expr in builders(target) {
+            for via in [false, true] {
+                let (setup, n) = if via {
+                    (format!("name = {expr}\n"), "name".to_string())
+                } else {
+                    (String::new(), format!("({expr})"))
+                };
+                for call in outside_sinks(&n) {
+                    let src = format!("{OUTSIDE_PRELUDE}{setup}{call}\n");
+                    let v = check_with_deadline(src.clone());
+                    assert_eq!(v.decision, Decision::Blocked, "not blocked:\n{src}\n{v:#?}");
+                    assert!(!v.retryable_error, "not judged:\n{src}\n{v:#?}");
+                }
+            }
+        }
     }
 }
