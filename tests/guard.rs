@@ -2228,7 +2228,7 @@ const OUTSIDE_DATA_STACK: &[(&str, &str, &str, &str)] = &[
         "numba's cache switched on afterwards",
         "import numba\n@numba.njit\ndef f(x):\n    return x\nf.enable_caching()",
         "native_code",
-        "import numba\n@numba.njit\ndef f(x):\n    return x\nprint(f(1))",
+        "class Memo:\n    def __init__(self):\n        self._cache = {}\n        self._compiler = None\n    def get(self, k):\n        return self._cache.get(k)\n",
     ),
     (
         "writing numba's cache index",
