@@ -385,7 +385,7 @@ fn interpreter_internals_are_blocked() {
 #[test]
 fn dunder_methods_and_harmless_dunder_reads_are_allowed() {
     for src in [
-        "class P:\n    def __init__(self, x):\n        super().__init__()\n        self.x = x\n    def __repr__(self):\n        return f'P({self.x})'\n    def __eq__(self, o):\n        return self.x == o.x\n    def __getattr__(self, n):\n        return 0\n    def __getattribute__(self, n):\n        return 1\n    def __reduce__(self):\n        return (P, (1,))\n",
+        "class P:\n    def __init__(self, x):\n        super().__init__()\n        self.x = x\n    def __repr__(self):\n        return f'P({self.x})'\n    def __eq__(self, o):\n        return self.x == o.x\n    def __getattr__(self, n):\n        return 0\n    def __getattribute__(self, n):\n        return 1\n    def __copy__(self):\n        return P(self.x)\n",
         "print(type(e).__name__, e.__cause__, e.__context__)",
         "print(len.__doc__, f.__qualname__, C.__module__)",
         "x.__len__()",
@@ -1646,6 +1646,260 @@ const FAMILY_CASES: &[(&str, &str, &str, &str)] = &[
         "blocked_module",
         "import sympy\nprint(sympy.Symbol('x') + 1)",
     ),
+    // guard4 (session 5): found by tools/guard_audit.py --uncovered in the
+    // stdlib and the small packages, by module.
+    (
+        "functools.update_wrapper copies the attributes `assigned` names",
+        "import functools, glob\nfunctools.update_wrapper(holder, glob.glob, assigned=(name,), updated=())",
+        "reflection",
+        "import functools\ndef deco(f):\n    @functools.wraps(f)\n    def inner(*a):\n        return f(*a)\n    return inner\nfunctools.update_wrapper(inner2, f2)",
+    ),
+    (
+        "functools.update_wrapper merges the attributes `updated` names",
+        "import functools\nfunctools.update_wrapper(mine, other, (), ('__glo' + 'bals__',))",
+        "reflection",
+        "import functools\nfunctools.update_wrapper(w, f, assigned=('__doc__', '__name__'), updated=())",
+    ),
+    (
+        "functools.wraps with assigned names built at run time",
+        "import functools\nd = functools.wraps(f, assigned=[n])",
+        "reflection",
+        "import functools\nd = functools.wraps(f, assigned=('__name__', '__doc__'))",
+    ),
+    (
+        "functools.update_wrapper assigning a dunder",
+        "import functools\nfunctools.update_wrapper(h, f, assigned=('__globals__',))",
+        "reflection",
+        "import functools\nfunctools.update_wrapper(h, f, assigned=('__module__',))",
+    ),
+    (
+        "an explicit __set_name__ renames a cached_property",
+        "import functools\ncp = functools.cached_property(f)\ncp.__set_name__(C, '__array_' + 'interface__')",
+        "reflection",
+        "import functools\ncp = functools.cached_property(f)\ncp.__set_name__(C, 'total')",
+    ),
+    (
+        "SimpleNamespace with keys the guard cannot read",
+        "import types\no = types.SimpleNamespace(**{'__array_' + 'interface__': face})",
+        "reflection",
+        "import types\no = types.SimpleNamespace(a=1, **{'b': 2})\nprint(o.a, o.b)",
+    ),
+    (
+        "SimpleNamespace with a literal dunder key",
+        "from types import SimpleNamespace\no = SimpleNamespace(**{'__array_interface__': face})",
+        "reflection",
+        "from types import SimpleNamespace\no = SimpleNamespace(name='x', size=3)",
+    ),
+    (
+        "SimpleNamespace from a mapping",
+        "import types\no = types.SimpleNamespace(**settings)",
+        "reflection",
+        "import types\no = types.SimpleNamespace()\no.x = 1",
+    ),
+    (
+        "a subclass of redirect_stdout chooses the sys attribute it saves",
+        "import contextlib\nclass Grab(contextlib.redirect_stdout):\n    _stream = 'modules'\n",
+        "reflection",
+        "import contextlib, io\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    print(1)\nwith contextlib.redirect_stderr(buf):\n    pass\n",
+    ),
+    (
+        "warnings' option parser imports the module a string names",
+        "import warnings\nc = warnings._getcategory(name)",
+        "reflection",
+        "import warnings\nwarnings.filterwarnings('ignore', category=UserWarning)",
+    ),
+    (
+        "xml.dom's defproperty sets a property under any name",
+        "from xml.dom.minicompat import defproperty\ndefproperty(C, '__array_' + 'interface__', '')",
+        "reflection",
+        "from xml.dom import minidom\nprint(minidom.parseString('<a>x</a>').documentElement.tagName)",
+    ),
+    (
+        "DOMBuilder.getFeature reads the option a name names",
+        "from xml.dom.xmlbuilder import DOMBuilder\nv = DOMBuilder().getFeature(name)",
+        "reflection",
+        "from xml.dom.xmlbuilder import DOMBuilder\nv = DOMBuilder().getFeature('namespaces')",
+    ),
+    (
+        "xml.sax imports the parser modules a list names",
+        "import xml.sax\np = xml.sax.make_parser([name])",
+        "reflection",
+        "import xml.sax\np = xml.sax.make_parser()",
+    ),
+    (
+        "attrs pastes the names of `these` into generated source",
+        "import attr\nattr.s(C, these={name: attr.ib(default=1)})",
+        "code_string",
+        "import attr\nattr.s(C, these={'x': attr.ib(default=1)})\n@attr.s\nclass P:\n    x = attr.ib(default=0)\n",
+    ),
+    (
+        "attrs' define with `these` built at run time",
+        "import attrs\nattrs.define(C, these=fields)",
+        "code_string",
+        "import attrs\n@attrs.define\nclass P:\n    x: int = 0\n",
+    ),
+    (
+        "mpmath.identify evaluates its constants",
+        "import mpmath\nmpmath.identify(0.5, [expr])",
+        "code_string",
+        "import mpmath\nprint(mpmath.identify(0.5), mpmath.identify(3.14159, 'pi'))",
+    ),
+    (
+        "mpmath's defun sets a context attribute under a function's __name__",
+        "from mpmath.functions.functions import defun_static\ndefun_static(f)",
+        "reflection",
+        "import mpmath\nprint(mpmath.quad(mpmath.sin, [0, 1]))",
+    ),
+    (
+        "mpmath's alias table names attributes to copy",
+        "import mpmath\nmpmath.mp._aliases = {k: v}\nmpmath.mp._init_aliases()",
+        "reflection",
+        "import mpmath\nmpmath.mp.dps = 30\nprint(mpmath.mp.pi)",
+    ),
+    (
+        "pygments runs a lexer file of any name",
+        "from pygments.lexers import load_lexer_from_file\nload_lexer_from_file('lexer.txt')",
+        "code_string",
+        "from pygments import highlight\nfrom pygments.lexers import PythonLexer\nfrom pygments.formatters import HtmlFormatter\nprint(highlight('x = 1', PythonLexer(), HtmlFormatter()))",
+    ),
+    (
+        "pygments' string_to_tokentype walks an attribute path",
+        "from pygments.token import string_to_tokentype\nt = string_to_tokentype(name)",
+        "reflection",
+        "from pygments.token import string_to_tokentype\nt = string_to_tokentype('Token.Name.Function')",
+    ),
+    (
+        "lxml.html's _MethodFunc calls the method a string names",
+        "from lxml.html import _MethodFunc\nf = _MethodFunc(name, copy=False)",
+        "reflection",
+        "import lxml.html\nprint(lxml.html.fromstring('<p>x</p>').text_content())",
+    ),
+    (
+        "lxml's DefaultErrorCreator stores its keywords as attributes",
+        "from lxml.html.formfill import DefaultErrorCreator\nd = DefaultErrorCreator(**opts)",
+        "reflection",
+        "from lxml.html.formfill import DefaultErrorCreator\nd = DefaultErrorCreator(insert_before=False)",
+    ),
+    (
+        "cryptography builds accessors for the attribute a string names",
+        "from cryptography.x509.extensions import _make_sequence_methods\nm = _make_sequence_methods(name)",
+        "reflection",
+        "from cryptography.fernet import Fernet\nprint(len(Fernet.generate_key()))",
+    ),
+    (
+        "cryptography's deprecated sets an attribute on a loaded module",
+        "from cryptography import utils\nutils.deprecated(v, mod, msg, Warning, name=n)",
+        "reflection",
+        "from cryptography.hazmat.primitives import hashes\nh = hashes.Hash(hashes.SHA256())",
+    ),
+    (
+        "bs4's _alias reads the attribute a string names",
+        "from bs4.element import _alias\np = _alias(name)",
+        "reflection",
+        "import bs4\nprint(bs4.BeautifulSoup('<p>x</p>', 'html.parser').p.text)",
+    ),
+    (
+        "ast.iter_fields reads the attributes `_fields` names",
+        "import ast\nprint(dict(ast.iter_fields(f)))",
+        "reflection",
+        "import ast\nprint([type(n).__name__ for n in ast.walk(ast.parse('x = 1'))])",
+    ),
+    (
+        "defusedxml's _apply_defusing imports the module an object names",
+        "from defusedxml.common import _apply_defusing\n_apply_defusing(obj)",
+        "reflection",
+        "import defusedxml.ElementTree as ET\nprint(ET.fromstring('<a>x</a>').text)",
+    ),
+    (
+        "blinker stores a value under a function's __name__",
+        "from blinker._utilities import lazy_property\np = lazy_property(f)",
+        "reflection",
+        "import blinker\ns = blinker.signal('done')\nprint(s.name)",
+    ),
+    (
+        "blinker's reference stores its keywords as attributes",
+        "from blinker._utilities import reference\nr = reference(obj, **ann)",
+        "reflection",
+        "from blinker._utilities import reference\nr = reference(obj, sender_id=1)",
+    ),
+    (
+        "an explicit __setstate__ writes any attribute of a class",
+        "import sympy\nsympy.Basic.__setstate__(C, state)",
+        "reflection",
+        "import sympy\nx = sympy.Symbol('x')\nprint(x.__getstate__())",
+    ),
+    (
+        "an explicit __init__ on a class",
+        "import argparse\nclass C:\n    pass\nNs.__init__(C, **kw)",
+        "reflection",
+        "class B:\n    def __init__(self, x):\n        self.x = x\nclass D(B):\n    def __init__(self, x):\n        super().__init__(x)\n        B.__init__(self, x)\n",
+    ),
+    (
+        "an explicit __setstate__ from __init_subclass__",
+        "class Base:\n    def __init_subclass__(cls):\n        super().__setstate__(cls, state)\n",
+        "reflection",
+        "class S:\n    def __setstate__(self, state):\n        super().__setstate__(state)\n",
+    ),
+    (
+        "copy writes what __getstate__ returns into the copy",
+        "class R:\n    def __getstate__(self):\n        return {k: v}\n",
+        "dunder_name",
+        "import copy\nclass R:\n    def __init__(self):\n        self.a = [1]\nprint(copy.deepcopy(R()).a)",
+    ),
+    (
+        "copy calls what __reduce__ returns",
+        "class R:\n    def __reduce__(self):\n        return (f, ())\n",
+        "dunder_name",
+        "import copy\nclass R:\n    def __copy__(self):\n        return R()\nprint(copy.copy(R()))",
+    ),
+    (
+        "argparse sets attributes named by option strings and dests",
+        "import argparse\np = argparse.ArgumentParser()",
+        "blocked_module",
+        "import json\nparams = {'n': 3}\nprint(json.dumps(params))",
+    ),
+    (
+        "optparse execs a file (Values.read_file)",
+        "from optparse import Values",
+        "blocked_module",
+        "import configparser\nc = configparser.ConfigParser()\nc.read_string('[a]\\nx = 1')\nprint(c.getint('a', 'x'))",
+    ),
+    (
+        "cgitb reads any attribute through a fake frame",
+        "import cgitb",
+        "blocked_module",
+        "import traceback\nprint(traceback.format_exc())",
+    ),
+    (
+        "mailcap runs an entry's test command",
+        "import mailcap",
+        "blocked_module",
+        "import mimetypes\nprint(mimetypes.guess_type('a.csv'))",
+    ),
+    (
+        "lib2to3 unpickles grammar tables",
+        "from lib2to3.pgen2.grammar import Grammar",
+        "blocked_module",
+        "import tokenize, io\nprint(list(tokenize.generate_tokens(io.StringIO('x = 1').readline))[0])",
+    ),
+    (
+        "pstats and modulefinder unmarshal or compile files",
+        "import pstats\nimport modulefinder",
+        "blocked_module",
+        "import statistics\nprint(statistics.median([1, 2, 3]))",
+    ),
+    (
+        "babel's extractor imports the `module:function` a string names",
+        "from babel.messages.extract import extract",
+        "blocked_module",
+        "from babel.numbers import format_decimal\nprint(format_decimal(1234.5, locale='en_US'))",
+    ),
+    (
+        "jinja2's compiler internals",
+        "from jinja2 import nodes",
+        "blocked_module",
+        "from jinja2.sandbox import SandboxedEnvironment\nprint(SandboxedEnvironment().from_string('{{ x }}').render(x=1))",
+    ),
 ];
 
 #[test]
@@ -1820,15 +2074,24 @@ fn bypasses_really_run_a_shell_under_plain_cpython() {
     }
 }
 
-/// `tools/guard_audit.py --uncovered` over the data stack lists nothing: every
-/// finding is ruled in policies/default.toml or judged, with its reason, in
-/// policies/audit-reviewed.toml. A package upgrade that brings a new
-/// reflective, evaluating, spawning, loading or native API fails here until
-/// someone judges it. Needs Debian's python3 data stack (.ci/run installs
-/// it); locally a missing package skips with a note, in CI it fails.
+/// Top-level packages whose audit findings another engineer is still judging
+/// (session 5: guard5). Their findings are skipped, and said so; the list
+/// must be empty when the audit is done.
+const STILL_BEING_JUDGED: &[&str] = &["fontTools", "numba", "llvmlite", "openpyxl", "ufoLib2", "fs"];
+
+/// `tools/guard_audit.py --uncovered` over the whole audit (the stdlib and
+/// every installed package) lists nothing: every finding is ruled in
+/// policies/default.toml or judged, with its reason, in
+/// policies/audit-reviewed.toml. A Python or package upgrade that brings a
+/// new reflective, evaluating, spawning, loading or native API fails here
+/// until someone judges it. The audit reads what this machine has installed
+/// (.ci/run installs the Debian packages listed in .ci/audit-packages, the
+/// set the findings were judged on) and the test prints which packages that
+/// was. Needs Debian's python3 data stack; locally a missing package skips
+/// with a note, in CI it fails.
 #[test]
 fn the_audit_of_the_data_stack_leaves_nothing_unjudged() {
-    const PACKAGES: &[&str] = &[
+    const DATA_STACK: &[&str] = &[
         "numpy",
         "pandas",
         "matplotlib",
@@ -1838,7 +2101,7 @@ fn the_audit_of_the_data_stack_leaves_nothing_unjudged() {
         "scipy",
     ];
     let python = Path::new("/usr/bin/python3");
-    let probe = format!("import {}", PACKAGES.join(", "));
+    let probe = format!("import {}", DATA_STACK.join(", "));
     let have = python.exists()
         && std::process::Command::new(python)
             .args(["-I", "-c", &probe])
@@ -1856,8 +2119,7 @@ fn the_audit_of_the_data_stack_leaves_nothing_unjudged() {
     let out = std::process::Command::new(python)
         .arg("-I")
         .arg(root.join("tools/guard_audit.py"))
-        .args(["--uncovered", "--packages"])
-        .args(PACKAGES)
+        .arg("--uncovered")
         .current_dir(root)
         .stdin(std::process::Stdio::null())
         .output()
@@ -1873,8 +2135,33 @@ fn the_audit_of_the_data_stack_leaves_nothing_unjudged() {
         .find_map(|l| l.strip_suffix(" modules read"))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0);
-    assert!(read > 1000, "the audit read only {read} modules:\n{text}");
-    let unjudged: Vec<&str> = text.lines().filter(|l| l.contains("NOT COVERED")).collect();
+    assert!(read > 3000, "the audit read only {read} modules:\n{text}");
+    let packages = text
+        .lines()
+        .find_map(|l| l.strip_prefix("packages read besides the stdlib: "))
+        .unwrap_or("");
+    for p in DATA_STACK {
+        assert!(
+            packages.split(' ').any(|q| q == *p),
+            "the audit did not read {p}: {packages}"
+        );
+    }
+    eprintln!("audited {read} modules: the stdlib and {packages}");
+    let pending = |l: &&str| {
+        let top = l.rsplit(' ').next().unwrap_or("").split('.').next();
+        top.is_some_and(|t| STILL_BEING_JUDGED.contains(&t))
+    };
+    let (skipped, unjudged): (Vec<&str>, Vec<&str>) = text
+        .lines()
+        .filter(|l| l.contains("NOT COVERED"))
+        .partition(pending);
+    if !skipped.is_empty() {
+        eprintln!(
+            "{} findings in {:?} are still being judged and were skipped",
+            skipped.len(),
+            STILL_BEING_JUDGED
+        );
+    }
     assert!(
         unjudged.is_empty(),
         "findings nobody judged (rule them in policies/default.toml or give a reason in \

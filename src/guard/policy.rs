@@ -275,6 +275,15 @@ pub enum Literal {
     /// One of the entry's `values` (a built-in style name); a literal dict
     /// passes too (its keys are checked as configuration keys).
     OneOf,
+    /// The call's keyword names become attributes of an object
+    /// (`SimpleNamespace(**d)`): every keyword name, and every key of a
+    /// `**{...}` display, checked like `obj.name`; `**` of anything else is
+    /// refused, since its keys cannot be read.
+    KeywordNames,
+    /// Any direct call passes; a reference that is not a call (an alias, a
+    /// base class: `class R(redirect_stdout)` may override what the class
+    /// reads and writes) is refused.
+    Call,
 }
 
 impl Literal {
@@ -778,7 +787,11 @@ fn compile_capabilities(files: &[CapabilityFile]) -> Result<ByName<Capability>, 
     let mut out = ByName::default();
     for c in files {
         check_rule("capabilities.rule", &c.rule)?;
-        if c.literal != Literal::Never && c.position.is_none() && c.keyword.is_none() {
+        let needs_argument = !matches!(
+            c.literal,
+            Literal::Never | Literal::KeywordNames | Literal::Call
+        );
+        if needs_argument && c.position.is_none() && c.keyword.is_none() {
             return Err(invalid(
                 "capabilities",
                 format!(

@@ -242,7 +242,9 @@ impl Walker<'_> {
                 "internals",
                 format!(
                     "defining `{name}` is not allowed: numpy reads raw memory addresses from it, \
-                     or class patterns read attributes by the names it returns"
+                     class patterns read attributes by the names it returns, or copy and \
+                     dataclasses turn what it returns into attributes or source (see \
+                     [dunders].not_definable)"
                 ),
                 offset,
             );

@@ -136,7 +136,42 @@ impl Walker<'_> {
             if matches!(name, "__setattr__" | "__delattr__") {
                 self.dunder_setattr(name, c);
             }
+            if matches!(name, "__init__" | "__setstate__") {
+                self.explicit_initialiser(name, a, c);
+            }
         }
+    }
+
+    /// `super().__init__(...)` and `Base.__init__(self, ...)` inside
+    /// `__init__` (likewise `__setstate__`) initialise the code's own new
+    /// object. Any other explicit `__init__`/`__setstate__` runs a class's
+    /// initialiser on an object of the code's choosing, and library ones set
+    /// attributes by names the caller picks: `sympy.Basic.__setstate__(C,
+    /// state)` and `argparse.Namespace.__init__(C, **kw)` write a class's
+    /// `__annotations__`, which `@dataclass` pastes into source (even from
+    /// `__init_subclass__(cls)`, hence the same-name rule).
+    fn explicit_initialiser(&mut self, name: &str, a: &py::ExprAttribute, c: &py::ExprCall) {
+        let own = self.self_params.last().cloned().flatten();
+        let is_own = |e: &Expr| {
+            matches!((e, &own), (Expr::Name(n), Some(p)) if nfkc(n.id.as_str()) == p.as_str())
+        };
+        let via_super = matches!(a.value.as_ref(), Expr::Call(s)
+            if matches!(s.func.as_ref(), Expr::Name(n) if n.id.as_str() == "super"));
+        let same_method = self.fn_stack.last().is_some_and(|(f, _)| f == name);
+        let on_own = via_super || is_own(&a.value) || c.arguments.args.first().is_some_and(is_own);
+        if same_method && on_own {
+            return;
+        }
+        self.report(
+            "reflection",
+            "reflection",
+            format!(
+                "an explicit `{name}` call outside the class's own `{name}` runs an initialiser \
+                 on an object of the code's choosing (library ones set attributes by any name, \
+                 dunders included); call `super().{name}(...)` from `{name}` instead"
+            ),
+            start(c),
+        );
     }
 
     /// `df.query(text)` / `df.eval(text)`: the text is code.

@@ -117,18 +117,22 @@ impl<'a> Walker<'a> {
                     format!("`{}` {}", cap.name, cap.reason),
                     offset,
                 );
-            } else if role == Role::Value {
+            } else if role == Role::Value || (role == Role::Base && cap.literal == Literal::Call) {
+                let allowed = if cap.literal == Literal::Call {
+                    "a direct call; an alias or a subclass cannot be checked"
+                } else {
+                    "a direct call with a literal argument; an alias cannot be checked"
+                };
                 self.report(
                     &cap.rule,
                     &cap.category,
                     format!(
-                        "`{last}` ({}) {} and is only allowed as a direct call with a literal argument; \
-                         an alias cannot be checked",
+                        "`{last}` ({}) {} and is only allowed as {allowed}",
                         cap.name, cap.reason
                     ),
                     offset,
                 );
-            } else if role == Role::Decorator && !cap.literal.passes_non_strings() {
+            } else if role == Role::Decorator && decorated_is_checked(cap) {
                 self.report(
                     &cap.rule,
                     &cap.category,
@@ -188,6 +192,11 @@ impl<'a> Walker<'a> {
                 offset,
             );
             return;
+        }
+        match cap.literal {
+            Literal::Call => return,
+            Literal::KeywordNames => return self.check_keyword_names(cap, c),
+            _ => {}
         }
         let arg = cap
             .position
@@ -300,7 +309,45 @@ impl<'a> Walker<'a> {
                 }
             }
             Literal::Template => self.template_literal(cap, text, offset),
-            Literal::Never | Literal::Fields => {}
+            Literal::Never | Literal::Fields | Literal::KeywordNames | Literal::Call => {}
+        }
+    }
+
+    /// `SimpleNamespace(a=1, **{"b": 2})`: each keyword name becomes an
+    /// attribute, so each is checked like `obj.name`; `**d` whose keys the
+    /// guard cannot read is refused (a computed `__array_interface__` key
+    /// makes numpy read raw memory).
+    fn check_keyword_names(&mut self, cap: &Capability, c: &py::ExprCall) {
+        for k in &c.arguments.keywords {
+            if let Some(name) = &k.arg {
+                self.literal_attribute(cap, name.as_str(), start(c));
+                continue;
+            }
+            let keys = match &k.value {
+                Expr::Dict(d) => d
+                    .items
+                    .iter()
+                    .map(|i| i.key.as_ref().and_then(const_str))
+                    .collect::<Option<Vec<_>>>(),
+                _ => None,
+            };
+            match keys {
+                Some(keys) => {
+                    for key in keys {
+                        self.literal_attribute(cap, key, start(&k.value));
+                    }
+                }
+                None => self.report(
+                    &cap.rule,
+                    &cap.category,
+                    format!(
+                        "`{}` {}; `**` of a mapping whose keys the guard cannot read could name \
+                         any attribute: pass the names as keywords",
+                        cap.name, cap.reason
+                    ),
+                    start(&k.value),
+                ),
+            }
         }
     }
 
@@ -637,6 +684,19 @@ fn display_items(e: &Expr) -> Vec<&Expr> {
 /// A dict display whose keys are all string literals.
 fn literal_keyed_dict(e: &Expr) -> bool {
     matches!(e, Expr::Dict(d) if d.items.iter().all(|i| i.key.as_ref().and_then(const_str).is_some()))
+}
+
+/// `@cap` calls `cap(decorated)`: refused when the decorated function is the
+/// argument the entry checks (it is no literal of any kind), allowed when
+/// the entry passes non-strings or checks an argument a bare decorator never
+/// passes (`@attr.s` has no `these`).
+fn decorated_is_checked(cap: &Capability) -> bool {
+    match cap.literal {
+        Literal::Never => true,
+        Literal::Call | Literal::KeywordNames => false,
+        l if l.passes_non_strings() => false,
+        _ => cap.position == Some(0),
+    }
 }
 
 /// The `p`-th positional argument, when no `*args` comes before it.

@@ -65,6 +65,10 @@ enum Role {
     Callee,
     /// The object of an attribute access (`S` in `S.Half`).
     Receiver,
+    /// A base in a class statement: not an alias (`class P(NamedTuple)`
+    /// declares its fields in a body the guard reads), but a subclass can
+    /// override the class attributes a `call` capability relies on.
+    Base,
     /// A bare decorator (`@numba.njit`): called with the function it
     /// decorates, which is not a literal of any kind.
     Decorator,
@@ -117,6 +121,8 @@ struct Walker<'a> {
     class_stack: Vec<String>,
     /// Enclosing functions: name and the parameter after `self`.
     fn_stack: Vec<(String, Option<String>)>,
+    /// The first parameter (`self`, `cls`) of each enclosing function.
+    self_params: Vec<Option<String>>,
     /// `name.format(...)` receivers, resolved against `bindings` at the end.
     format_names: Vec<(String, usize)>,
     /// True while the targets of `name = "literal"` are walked.
@@ -155,6 +161,7 @@ impl<'a> Walker<'a> {
             cap: policy.limits.max_findings.saturating_mul(10).max(100),
             class_stack: Vec::new(),
             fn_stack: Vec::new(),
+            self_params: Vec::new(),
             format_names: Vec::new(),
             const_store: false,
             block_depth: 0,
@@ -297,7 +304,7 @@ impl<'a> Walker<'a> {
                     // A base class is not an alias: `class P(NamedTuple)` declares
                     // its fields in a body the guard reads.
                     for base in &args.args {
-                        self.expr_as(base, Role::Receiver);
+                        self.expr_as(base, Role::Base);
                     }
                     self.keywords(&args.keywords);
                 }
@@ -433,9 +440,11 @@ impl<'a> Walker<'a> {
         self.type_params(f.type_params.as_deref());
         let name = nfkc(f.name.as_str()).into_owned();
         self.fn_stack.push((name, second_param(&f.parameters)));
+        self.self_params.push(first_param(&f.parameters));
         let outer = std::mem::replace(&mut self.in_class_body, false);
         self.body(&f.body);
         self.in_class_body = outer;
+        self.self_params.pop();
         self.fn_stack.pop();
     }
 
@@ -799,6 +808,15 @@ impl<'a> Walker<'a> {
             self.in_annotation -= 1;
         }
     }
+}
+
+/// The first parameter: `self` or `cls`.
+fn first_param(args: &py::Parameters) -> Option<String> {
+    args.posonlyargs
+        .iter()
+        .chain(&args.args)
+        .next()
+        .map(|a| nfkc(a.parameter.name.as_str()).into_owned())
 }
 
 /// The parameter after `self`: the attribute name in `def __setattr__(self, name, value)`.
