@@ -2077,7 +2077,14 @@ fn bypasses_really_run_a_shell_under_plain_cpython() {
 /// Top-level packages whose audit findings another engineer is still judging
 /// (session 5: guard5). Their findings are skipped, and said so; the list
 /// must be empty when the audit is done.
-const STILL_BEING_JUDGED: &[&str] = &["fontTools", "numba", "llvmlite", "openpyxl", "ufoLib2", "fs"];
+const STILL_BEING_JUDGED: &[&str] = &[
+    "fontTools",
+    "numba",
+    "llvmlite",
+    "openpyxl",
+    "ufoLib2",
+    "fs",
+];
 
 /// `tools/guard_audit.py --uncovered` over the whole audit (the stdlib and
 /// every installed package) lists nothing: every finding is ruled in

@@ -152,9 +152,7 @@ impl Walker<'_> {
     /// `__init_subclass__(cls)`, hence the same-name rule).
     fn explicit_initialiser(&mut self, name: &str, a: &py::ExprAttribute, c: &py::ExprCall) {
         let own = self.self_params.last().cloned().flatten();
-        let is_own = |e: &Expr| {
-            matches!((e, &own), (Expr::Name(n), Some(p)) if nfkc(n.id.as_str()) == p.as_str())
-        };
+        let is_own = |e: &Expr| matches!((e, &own), (Expr::Name(n), Some(p)) if nfkc(n.id.as_str()) == p.as_str());
         let via_super = matches!(a.value.as_ref(), Expr::Call(s)
             if matches!(s.func.as_ref(), Expr::Name(n) if n.id.as_str() == "super"));
         let same_method = self.fn_stack.last().is_some_and(|(f, _)| f == name);
