@@ -254,9 +254,31 @@ async fn many_files(base: Stats, native: f64) {
 }
 
 /// 1 MiB and 10 MiB printed: latency, and the server's CPU time per MiB beyond a
-/// `print(1+1)` call's.
+/// `print(1+1)` call's. Through `print` (sys.stdout: the worker drops what lies past the
+/// cap and says so), and in one raw write to fd 1, which only the server's own cap
+/// catches: every byte then crosses the pipe and is scanned for the end marker. The
+/// guard refuses raw descriptors (`os`, `open(1)`), so those rows run on a server with
+/// `CODEGUARD=shadow` (the guard still judges every call; what it would block runs).
 async fn output(baseline: &Client) {
-    let server = Client::warden(&[]).await;
+    let print = [
+        (1usize, "print('x' * (1 << 20), end='')"),
+        (10, "print('x' * (10 << 20), end='')"),
+    ];
+    let raw = [
+        (1usize, "import os\nos.write(1, b'x' * (1 << 20))"),
+        (10, "import os\nos.write(1, b'x' * (10 << 20))"),
+    ];
+    output_rows(baseline, &[], "print", &print).await;
+    output_rows(baseline, &[("CODEGUARD", "shadow")], "os.write", &raw).await;
+}
+
+async fn output_rows(
+    baseline: &Client,
+    env: &[(&str, &str)],
+    how: &str,
+    cases: &[(usize, &str)],
+) {
+    let server = Client::warden(env).await;
     server.call("out", PRINT).await;
     let per_call = |samples: &[u64]| {
         let mut s = samples.to_vec();
@@ -270,16 +292,7 @@ async fn output(baseline: &Client) {
         quiet.push(support::cpu_ns(server.pid) - before);
     }
     let quiet_ms = per_call(&quiet);
-    // Through `print` (sys.stdout: the worker drops what lies past the cap and says so),
-    // and in one raw `os.write` to fd 1, which only the server's own cap catches: every
-    // byte then crosses the pipe and is scanned for the end marker.
-    let cases = [
-        (1usize, "print", "print('x' * (1 << 20), end='')"),
-        (10, "print", "print('x' * (10 << 20), end='')"),
-        (1, "os.write", "import os\nos.write(1, b'x' * (1 << 20))"),
-        (10, "os.write", "import os\nos.write(1, b'x' * (10 << 20))"),
-    ];
-    for (mib, how, code) in cases {
+    for &(mib, code) in cases {
         let code = code.to_string();
         let mut took = Vec::new();
         let mut cpu = Vec::new();

@@ -117,6 +117,8 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     harden_server_process();
+    // Best effort: only speed depends on it.
+    let _ = warden::os::keep_freed_memory_for_reuse();
     match real_main() {
         Ok(code) => code,
         Err(e) => {
