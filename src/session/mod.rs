@@ -440,8 +440,6 @@ impl SessionManager {
             ));
         }
         result.warnings.extend(self.audit.warnings());
-        // A warm worker's refill waits for this (see `WarmPool::call_answered`).
-        self.pool.call_answered();
         result
     }
 
