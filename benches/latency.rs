@@ -272,12 +272,7 @@ async fn output(baseline: &Client) {
     output_rows(baseline, &[("CODEGUARD", "off")], "os.write", &raw).await;
 }
 
-async fn output_rows(
-    baseline: &Client,
-    env: &[(&str, &str)],
-    how: &str,
-    cases: &[(usize, &str)],
-) {
+async fn output_rows(baseline: &Client, env: &[(&str, &str)], how: &str, cases: &[(usize, &str)]) {
     let server = Client::warden(env).await;
     server.call("out", PRINT).await;
     let per_call = |samples: &[u64]| {
