@@ -203,7 +203,7 @@ async fn every_benign_snippet_passes_through_the_container() {
             .unwrap()
             .strip_prefix("# expect: ")
             .unwrap();
-        let r = server.run_ok(&format!("benign{i}"), &code).await;
+        let r = server.run(&format!("benign{i}"), &code).await;
         if r["status"] != "ok" || stdout(&r).trim_end() != expected || r["backend"] != "docker" {
             failures.push(format!(
                 "{}: expected {expected:?}, got {r}",
@@ -370,6 +370,7 @@ async fn an_unreachable_engine_degrades_with_a_warning_or_refuses_under_require(
     let server = Server::start(&env).await;
     for _ in 0..2 {
         let r = server.run("d", "print('ran')").await;
+        assert_eq!(r["status"], "ok", "{r}");
         assert_eq!(r["backend"], "host");
         assert_eq!(r["configured_backend"], "docker");
         let w = r["warnings"][0].as_str().unwrap_or_default();
@@ -390,7 +391,7 @@ async fn an_unreachable_engine_degrades_with_a_warning_or_refuses_under_require(
         ("HOST_SANDBOX", "require"),
     ];
     let server = Server::start(&strict).await;
-    let r = server.run_ok("d", "print('ran')").await;
+    let r = server.run("d", "print('ran')").await;
     assert_eq!(r["status"], "error", "{r}");
     assert_eq!(r["error"]["type"], "SandboxRefused");
     assert!(stdout(&r).is_empty());
@@ -485,6 +486,7 @@ async fn a_grant_binds_exactly_the_approved_object_into_the_container() {
         shared.path().join("secret.txt"),
     );
     let r = server.run("g", &code).await;
+    assert_eq!(r["status"], "ok", "{r}");
     let out = stdout(&r);
     assert!(out.starts_with("1,2\n"), "{r}");
     assert!(!out.contains("WROTE"), "a read grant was writable: {r}");
@@ -542,7 +544,7 @@ async fn docker_host_over_tcp_reaches_the_engine() {
     });
     let host = format!("tcp://{addr}");
     let server = start(&[("DOCKER_HOST", host.as_str())]).await;
-    let r = server.run_ok("tcp", "print('over tcp')").await;
+    let r = server.run("tcp", "print('over tcp')").await;
     assert_eq!(r["backend"], "docker", "{r}");
     assert_eq!(stdout(&r), "over tcp\n");
     server.stop().await;
@@ -1013,6 +1015,7 @@ async fn a_package_from_a_local_wheel_directory_is_importable_in_the_container()
             "import wardenwheel\nprint(wardenwheel.greet())\nprint(wardenwheel.__file__)",
         )
         .await;
+    assert_eq!(r["status"], "ok", "{r}");
     let lines: Vec<&str> = stdout(&r).lines().collect();
     assert_eq!(lines.first(), Some(&"hello from a wheel"), "{r}");
     assert!(

@@ -48,7 +48,7 @@ async fn guard_cases_are_blocked_before_any_worker_runs() {
     }
     // Blocking is all or nothing: the harmless first line did not run either.
     let r = server
-        .run_ok(
+        .run(
             "whole",
             "open('made_before.txt', 'w').write('x')\nimport subprocess",
         )
@@ -82,6 +82,7 @@ async fn syntax_errors_are_retryable_with_a_position() {
 async fn shadow_mode_runs_the_code_and_reports_what_it_would_block() {
     let server = Server::start(&[("CODEGUARD", "shadow")]).await;
     let r = server.run("s", "import os\nprint(os.getcwd() != '')").await;
+    assert_eq!(r["status"], "ok", "{r}");
     assert_eq!(stdout(&r), "True\n");
     assert_eq!(r["guard"]["decision"], "blocked");
     assert!(

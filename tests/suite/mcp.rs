@@ -57,11 +57,12 @@ async fn tools_list_shows_execute_python_with_both_schemas_and_warden_identity()
 #[tokio::test]
 async fn variables_persist_within_a_session_and_sessions_share_nothing() {
     let server = Server::start(&[]).await;
-    let r = server.run_ok("alpha", "x = 41\nx + 1").await;
+    let r = server.run("alpha", "x = 41\nx + 1").await;
+    assert_eq!(r["status"], "ok", "{r}");
     assert_eq!(r["result"], "42");
     assert_eq!(r["backend"], "host");
     assert_eq!(r["session"], "alpha");
-    let r = server.run_ok("alpha", "print(x * 2)").await;
+    let r = server.run("alpha", "print(x * 2)").await;
     assert_eq!(stdout(&r), "82\n");
     let r = server.run("beta", "x").await;
     assert_eq!(r["status"], "error");
@@ -156,6 +157,7 @@ async fn inputs_are_written_before_the_run_and_new_files_are_reported() {
             "code": "import csv\nrows = list(csv.reader(open('data/in.csv')))\nopen('out.txt','w').write(str(len(rows)))\nprint(rows, open('raw.bin','rb').read())"
         }))
         .await;
+    assert_eq!(r["status"], "ok", "{r}");
     assert_eq!(
         stdout(&r),
         "[['a', 'b'], ['1', '2']] b'\\x00\\x9f\\x92\\x96'\n"
@@ -196,7 +198,7 @@ async fn inputs_are_written_before_the_run_and_new_files_are_reported() {
 async fn output_is_captured_from_c_and_capped() {
     let server = Server::start(&[]).await;
     let r = server
-        .run_ok(
+        .run(
             "out",
             "import ctypes, os, sys\nlibc = ctypes.CDLL(None)\nlibc.write(1, b'from C\\n', 7)\nos.write(2, b'raw err\\n')\nprint('py', file=sys.stderr)",
         )
@@ -230,6 +232,7 @@ async fn megabytes_in_one_write_are_capped_and_leave_nothing_for_the_next_call()
             "import os\nos.write(1, b'a' * (3 << 20) + b'\\0WARDEN-END:x\\0')\nos.write(2, b'b' * (5 << 20))\nprint('tail')",
         )
         .await;
+    assert_eq!(r["status"], "ok", "{r}");
     assert_eq!(r["truncated"], true, "{r}");
     let out = stdout(&r);
     assert_eq!(
@@ -243,7 +246,7 @@ async fn megabytes_in_one_write_are_capped_and_leave_nothing_for_the_next_call()
     assert_eq!(err.len(), 64 * 1024);
     assert!(err.bytes().all(|b| b == b'b'));
     for i in 0..3 {
-        let r = server.run_ok("flood", &format!("print('clean {i}')")).await;
+        let r = server.run("flood", &format!("print('clean {i}')")).await;
         assert_eq!(stdout(&r), format!("clean {i}\n"), "{r}");
         assert_eq!(r["stderr"], "", "{r}");
         assert_eq!(r["truncated"], false, "{r}");
@@ -482,6 +485,7 @@ async fn the_default_interpreter_is_resolved_to_a_real_binary() {
             "import sys, os\nprint(open(sys.executable, 'rb').read(4) == b'\\x7fELF')",
         )
         .await;
+    assert_eq!(r["status"], "ok", "{r}");
     assert_eq!(stdout(&r), "True\n");
     server.stop().await;
 }
@@ -556,12 +560,13 @@ async fn new_images_come_back_as_image_content_and_files_as_resources() {
 #[tokio::test]
 async fn workspace_symlinks_never_make_the_server_read_outside() {
     let server = Server::start(&[]).await;
-    server
-        .run_ok(
+    let r = server
+        .run(
             "sym",
             "import os\nos.symlink('/etc/passwd', 'evil.png')\nos.symlink('/etc', 'etc')\nos.symlink('/etc/shadow', 'shadow.csv')",
         )
         .await;
+    assert_eq!(r["status"], "ok", "{r}");
     let raw = server
         .call("execute_python", json!({"session": "sym", "code": "1"}))
         .await

@@ -326,14 +326,6 @@ impl Server {
         self.exec(json!({"session": session, "code": code})).await
     }
 
-    /// [`Server::run`] of a call that must succeed (its whole result is the message
-    /// otherwise).
-    pub async fn run_ok(&self, session: &str, code: &str) -> Value {
-        let r = self.run(session, code).await;
-        assert_eq!(r["status"], "ok", "{r}");
-        r
-    }
-
     /// Closes the connection and waits until the server has removed its workspaces,
     /// which it does last, after killing its workers. Returns the data directory, for
     /// tests that look at what the server left (the audit log).

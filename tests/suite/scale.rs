@@ -87,7 +87,7 @@ async fn two_hundred_new_session_names_in_a_row_all_run() {
     let server = start(As::Root, &[("SANDBOX_MAX_WORKERS", "16")]).await;
     for i in 0..200 {
         let r = server
-            .run_ok(&format!("n{i}"), &format!("print('n{i}')"))
+            .run(&format!("n{i}"), &format!("print('n{i}')"))
             .await;
         assert_eq!(r["status"], "ok", "session {i}: {r}");
         assert_eq!(stdout(&r), format!("n{i}\n"), "session {i}: {r}");
@@ -111,18 +111,19 @@ async fn two_hundred_new_session_names_in_a_row_all_run() {
 async fn least_recently_used_workers_make_room_and_their_sessions_keep_their_files() {
     let server = start(As::Root, &[("SANDBOX_MAX_WORKERS", "4")]).await;
     for i in 0..10 {
-        server
+        let r = server
             .run(
                 &format!("s{i}"),
                 &format!("open('f.txt', 'w').write('file of s{i}')\nv = {i}"),
             )
             .await;
+        assert_eq!(r["status"], "ok", "{r}");
     }
     let mut restarted = 0;
     for round in 0..3 {
         for i in 0..10 {
             let r = server
-                .run_ok(
+                .run(
                     &format!("s{i}"),
                     "print(open('f.txt').read(), globals().get('v'))",
                 )
@@ -206,9 +207,10 @@ async fn a_call_is_refused_as_busy_only_when_every_worker_is_in_a_call() {
 #[tokio::test]
 async fn idle_sessions_expire_and_their_names_are_free_again() {
     let server = start(As::Root, &[("SANDBOX_SESSION_IDLE_S", "2")]).await;
-    server
+    let r = server
         .run("e", "open('expiry-mark.txt', 'w').write('x')\nv = 1")
         .await;
+    assert_eq!(r["status"], "ok", "{r}");
     let sessions = workspaces_root(&server);
     assert_eq!(
         find_files(&sessions, "expiry-mark").len(),
@@ -217,9 +219,10 @@ async fn idle_sessions_expire_and_their_names_are_free_again() {
         sessions.display()
     );
     // A call longer than the idle time is not idleness.
-    server
-        .run_ok("busy", "import time\nw = 'kept'\ntime.sleep(3)")
+    let r = server
+        .run("busy", "import time\nw = 'kept'\ntime.sleep(3)")
         .await;
+    assert_eq!(r["status"], "ok", "{r}");
     let r = server.run("busy", "print(w)").await;
     assert_eq!(stdout(&r), "kept\n", "{r}");
 
