@@ -578,6 +578,11 @@ fn stat_fields(pid: u32) -> Option<(u32, u64, char)> {
     ))
 }
 
+/// This exact process while it runs, for [`is_alive`] later.
+pub fn proc_id(pid: u32) -> Option<ProcId> {
+    stat_fields(pid).map(|(_, start, _)| ProcId { pid, start })
+}
+
 /// Whether this exact process (not a later one that reused its pid) is still running.
 pub fn is_alive(p: ProcId) -> bool {
     stat_fields(p.pid).is_some_and(|(_, start, state)| start == p.start && state != 'Z')

@@ -9,7 +9,7 @@ use std::process::Stdio;
 
 use super::{
     As, Net, ProcId, Server, both_modes, data_dir_for, descendants, eventually, is_alive,
-    login_user, server_command_as, stdout,
+    login_user, proc_id, server_command_as, stdout,
 };
 
 /// A server on an existing data directory (the test keeps the directory).
@@ -46,7 +46,11 @@ async fn a_killed_servers_instance_is_reaped_by_the_next_server() {
             .run("s", "open('kept.txt', 'w').write('x'); print('ok')")
             .await;
         assert_eq!(stdout(&r), "ok\n", "{who:?}: {r}");
-        let a_procs: Vec<ProcId> = descendants(a.pid);
+        // The server itself too: while it is still exiting its lock is already free
+        // but it still runs, and the next server rightly takes a fresh lock of a
+        // running server for one that is starting, and leaves its directory alone.
+        let mut a_procs: Vec<ProcId> = descendants(a.pid);
+        a_procs.extend(proc_id(a.pid));
         let dead = instances(data.path());
         assert_eq!(dead.len(), 1, "{who:?}: {dead:?}");
         // SAFETY: killing this test's own server.
