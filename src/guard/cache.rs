@@ -52,6 +52,11 @@ struct Entry {
     used: u64,
 }
 
+/// Where a source's verdict is filed: what [`VerdictCache::get`] hands back
+/// on a miss, for the [`VerdictCache::insert`] that follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key(u64);
+
 /// How the cache has done so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheStats {
@@ -81,21 +86,27 @@ impl VerdictCache {
     /// The guard's verdict on `source`, from the cache when this exact
     /// source was checked before under the same policy and roots.
     pub fn check(&self, guard: &Guard, source: &[u8], ctx: &CheckContext) -> Verdict {
-        if let Some(v) = self.get(guard, source, ctx) {
-            return v;
+        match self.get(guard, source, ctx) {
+            Ok(v) => v,
+            Err(key) => {
+                let verdict = guard.check(source, ctx);
+                self.insert(key, guard, source.into(), ctx, &verdict);
+                verdict
+            }
         }
-        let verdict = guard.check(source, ctx);
-        self.insert(guard, source, ctx, &verdict);
-        verdict
     }
 
-    /// A cached verdict, if there is one.
-    pub fn get(&self, guard: &Guard, source: &[u8], ctx: &CheckContext) -> Option<Verdict> {
-        let key = self.key(guard, source, ctx);
-        let mut inner = self.inner.lock().ok()?;
+    /// A cached verdict, or on a miss the key to [`insert`](Self::insert)
+    /// the verdict under: the source is hashed once per check, and 29 KB of
+    /// source cost about as much to hash as the rest of a hit.
+    pub fn get(&self, guard: &Guard, source: &[u8], ctx: &CheckContext) -> Result<Verdict, Key> {
+        let key = Key(self.key(guard, source, ctx));
+        let Ok(mut inner) = self.inner.lock() else {
+            return Err(key);
+        };
         inner.clock += 1;
         let now = inner.clock;
-        let hit = match inner.entries.get_mut(&key) {
+        let hit = match inner.entries.get_mut(&key.0) {
             Some(e) if e.matches(guard, source, ctx) => {
                 e.used = now;
                 Some(e.verdict.clone())
@@ -103,35 +114,51 @@ impl VerdictCache {
             _ => None,
         };
         match hit {
-            Some(_) => inner.hits += 1,
-            None => inner.misses += 1,
+            Some(v) => {
+                inner.hits += 1;
+                Ok(v)
+            }
+            None => {
+                inner.misses += 1;
+                Err(key)
+            }
         }
-        hit
     }
 
-    /// Remembers `verdict`. Verdicts that say the guard itself failed are
-    /// not kept: the next call should try again.
-    pub fn insert(&self, guard: &Guard, source: &[u8], ctx: &CheckContext, verdict: &Verdict) {
+    /// Remembers `verdict` for `source` (moved in, not copied) under the
+    /// `key` that [`get`](Self::get) returned for it. A key from another
+    /// source only files the entry where no lookup of this source looks:
+    /// a hit still needs the stored source, policy and roots to compare
+    /// equal. Verdicts that say the guard itself failed are not kept: the
+    /// next call should try again.
+    pub fn insert(
+        &self,
+        key: Key,
+        guard: &Guard,
+        source: Box<[u8]>,
+        ctx: &CheckContext,
+        verdict: &Verdict,
+    ) {
         if verdict.findings.iter().any(|f| f.rule == "internal_error")
             || source.len() > self.max_bytes
         {
             return;
         }
-        let key = self.key(guard, source, ctx);
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
         inner.clock += 1;
+        let len = source.len();
         let entry = Entry {
-            source: source.into(),
+            source,
             policy: guard.policy_digest(),
             workspace: ctx.workspace.clone(),
             roots: ctx.allowed_roots.clone(),
             verdict: verdict.clone(),
             used: inner.clock,
         };
-        inner.bytes += source.len();
-        if let Some(old) = inner.entries.insert(key, entry) {
+        inner.bytes += len;
+        if let Some(old) = inner.entries.insert(key.0, entry) {
             inner.bytes -= old.source.len();
         }
         while inner.entries.len() > self.max_entries || inner.bytes > self.max_bytes {
@@ -261,8 +288,8 @@ mod tests {
         cache.check(&guard, sources[0].as_bytes(), &c);
         cache.check(&guard, sources[4].as_bytes(), &c);
         assert_eq!(cache.stats().entries, 4);
-        assert!(cache.get(&guard, sources[0].as_bytes(), &c).is_some());
-        assert!(cache.get(&guard, sources[1].as_bytes(), &c).is_none());
+        assert!(cache.get(&guard, sources[0].as_bytes(), &c).is_ok());
+        assert!(cache.get(&guard, sources[1].as_bytes(), &c).is_err());
         let small = VerdictCache::new(100, 10);
         small.check(&guard, b"x = 12345", &c);
         small.check(&guard, b"y = 12345", &c);

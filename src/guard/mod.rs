@@ -44,7 +44,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use cache::{CacheStats, VerdictCache};
+pub use cache::{CacheStats, Key as CacheKey, VerdictCache};
 pub use render::render_human;
 
 use lines::LineIndex;
@@ -248,8 +248,9 @@ impl Guard {
                 );
             }
         };
-        let index = LineIndex::new(&text);
-        if let Some(pos) = text.find('\0') {
+        // Lines are only indexed to place a finding: ordinary code has none.
+        if let Some(pos) = memchr::memchr(0, text.as_bytes()) {
+            let index = LineIndex::new(&text);
             let at = index.position(pos);
             return refusal(
                 "syntax_error",
@@ -266,6 +267,7 @@ impl Guard {
         let shallow = depth::scan(&text, depth::small_stack_limits(scan_limits)).is_ok();
         let small = shallow && pool::room_to_check_inline();
         if !shallow && let Err(e) = depth::scan(&text, scan_limits) {
+            let index = LineIndex::new(&text);
             let at = index.position(e.offset);
             return refusal(
                 "nesting_too_deep",
@@ -321,10 +323,11 @@ impl Guard {
                 }],
             },
             Ok(Outcome::Syntax { offset, message }) => {
+                let index = LineIndex::new(&text);
                 let at = index.position(offset);
                 refusal("syntax_error", "syntax", message, at, index.snippet(at.0))
             }
-            Ok(Outcome::Findings(raw)) => build_verdict(raw, &index, limits.max_findings),
+            Ok(Outcome::Findings(raw)) => build_verdict(raw, &text, limits.max_findings),
         }
     }
 }
@@ -352,7 +355,7 @@ fn parse_and_walk(
     }
 }
 
-fn build_verdict(raw: Vec<walk::RawFinding>, index: &LineIndex<'_>, max: usize) -> Verdict {
+fn build_verdict(raw: Vec<walk::RawFinding>, text: &str, max: usize) -> Verdict {
     let decision = if raw.iter().any(|f| f.action == Action::Block) {
         Decision::Blocked
     } else if raw.iter().any(|f| f.action == Action::Warn) {
@@ -360,6 +363,14 @@ fn build_verdict(raw: Vec<walk::RawFinding>, index: &LineIndex<'_>, max: usize) 
     } else {
         Decision::Allowed
     };
+    if raw.is_empty() {
+        return Verdict {
+            decision,
+            retryable_error: false,
+            findings: Vec::new(),
+        };
+    }
+    let index = LineIndex::new(text);
     // Keep source order, but never truncate away every tripwire.
     let tripwires = raw.iter().filter(|f| f.tripwire).count().min(max);
     let mut others_left = max - tripwires;

@@ -31,14 +31,15 @@ impl SessionManager {
             workspace: workspace.to_path_buf(),
             allowed_roots,
         };
-        if let Some(v) = self.verdicts.get(&guard, code.as_bytes(), &ctx) {
-            return GuardOutcome::Checked(v);
-        }
-        let source = code.as_bytes().to_vec();
+        let key = match self.verdicts.get(&guard, code.as_bytes(), &ctx) {
+            Ok(v) => return GuardOutcome::Checked(v),
+            Err(key) => key,
+        };
+        let source: Box<[u8]> = code.as_bytes().into();
         let cache = Arc::clone(&self.verdicts);
         let check = move || {
             let verdict = guard.check(&source, &ctx);
-            cache.insert(&guard, &source, &ctx, &verdict);
+            cache.insert(key, &guard, source, &ctx, &verdict);
             verdict
         };
         match tokio::task::spawn_blocking(check).await {
