@@ -440,7 +440,7 @@ impl Walker<'_> {
             .as_ref()
             .is_some_and(|a| nfkc(a.as_str()) != name);
         if !module.is_empty() {
-            self.capability_import(module, name, renamed_any, offset);
+            self.capability_import(module, name, full, renamed_any, offset);
         }
         if self.policy.blocked_builtins.contains(name) {
             self.report(

@@ -146,16 +146,16 @@ impl<'a> Walker<'a> {
         }
     }
 
-    /// `from module import name [as other]`.
+    /// `from module import name [as other]`; `qualified` is `module.name`.
     pub(super) fn capability_import(
         &mut self,
         module: &str,
         name: &str,
+        qualified: String,
         renamed: bool,
         offset: usize,
     ) {
-        let qualified = vec![format!("{module}.{name}")];
-        let caps = self.policy.capabilities.lookup(&qualified, name);
+        let caps = self.policy.capabilities.lookup(&[qualified], name);
         for cap in caps {
             if cap.literal == Literal::Never {
                 self.report(

@@ -20,7 +20,7 @@ mod templates;
 
 use std::collections::{HashMap, HashSet};
 
-use super::ast::{Expr, Pattern, Stmt, const_str, py, start};
+use super::ast::{Expr, Pattern, Ranged, Stmt, const_str, py, start};
 use super::names::nfkc;
 use super::paths::Roots;
 use super::policy::{Action, Policy};
@@ -93,6 +93,9 @@ pub fn walk(
 ) -> Result<Vec<RawFinding>, NeedsBigStack> {
     let mut w = Walker::new(policy, roots, strings::FOLD_BUDGET, 0);
     w.small_stack = small_stack;
+    // Sized for the code at once: grown step by step, the table would
+    // rehash every name (SipHash: the names are the code's) at each step.
+    w.bindings.reserve(expected_names(body));
     w.imports = resolve::Imports::collect(body);
     w.body(body);
     if w.needs_big_stack {
@@ -808,6 +811,14 @@ impl<'a> Walker<'a> {
             self.in_annotation -= 1;
         }
     }
+}
+
+/// About how many distinct names code of this size binds (ordinary
+/// analysis code: one per 100 bytes or so), capped so that a huge source
+/// does not reserve much more than it will use.
+fn expected_names(body: &[Stmt]) -> usize {
+    let bytes = body.last().map_or(0, |s| s.range().end().to_usize());
+    (bytes / 100).clamp(8, 4096)
 }
 
 /// The first parameter: `self` or `cls`.

@@ -38,6 +38,8 @@ impl Imports {
     /// Collects every import (and plain alias of an import) in `body`.
     pub fn collect(body: &[Stmt]) -> Imports {
         let mut imports = Imports::default();
+        // See `walk`: sized at once, the names are not rehashed as it grows.
+        imports.other.reserve(super::expected_names(body));
         imports.stmts(body, 0);
         imports
     }
@@ -148,8 +150,11 @@ impl Imports {
     }
 
     fn bind(&mut self, name: &str, path: String) {
-        let name = nfkc(name).into_owned();
-        let paths = self.paths.entry(name).or_default();
+        let name = nfkc(name);
+        let paths = match self.paths.get_mut(name.as_ref()) {
+            Some(paths) => paths,
+            None => self.paths.entry(name.into_owned()).or_default(),
+        };
         if paths.len() < MAX_PATHS && !paths.contains(&path) {
             paths.push(path);
         }
@@ -167,7 +172,11 @@ impl Imports {
     }
 
     fn mark_other(&mut self, name: &str) {
-        self.other.insert(nfkc(name).into_owned());
+        // Most names are bound many times: copy a name only the first time.
+        let name = nfkc(name);
+        if !self.other.contains(name.as_ref()) {
+            self.other.insert(name.into_owned());
+        }
     }
 
     /// Whether `name` was bound by an import in this code.
