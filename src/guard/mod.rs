@@ -345,7 +345,11 @@ fn parse_and_walk(
             let outcome = walk::walk(&module.body, policy, roots, small_stack)
                 .ok()
                 .map(Outcome::Findings);
-            reaper::free_later(module);
+            if text.len() < reaper::INLINE_FREE_BYTES {
+                drop(module);
+            } else {
+                reaper::free_later(module);
+            }
             outcome
         }
         Err(e) => Some(Outcome::Syntax {

@@ -13,6 +13,12 @@ use std::sync::mpsc::{self, SyncSender, TrySendError};
 
 use super::pool::STACK_BYTES;
 
+/// Sources shorter than this have their tree freed by the caller: a small
+/// tree frees in less time than the hand-off costs (waking this thread, and
+/// its frees contending for the allocator's lock with the caller's next
+/// parse); measured with `cargo bench --bench guard`, 20-line cells.
+pub const INLINE_FREE_BYTES: usize = 4096;
+
 /// Trees waiting to be freed at most.
 const QUEUE: usize = 4;
 
