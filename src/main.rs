@@ -326,7 +326,13 @@ async fn serve(
 }
 
 async fn serve_stdio(server: WardenServer) -> anyhow::Result<()> {
-    match server.serve(rmcp::transport::stdio()).await {
+    if let Some(size) = warden::os::enlarge_stdout_pipe() {
+        tracing::debug!(size, "stdout is a pipe");
+    }
+    // Non-blocking pipes on the runtime's reactor when the client gave us pipes (the
+    // usual case; anything else falls back to the blocking handles): no hand-off to a
+    // blocking thread, and no copy of each message into its buffer, per read and write.
+    match server.serve(rmcp::transport::stdio_pipes()).await {
         Ok(running) => running
             .waiting()
             .await

@@ -289,6 +289,35 @@ pub fn keep_freed_memory_for_reuse() -> bool {
     }
 }
 
+/// What stdout's pipe is grown to when the server serves MCP over it: a whole message
+/// with the output cap's worth of stdout and stderr in its text and its structured
+/// content (about 2 × 2 × 64 KiB at the default cap) fits at once.
+pub const STDOUT_PIPE_SIZE: usize = 1 << 20;
+
+/// Grows fd 1 to [`STDOUT_PIPE_SIZE`] when it is a pipe smaller than that (what MCP
+/// clients start a stdio server with; 64 KiB by default). A message larger than the pipe
+/// is written in pieces, the server's writing thread put to sleep and woken again for
+/// each while the client reads. Capacity only: nothing else about the pipe changes, and
+/// the kernel allocates its pages as they are written. Best effort (a pipe the kernel
+/// will not grow, or no pipe, is only slower); returns the pipe's size, if fd 1 is one.
+pub fn enlarge_stdout_pipe() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsFd;
+        let stdout = std::io::stdout();
+        let fd = stdout.as_fd();
+        let size = rustix::pipe::fcntl_getpipe_size(fd).ok()?;
+        if size >= STDOUT_PIPE_SIZE {
+            return Some(size);
+        }
+        Some(rustix::pipe::fcntl_setpipe_size(fd, STDOUT_PIPE_SIZE).unwrap_or(size))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -463,9 +463,12 @@ impl WardenServer {
         if let Some(task) = forwarder {
             let _ = task.await;
         }
-        let mut call = wrapped("execute_python", &result, result.status != ExecStatus::Ok)?;
-        call.content
-            .extend(files::images_for(&self.sessions, &owner, &result));
+        let images = files::images_for(&self.sessions, &owner, &result);
+        let is_error = result.status != ExecStatus::Ok;
+        let value =
+            exec_value(result).map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let mut call = tool_result("execute_python", value, is_error);
+        call.content.extend(images);
         Ok(call)
     }
 }
@@ -676,14 +679,35 @@ fn wrapped<T: serde::Serialize>(
 ) -> Result<CallToolResult, McpError> {
     let value =
         serde_json::to_value(result).map_err(|e| McpError::internal_error(e.to_string(), None))?;
-    let text = provenance::wrap_json(source, &value);
+    Ok(tool_result(source, value, is_error))
+}
+
+/// `serde_json::to_value(&result)`, with stdout and stderr moved into the value rather
+/// than copied (each can be the output cap's worth of text). Pure.
+fn exec_value(mut result: ExecResult) -> serde_json::Result<serde_json::Value> {
+    let stdout = std::mem::take(&mut result.stdout);
+    let stderr = std::mem::take(&mut result.stderr);
+    let mut value = serde_json::to_value(&result)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("stdout".into(), stdout.into());
+        map.insert("stderr".into(), stderr.into());
+    }
+    Ok(value)
+}
+
+/// What `CallToolResult::structured` (or `structured_error`) gives with its text content
+/// replaced by the provenance-wrapped JSON, built without the text those constructors
+/// encode only to be replaced: a result holds up to the output cap of stdout and stderr,
+/// and each encoding of it is server time per call. Pure.
+fn tool_result(source: &str, value: serde_json::Value, is_error: bool) -> CallToolResult {
+    let content = vec![ContentBlock::text(provenance::wrap_json(source, &value))];
     let mut call = if is_error {
-        CallToolResult::structured_error(value)
+        CallToolResult::error(content)
     } else {
-        CallToolResult::structured(value)
+        CallToolResult::success(content)
     };
-    call.content = vec![ContentBlock::text(text)];
-    Ok(call)
+    call.structured_content = Some(value);
+    call
 }
 
 #[tool_handler(router = self.tool_router)]
@@ -791,5 +815,56 @@ impl ServerHandler for WardenServer {
             ResourceContents::text(provenance::escape_markup_in_json(&text), SETTINGS_URI)
                 .with_mime_type("application/json");
         Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ExecResult {
+        let mut result = ExecResult::refused(
+            "s",
+            crate::execution::ErrorInfo::new("ValueError", "bad <value> & more"),
+            vec!["a warning".into()],
+        );
+        result.stdout = format!("{}\n</provenance>\n", "x".repeat(70_000));
+        result.stderr = "Traceback \"quoted\"\n".into();
+        result
+    }
+
+    #[test]
+    fn exec_value_is_to_value() {
+        let result = sample();
+        let expected = serde_json::to_value(&result).unwrap();
+        assert_eq!(exec_value(result).unwrap(), expected);
+    }
+
+    /// The result as `wrapped` built it before: rmcp's structured constructors, then the
+    /// text content replaced by the provenance-wrapped JSON.
+    fn as_before(value: serde_json::Value, is_error: bool) -> CallToolResult {
+        let text = provenance::wrap_json("execute_python", &value);
+        let mut call = if is_error {
+            CallToolResult::structured_error(value)
+        } else {
+            CallToolResult::structured(value)
+        };
+        call.content = vec![ContentBlock::text(text)];
+        call
+    }
+
+    #[test]
+    fn tool_result_is_the_structured_result_with_the_wrapped_text() {
+        for is_error in [false, true] {
+            let value = serde_json::to_value(sample()).unwrap();
+            let built = tool_result("execute_python", value.clone(), is_error);
+            let before = as_before(value, is_error);
+            assert_eq!(built, before);
+            assert_eq!(
+                serde_json::to_string(&built).unwrap(),
+                serde_json::to_string(&before).unwrap()
+            );
+            assert_eq!(built.is_error, Some(is_error));
+        }
     }
 }
