@@ -42,7 +42,7 @@ use crate::grants::Grant;
 use crate::sandbox::policy::SessionPaths;
 use crate::selftest::report::Capability;
 
-pub use protocol::{Captured, InputFile, LateOutput, Outcome, OutputTap, RunOutput};
+pub use protocol::{Captured, Gate, InputFile, LateOutput, Outcome, OutputTap, RunOutput};
 pub use worker::{ExitWitness, KillSwitch, Usage, UsageProbe, Worker, WorkerProcessKind};
 
 /// `EXECUTION_BACKEND`: which kind of backend runs the code.

@@ -63,7 +63,26 @@ struct ExecRequest<'a> {
     /// The cap on each of fd 1 and fd 2: the worker drops what a call writes past it
     /// through `sys.stdout`/`sys.stderr` rather than piping it here (see `dropped`).
     stream_cap: usize,
+    /// Sent before the guard's verdict: the worker compiles the code and waits for a
+    /// [`Verdict`] line before it runs or writes anything (see [`Gate`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    hold: bool,
 }
+
+/// The line that follows a held request: run it (`go`) or forget it (`drop`).
+#[derive(Debug, Serialize)]
+struct VerdictLine {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: u64,
+}
+
+/// What a held call waits for before it runs: the static guard's decision, as a future
+/// that says whether the code may run. Sending the request first lets the worker
+/// compile the code while the server's guard judges it, so a long cell's guard costs
+/// no time of its own; nothing of the code runs, and no input file is written, before
+/// the gate opens.
+pub type Gate<'a> = std::pin::Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct WorkerError {
@@ -154,6 +173,9 @@ pub enum Outcome {
     Died(String),
     /// The worker broke the protocol (or its output streams); it must be replaced.
     Broken(String),
+    /// A held call whose gate stayed shut: the code never ran, and the worker is ready
+    /// for the next call.
+    Withheld,
 }
 
 #[derive(Debug)]
@@ -292,11 +314,12 @@ impl Channel {
         inputs: &[InputFile],
         timeout: Duration,
         output_cap: usize,
+        gate: Option<Gate<'_>>,
     ) -> RunOutput {
         let deadline = Instant::now() + timeout;
         self.busy = true;
         let output = self
-            .execute_inner(process, code, inputs, deadline, output_cap)
+            .execute_inner(process, code, inputs, deadline, output_cap, gate)
             .await;
         self.busy = false;
         output
@@ -309,6 +332,7 @@ impl Channel {
         inputs: &[InputFile],
         deadline: Instant,
         output_cap: usize,
+        gate: Option<Gate<'_>>,
     ) -> RunOutput {
         let id = self.next_id;
         self.next_id += 1;
@@ -326,6 +350,7 @@ impl Channel {
             inputs,
             result_cap: output_cap,
             stream_cap: output_cap,
+            hold: gate.is_some(),
         };
         let line = match serde_json::to_vec(&request) {
             Ok(mut line) => {
@@ -348,6 +373,42 @@ impl Channel {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return self.finish_dead(process, out, err).await,
             Err(_) => return self.finish_timeout(process, out, err).await,
+        }
+        if let Some(gate) = gate {
+            let Ok(go) = tokio::time::timeout_at(deadline_tokio, gate).await else {
+                return self.finish_timeout(process, out, err).await;
+            };
+            let verdict = VerdictLine {
+                kind: if go { "go" } else { "drop" },
+                id,
+            };
+            let mut line = match serde_json::to_vec(&verdict) {
+                Ok(line) => line,
+                Err(e) => {
+                    let why = format!("could not encode the verdict line: {e}");
+                    return self.finish_broken(process, why, out, err).await;
+                }
+            };
+            line.push(b'\n');
+            let write = tokio::time::timeout_at(deadline_tokio, async {
+                self.requests.write_all(&line).await?;
+                self.requests.flush().await
+            })
+            .await;
+            match write {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return self.finish_dead(process, out, err).await,
+                Err(_) => return self.finish_timeout(process, out, err).await,
+            }
+            if !go {
+                return RunOutput {
+                    outcome: Outcome::Withheld,
+                    stdout: Captured::default(),
+                    stderr: Captured::default(),
+                    reusable: true,
+                    late: LateOutput::default(),
+                };
+            }
         }
 
         let Channel {

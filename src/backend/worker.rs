@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::backend::StartError;
 use crate::backend::host::spawn::{HostProcess, kill_group};
 use crate::backend::protocol::{
-    Channel, Handshake, InputFile, OutputTap, RunOutput, WorkerProcess,
+    Channel, Gate, Handshake, InputFile, OutputTap, RunOutput, WorkerProcess,
 };
 use crate::sandbox::report::SandboxReport;
 
@@ -315,6 +315,20 @@ impl Worker {
         timeout: Duration,
         output_cap: usize,
     ) -> RunOutput {
+        self.execute_gated(code, inputs, timeout, output_cap, None)
+            .await
+    }
+
+    /// [`Worker::execute`], the code held until `gate` says it may run (see
+    /// [`super::protocol::Gate`]); `Outcome::Withheld` when it may not.
+    pub async fn execute_gated(
+        &mut self,
+        code: &str,
+        inputs: &[InputFile],
+        timeout: Duration,
+        output_cap: usize,
+        gate: Option<Gate<'_>>,
+    ) -> RunOutput {
         let mut abandon_guard = KillOnDrop {
             target: self.kill_target(),
             armed: true,
@@ -323,7 +337,7 @@ impl Worker {
         self.frozen = false;
         let output = self
             .channel
-            .execute(&mut self.process, code, inputs, timeout, output_cap)
+            .execute(&mut self.process, code, inputs, timeout, output_cap, gate)
             .await;
         abandon_guard.armed = false;
         if output.reusable {

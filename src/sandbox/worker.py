@@ -194,7 +194,59 @@ def _syntax_error(exc, cap):
     )
 
 
-def _run(request, namespace, counter):
+def _compile(code, filename):
+    """The cell's module body and its last expression, or the exception compiling
+    raised. Runs no code of the cell."""
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    try:
+        tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
+        last = None
+        if tree.body and isinstance(tree.body[-1], _ast.Expr):
+            last = _ast.Expression(tree.body.pop().value)
+        body = compile(tree, filename, "exec")
+        tail = compile(last, filename, "eval") if last is not None else None
+    except BaseException as exc:  # SyntaxError, ValueError (NUL bytes), RecursionError
+        return None, None, exc
+    return body, tail, None
+
+
+def _hold(request, counter):
+    # The server sent this request before its static guard had judged the code, so that
+    # compiling here overlaps the guard there ("hold"). Nothing of the cell runs and
+    # nothing is written until the server's next line says "go"; on "drop" (the guard
+    # refused the code) what was compiled is forgotten. Warnings the compiler raises are
+    # recorded now and shown during the call, on its stderr, where they belong.
+    import warnings
+
+    filename = "<cell %d>" % counter
+    with warnings.catch_warnings(record=True) as shown:
+        compiled = _compile(request["code"], filename)
+    line = _REQUESTS.readline(_MAX_REQUEST)
+    try:
+        verdict = json.loads(line)
+    except ValueError:
+        os._exit(3)
+    if type(verdict) is not dict or verdict.get("id") != request["id"]:
+        os._exit(3)
+    if verdict.get("type") == "drop":
+        linecache.cache.pop(filename, None)
+        return None
+    if verdict.get("type") != "go":
+        os._exit(3)
+    return compiled, shown
+
+
+def _replay_warnings(shown):
+    import warnings
+
+    for w in shown:
+        try:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+        except BaseException:
+            pass
+
+
+def _run(request, namespace, counter, held=None):
     cap = int(request.get("result_cap", 65536))
     response = {
         "type": "result",
@@ -211,17 +263,12 @@ def _run(request, namespace, counter):
         response["error"] = _error("InputError", _safe_str(exc), "", cap)
         return response
 
-    code = request["code"]
-    filename = "<cell %d>" % counter
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    try:
-        tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
-        last = None
-        if tree.body and isinstance(tree.body[-1], _ast.Expr):
-            last = _ast.Expression(tree.body.pop().value)
-        body = compile(tree, filename, "exec")
-        tail = compile(last, filename, "eval") if last is not None else None
-    except BaseException as exc:  # SyntaxError, ValueError (NUL bytes), RecursionError
+    if held is None:
+        body, tail, exc = _compile(request["code"], "<cell %d>" % counter)
+    else:
+        (body, tail, exc), shown = held
+        _replay_warnings(shown)
+    if exc is not None:
         response["status"] = "error"
         response["error"] = _syntax_error(exc, cap)
         return response
@@ -261,7 +308,7 @@ def _flush_streams():
             pass
 
 
-def _call(request, namespace, counter):
+def _call(request, namespace, counter, held=None):
     global _current, _earlier_threads, _stream_cap
     _earlier_threads = frozenset(sys._current_frames()) - {_MAIN_THREAD}
     cap = request.get("stream_cap")
@@ -272,7 +319,7 @@ def _call(request, namespace, counter):
     _marker(b"START", request["nonce"])
     _current = counter
     try:
-        response = _run(request, namespace, counter)
+        response = _run(request, namespace, counter, held)
     finally:
         _flush_streams()
         _current = None
@@ -351,7 +398,12 @@ def _main():
         if request.get("type") != "exec":
             os._exit(3)
         counter += 1
-        response = _call(request, namespace, counter)
+        held = None
+        if request.get("hold") is True:
+            held = _hold(request, counter)
+            if held is None:
+                continue
+        response = _call(request, namespace, counter, held)
         response["late"] = _take_late()
         try:
             _send(response)
