@@ -14,6 +14,22 @@ pub enum GuardOutcome {
     Checked(Verdict),
 }
 
+/// A verdict the cache did not hold: the check still to run (see
+/// [`SessionManager::lookup_code`]).
+pub struct PendingCheck {
+    guard: Guard,
+    cache: Arc<crate::guard::VerdictCache>,
+    key: crate::guard::CacheKey,
+    source: Box<[u8]>,
+    ctx: CheckContext,
+}
+
+/// The guard's answer at once (off, or a cached verdict), or the check to run.
+pub enum Lookup {
+    Done(GuardOutcome),
+    Miss(PendingCheck),
+}
+
 impl SessionManager {
     /// Runs the guard on its own threads (the parser is recursive and needs a known,
     /// large stack), never on the async runtime's; a verdict cached for the same
@@ -24,19 +40,45 @@ impl SessionManager {
         workspace: &Path,
         allowed_roots: Vec<PathBuf>,
     ) -> GuardOutcome {
+        match self.lookup_code(code, workspace, allowed_roots) {
+            Lookup::Done(outcome) => outcome,
+            Lookup::Miss(pending) => pending.run().await,
+        }
+    }
+
+    /// The guard's answer when it needs no check (guard off, verdict cached), else the
+    /// check to run: a caller can start other work before it awaits that.
+    pub fn lookup_code(&self, code: &str, workspace: &Path, allowed_roots: Vec<PathBuf>) -> Lookup {
         let Some(guard) = self.guard.clone() else {
-            return GuardOutcome::Off;
+            return Lookup::Done(GuardOutcome::Off);
         };
         let ctx = CheckContext {
             workspace: workspace.to_path_buf(),
             allowed_roots,
         };
-        let key = match self.verdicts.get(&guard, code.as_bytes(), &ctx) {
-            Ok(v) => return GuardOutcome::Checked(v),
-            Err(key) => key,
-        };
-        let source: Box<[u8]> = code.as_bytes().into();
-        let cache = Arc::clone(&self.verdicts);
+        match self.verdicts.get(&guard, code.as_bytes(), &ctx) {
+            Ok(v) => Lookup::Done(GuardOutcome::Checked(v)),
+            Err(key) => Lookup::Miss(PendingCheck {
+                guard,
+                cache: Arc::clone(&self.verdicts),
+                key,
+                source: code.as_bytes().into(),
+                ctx,
+            }),
+        }
+    }
+}
+
+impl PendingCheck {
+    /// Checks the code on a blocking thread and caches the verdict.
+    pub async fn run(self) -> GuardOutcome {
+        let PendingCheck {
+            guard,
+            cache,
+            key,
+            source,
+            ctx,
+        } = self;
         let check = move || {
             let verdict = guard.check(&source, &ctx);
             cache.insert(key, &guard, source, &ctx, &verdict);
@@ -59,7 +101,9 @@ impl SessionManager {
             }),
         }
     }
+}
 
+impl SessionManager {
     /// What the guard's policy holds, when the guard is on.
     pub fn guard_summary(&self) -> Option<crate::guard::PolicySummary> {
         self.guard.as_ref().map(Guard::policy_summary)

@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::guard::{GuardOutcome, guard_error, summarize};
+use super::guard::{GuardOutcome, Lookup, PendingCheck, guard_error, summarize};
 use super::{Session, SessionManager, SessionState, grants};
-use crate::backend::{InputFile, LateOutput, Outcome, OutputTap, RunOutput, WorkerSpec};
+use crate::backend::{Gate, InputFile, LateOutput, Outcome, OutputTap, RunOutput, WorkerSpec};
 use crate::config::GuardMode;
 use crate::execution::{ErrorInfo, ExecResult, ExecStatus};
 use crate::guard::{Decision, Verdict};
@@ -37,6 +37,15 @@ fn elapsed_ms(started: Instant) -> u64 {
 }
 
 /// One `execute_python` call, as a session runs it.
+/// What a finished call carries into its result besides the run's own output.
+struct Done {
+    worker_restarted: bool,
+    warnings: Vec<String>,
+    verdict: Option<Verdict>,
+    workspace: String,
+    report: crate::workspace::Summary,
+}
+
 pub(super) struct Call<'a> {
     pub code: &'a str,
     pub inputs: &'a [InputFile],
@@ -86,14 +95,14 @@ impl Session {
         let mut warnings = Vec::new();
         self.drop_expired_grants(state);
         let grants = manager.approved_grants(self, &mut warnings);
-        let verdict = match self
-            .judge(manager, state, code, &grants, &mut warnings)
+        let (mut verdict, pending) = match self
+            .verdict_first(manager, state, code, &grants, &mut warnings)
             .await
         {
-            Ok(verdict) => verdict,
+            Ok(first) => first,
             Err(mut refused) => {
                 refused.duration_ms = elapsed_ms(started);
-                return refused;
+                return *refused;
             }
         };
         let worker_restarted = self.note_lost_worker(state, &mut warnings);
@@ -114,17 +123,92 @@ impl Session {
                 return result;
             }
         };
-        warnings.extend(worker.report().warnings());
+        let worker_warnings = worker.report().warnings();
         let seen_workspace = worker.report().workspace.clone();
         let cap = manager.settings.output_limit_bytes;
         worker.tap_stdout(tap);
         let running = Running::start(self, worker.kill_switch());
-        let mut run = worker.execute(code, inputs, timeout, cap).await;
+        let mut held = None;
+        let gate = pending.map(|pending| {
+            let mode = manager.settings.codeguard;
+            let held = &mut held;
+            Box::pin(async move {
+                let outcome = pending.run().await;
+                let go = may_run(&outcome, mode);
+                *held = Some(outcome);
+                go
+            }) as Gate<'_>
+        });
+        let run = worker.execute_gated(code, inputs, timeout, cap, gate).await;
         drop(running);
-        let report = self.workspace_report();
         if !run.reusable {
             self.drop_worker(state);
         }
+        if let Some(outcome) = held {
+            match self.judge(manager, state, outcome, &mut warnings) {
+                Ok(v) => verdict = v,
+                Err(mut refused) => {
+                    if !run.reusable && state.killed.is_none() {
+                        // The worker died or hung while the guard judged; the next call
+                        // says so, as after any lost worker.
+                        state.lost_worker =
+                            Some("the worker was lost while its call was held".into());
+                    }
+                    refused.duration_ms = elapsed_ms(started);
+                    return *refused;
+                }
+            }
+        }
+        warnings.extend(worker_warnings);
+        let report = self.workspace_report();
+        let done = Done {
+            worker_restarted,
+            warnings,
+            verdict,
+            workspace: seen_workspace,
+            report,
+        };
+        self.result(manager, state, run, done, started, timeout)
+    }
+
+    /// The guard's verdict when it is known before the call (guard off, cached, or no
+    /// live worker to hold the code), else the check to run while the worker holds it.
+    async fn verdict_first(
+        &self,
+        manager: &SessionManager,
+        state: &mut SessionState,
+        code: &str,
+        grants: &[crate::grants::Grant],
+        warnings: &mut Vec<String>,
+    ) -> Result<(Option<Verdict>, Option<PendingCheck>), Box<ExecResult>> {
+        let roots = grants.iter().map(|g| g.path.clone()).collect();
+        let outcome = match manager.lookup_code(code, &self.guard_workspace(manager), roots) {
+            Lookup::Done(outcome) => outcome,
+            // A session whose worker is live sends the code at once and lets it compile
+            // there while the guard judges it here (see `Gate`).
+            Lookup::Miss(pending) if may_hold(state) => return Ok((None, Some(pending))),
+            Lookup::Miss(pending) => pending.run().await,
+        };
+        Ok((self.judge(manager, state, outcome, warnings)?, None))
+    }
+
+    /// The call's result from what its run produced.
+    fn result(
+        &self,
+        manager: &SessionManager,
+        state: &mut SessionState,
+        mut run: RunOutput,
+        done: Done,
+        started: Instant,
+        timeout: Duration,
+    ) -> ExecResult {
+        let Done {
+            worker_restarted,
+            mut warnings,
+            verdict,
+            workspace,
+            report,
+        } = done;
         warnings.extend(late_warning(&run.late));
         let (out_cut, err_cut) = (run.stdout.truncated, run.stderr.truncated);
         let mut result = ExecResult {
@@ -146,7 +230,7 @@ impl Session {
             worker_restarted,
             warnings,
             guard: verdict,
-            workspace: Some(seen_workspace),
+            workspace: Some(workspace),
         };
         for (cut, field) in [(out_cut, "stdout"), (err_cut, "stderr")] {
             if cut {
@@ -191,21 +275,14 @@ impl Session {
 
     /// The guard's verdict, or the refusal it becomes under CODEGUARD=enforce (a tripwire
     /// also kills the session). Shadow and restricted verdicts become warnings.
-    async fn judge(
+    fn judge(
         &self,
         manager: &SessionManager,
         state: &mut SessionState,
-        code: &str,
-        grants: &[crate::grants::Grant],
+        outcome: GuardOutcome,
         warnings: &mut Vec<String>,
-    ) -> Result<Option<Verdict>, ExecResult> {
-        let roots = grants.iter().map(|g| g.path.clone()).collect();
-        // The code sees its workspace at /workspace in its world.
-        let workspace = match manager.settings.host_sandbox {
-            crate::config::SandboxMode::Off => self.home.paths.workspace.clone(),
-            _ => std::path::PathBuf::from(crate::sandbox::linux::world::WORKSPACE),
-        };
-        let verdict = match manager.check_code(code, &workspace, roots).await {
+    ) -> Result<Option<Verdict>, Box<ExecResult>> {
+        let verdict = match outcome {
             GuardOutcome::Off => {
                 warnings.push(
                     "CODEGUARD=off: the static guard is switched off; only the operating-system sandbox stands"
@@ -226,7 +303,7 @@ impl Session {
                     std::mem::take(warnings),
                 );
                 result.guard = Some(verdict);
-                return Err(result);
+                return Err(Box::new(result));
             }
             Decision::Blocked => warnings.push(format!(
                 "CODEGUARD=shadow: the guard would have blocked this code ({}); it ran anyway",
@@ -239,6 +316,14 @@ impl Session {
             Decision::Allowed => {}
         }
         Ok(Some(verdict))
+    }
+
+    /// Where the guard is told the code sees its workspace: /workspace in its world.
+    fn guard_workspace(&self, manager: &SessionManager) -> std::path::PathBuf {
+        match manager.settings.host_sandbox {
+            crate::config::SandboxMode::Off => self.home.paths.workspace.clone(),
+            _ => std::path::PathBuf::from(crate::sandbox::linux::world::WORKSPACE),
+        }
     }
 
     fn kill_by_tripwire(&self, state: &mut SessionState, verdict: &Verdict) {
@@ -272,6 +357,28 @@ impl Session {
             "the previous worker of this session was lost ({why}); a new one was started: variables from earlier calls are gone, workspace files are kept"
         ));
         true
+    }
+}
+
+/// A session's code may be sent before its verdict only to a live worker that is ready
+/// for a call: never to one still to start (a refused call would have started it for
+/// nothing), and never when the call must first report a lost worker.
+fn may_hold(state: &SessionState) -> bool {
+    state.lost_worker.is_none()
+        && state
+            .worker
+            .as_ref()
+            .is_some_and(|live| !live.worker.is_busy())
+}
+
+/// The gate's answer: the code runs unless `judge` would refuse it (blocked while the
+/// guard enforces).
+fn may_run(outcome: &GuardOutcome, mode: GuardMode) -> bool {
+    match outcome {
+        GuardOutcome::Off => true,
+        GuardOutcome::Checked(v) => {
+            !(v.decision == Decision::Blocked && mode == GuardMode::Enforce)
+        }
     }
 }
 
@@ -349,6 +456,15 @@ fn apply_outcome(result: &mut ExecResult, run: RunOutput, timeout: Duration) -> 
                 ),
             ));
             Some(format!("the worker died: {how}"))
+        }
+        Outcome::Withheld => {
+            // Only ever with a refusing verdict, which returns before this.
+            result.status = ExecStatus::Error;
+            result.error = Some(ErrorInfo::new(
+                "InternalError",
+                "the code was held back without a verdict that refused it; it did not run",
+            ));
+            None
         }
         Outcome::Broken(why) => {
             result.status = ExecStatus::Killed;

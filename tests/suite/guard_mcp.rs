@@ -59,6 +59,61 @@ async fn guard_cases_are_blocked_before_any_worker_runs() {
     server.stop().await;
 }
 
+/// A session with a live worker is sent its code before the verdict (the worker compiles
+/// while the guard judges): a refused call still runs nothing, writes no input file,
+/// and leaves the worker in step for the next call.
+#[tokio::test]
+async fn a_live_worker_holds_refused_code_and_runs_none_of_it() {
+    let server = Server::start(&[("CODEGUARD", "enforce")]).await;
+    let r = server.run("live", "x = 41").await;
+    assert_eq!(r["status"], "ok", "{r}");
+    for (file, code) in guard_cases() {
+        let r = server.run("live", &code).await;
+        assert_eq!(r["error"]["type"], "GuardBlocked", "{file}: {r}");
+        assert_eq!(r["stdout"], "", "{file} ran: {r}");
+        assert_eq!(r["stderr"], "", "{file} ran: {r}");
+    }
+    let r = server
+        .exec(json!({
+            "session": "live",
+            "code": "open('held_made.txt', 'w').write('x')\nimport subprocess",
+            "inputs": {"held_input.txt": "x"},
+        }))
+        .await;
+    assert_eq!(r["error"]["type"], "GuardBlocked", "{r}");
+    for prefix in ["held_made", "held_input"] {
+        let made = super::find_files(server.data_dir.path(), prefix);
+        assert!(made.is_empty(), "{prefix}: {made:?}");
+    }
+    // The same worker, in step: the variable of the first call is still there.
+    let r = server.run("live", "x + 1").await;
+    assert_eq!(r["result"], "42", "{r}");
+    assert_eq!(r["worker_restarted"], false, "{r}");
+    // What the compiler warns about while the code is held is this call's stderr.
+    let r = server.run("live", "y = 1\nprint(y is 1)").await;
+    assert_eq!(stdout(&r), "True\n", "{r}");
+    assert!(
+        r["stderr"].as_str().unwrap().contains("SyntaxWarning"),
+        "{r}"
+    );
+    assert!(!r["warnings"].to_string().contains("set apart"), "{r}");
+    server.stop().await;
+
+    // Shadow: held code the guard would block runs, and says so.
+    let server = Server::start(&[("CODEGUARD", "shadow")]).await;
+    server.run("s", "x = 1").await;
+    let r = server
+        .run("s", "import os\nprint(os.getcwd() != '', x)")
+        .await;
+    assert_eq!(stdout(&r), "True 1\n", "{r}");
+    assert_eq!(r["guard"]["decision"], "blocked");
+    assert!(
+        r["warnings"].to_string().contains("CODEGUARD=shadow"),
+        "{r}"
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn syntax_errors_are_retryable_with_a_position() {
     let server = Server::start(&[("CODEGUARD", "enforce")]).await;
