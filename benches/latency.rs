@@ -11,7 +11,10 @@
 //! - 1 MiB and 10 MiB printed, through `print` and in one raw `os.write` (latency, and
 //!   the server's own CPU time per MiB);
 //! - 10,000 session names used one after another with idle expiry on (latency, and the
-//!   server's memory along the way).
+//!   server's memory along the way);
+//! - a first-seen 1,000-line cell in a session with a worker, guard enforcing beside
+//!   `CODEGUARD=off` (what the guard adds to a call, its check overlapping the worker's
+//!   compile; `WARDEN_BENCH_COMPARE_BIN=path` also runs an earlier build's server).
 //!
 //! `cargo bench --bench latency`; `WARDEN_BENCH_QUICK=1` takes fewer samples (CI prints
 //! the ratios and never fails on them); `WARDEN_BENCH_ONLY=new,output` runs some parts;
@@ -72,11 +75,14 @@ async fn run() {
     if wanted("churn") {
         churn(base, native).await;
     }
+    if wanted("cell") {
+        long_cell().await;
+    }
     baseline.stop().await;
 }
 
 /// `WARDEN_BENCH_ONLY=new,output` runs only those parts (`new`, `concurrency`, `files`,
-/// `output`, `churn`); all by default.
+/// `output`, `churn`, `cell`); all by default.
 fn wanted(part: &str) -> bool {
     std::env::var("WARDEN_BENCH_ONLY")
         .map_or(true, |only| only.split(',').any(|p| p.trim() == part))
@@ -374,4 +380,83 @@ async fn churn(base: Stats, native: f64) {
         marks.join("; ")
     );
     server.stop().await;
+}
+
+/// About 1,000 lines of the benign corpus (repeated) as the body of a function that is defined and
+/// never called: the guard judges and CPython compiles every line, and running the cell
+/// costs next to nothing, so the difference between servers is the guard's.
+fn long_cell_source() -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/benign");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    files.sort();
+    let texts: Vec<String> = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    let mut out = String::from("def _cell():\n");
+    let mut lines = 0;
+    // The corpus is shorter than 1,000 lines: it is repeated (redefinitions compile and
+    // are judged like new code).
+    for text in texts.iter().cycle() {
+        for line in text.lines() {
+            out.push_str("    ");
+            out.push_str(line);
+            out.push('\n');
+            lines += 1;
+        }
+        if lines >= 1000 {
+            break;
+        }
+    }
+    out.push_str("    pass\nprint('ok')\n");
+    out
+}
+
+/// A first-seen 1,000-line cell (each call unique, so every one is a cache miss) in a
+/// session whose worker is live: guard enforcing, and `CODEGUARD=off` as the reference.
+async fn long_cell() {
+    let cell = long_cell_source();
+    let mut servers = vec![
+        ("enforce", Client::warden(&[("CODEGUARD", "enforce")]).await),
+        (
+            "CODEGUARD=off",
+            Client::warden(&[("CODEGUARD", "off")]).await,
+        ),
+    ];
+    if let Some(bin) = std::env::var_os("WARDEN_BENCH_COMPARE_BIN") {
+        let bin = std::path::PathBuf::from(bin);
+        servers.push((
+            "enforce, WARDEN_BENCH_COMPARE_BIN",
+            Client::warden_at(&bin, &[("CODEGUARD", "enforce")]).await,
+        ));
+    }
+    let runs = n(200, 30);
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); servers.len()];
+    for (_, server) in &servers {
+        let r = server.call("cell", &format!("{cell}# warm-up\n")).await;
+        assert_eq!(r["stdout"], "ok\n", "{r}");
+    }
+    // Alternated call by call, so that load moving over the run falls on every server.
+    for i in 0..runs {
+        for (k, (_, server)) in servers.iter().enumerate() {
+            let code = format!("{cell}# run {i}\n");
+            times[k].push(server.timed("cell", &code, Some("ok\n")).await);
+        }
+    }
+    let lines = cell.lines().count();
+    for ((name, _), t) in servers.iter().zip(&times) {
+        row(
+            &format!("{lines}-line cell, first seen, {name}"),
+            stats(t),
+            None,
+            None,
+        );
+    }
+    for (_, server) in servers {
+        server.stop().await;
+    }
 }
