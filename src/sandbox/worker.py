@@ -195,19 +195,70 @@ def _syntax_error(exc, cap):
 
 
 def _compile(code, filename):
-    """The cell's module body and its last expression, or the exception compiling
-    raised. Runs no code of the cell."""
+    """The cell's module body (code objects run in order) and its last expression, or
+    the exception compiling raised. Runs no code of the cell."""
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    split = _compile_split(code, filename)
+    if split is not None:
+        return split
     try:
         tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
-        last = None
-        if tree.body and isinstance(tree.body[-1], _ast.Expr):
-            last = _ast.Expression(tree.body.pop().value)
+        last = _pop_last_expression(tree)
         body = compile(tree, filename, "exec")
         tail = compile(last, filename, "eval") if last is not None else None
     except BaseException as exc:  # SyntaxError, ValueError (NUL bytes), RecursionError
-        return None, None, exc
-    return body, tail, None
+        return (), None, exc
+    return (body,), tail, None
+
+
+def _pop_last_expression(tree):
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        return _ast.Expression(tree.body.pop().value)
+    return None
+
+
+def _compile_split(code, filename):
+    # Turning a long cell into Python's AST objects and back costs twice what compiling
+    # its source does, and only the last statement's shape matters (an expression's
+    # value is the result). So the source before the last line that starts at column 0
+    # is compiled as it is, and only the rest goes through the AST. The split is used
+    # only when both parts compile on their own: the part before then ends on a complete
+    # statement (an open bracket, string or backslash would not compile), and the rest
+    # begins a statement (a clause like else: would not), so the two run exactly the
+    # statements the whole cell holds, with the same line numbers (the rest is padded
+    # with newlines). Not when a statement ties the parts together at compile time
+    # (__future__ imports, global declarations), nor with \r line ends, which
+    # this search for line starts does not follow. None: compile the cell whole.
+    if "\r" in code or "__future__" in code or "global" in code:
+        return None
+    end = len(code)
+    start = -1
+    while end > 0:
+        start = code.rfind("\n", 0, end - 1) + 1
+        if start > 0 and code[start] not in " \t\f\n#":
+            break
+        end = start
+        start = -1
+    if start <= 0:
+        return None
+    import warnings
+
+    with warnings.catch_warnings(record=True) as shown:
+        try:
+            rest = compile("\n" * code.count("\n", 0, start) + code[start:], filename,
+                           "exec", _ast.PyCF_ONLY_AST)
+            last = _pop_last_expression(rest)
+            first = rest.body[0] if rest.body else None
+            if (isinstance(first, _ast.Expr) and isinstance(first.value, _ast.Constant)
+                    and type(first.value.value) is str):
+                return None  # it would be compiled as the module's docstring
+            head = compile(code[:start], filename, "exec")
+            bodies = (head, compile(rest, filename, "exec")) if rest.body else (head,)
+            tail = compile(last, filename, "eval") if last is not None else None
+        except BaseException:
+            return None  # the whole cell is compiled, and its error reported, instead
+    _replay_warnings(shown)
+    return bodies, tail, None
 
 
 def _hold(request, counter):
@@ -264,9 +315,9 @@ def _run(request, namespace, counter, held=None):
         return response
 
     if held is None:
-        body, tail, exc = _compile(request["code"], "<cell %d>" % counter)
+        bodies, tail, exc = _compile(request["code"], "<cell %d>" % counter)
     else:
-        (body, tail, exc), shown = held
+        (bodies, tail, exc), shown = held
         _replay_warnings(shown)
     if exc is not None:
         response["status"] = "error"
@@ -274,7 +325,8 @@ def _run(request, namespace, counter, held=None):
         return response
 
     try:
-        exec(body, namespace)
+        for body in bodies:
+            exec(body, namespace)
         if tail is not None:
             value = eval(tail, namespace)
             if value is not None:

@@ -124,6 +124,57 @@ async fn exceptions_are_results_with_the_users_traceback() {
     server.stop().await;
 }
 
+/// The worker compiles a cell's source up to its last line as it is and only the rest
+/// through Python's AST (see `_compile_split` in worker.py): every shape of cell must
+/// give what compiling it whole gives, with the same line numbers.
+#[tokio::test]
+async fn a_cell_compiled_in_two_parts_behaves_as_one() {
+    // The guard off: the worker itself reports syntax errors here.
+    let server = Server::start(&[("CODEGUARD", "off")]).await;
+    let results = [
+        ("x = 1\ny = (\n1,\n2)\ny", "(1, 2)"),
+        ("x = 1\na = 2; a", "2"),
+        ("x = \\\n5\nx", "5"),
+        ("if 1:\n    y = 2\nelse:\n    y = 3\ny", "2"),
+        ("x = [1,\n2]\nlen(x)\n# end\n\n", "2"),
+        (
+            "@staticmethod\ndef f():\n    pass\ntype(f).__name__",
+            "'staticmethod'",
+        ),
+        // A form feed is no line end for Python: the text after it stays a comment.
+        ("x = 1  #\u{c}print('not code')\nx", "1"),
+        ("s = \"\"\"\nabc\n\"\"\"\ns", "'\\nabc\\n'"),
+    ];
+    for (code, want) in results {
+        let r = server.run("parts", code).await;
+        assert_eq!(r["status"], "ok", "{code:?}: {r}");
+        assert_eq!(r["result"], want, "{code:?}: {r}");
+        assert_eq!(stdout(&r), "", "{code:?}: {r}");
+    }
+    // A string opening the part after the split is no docstring of the session.
+    let r = server.run("parts", "v = 1\n'not a doc'; w = 2").await;
+    assert_eq!(r["status"], "ok", "{r}");
+    let r = server.run("parts", "print(repr(__doc__), w)").await;
+    assert_eq!(stdout(&r), "None 2\n", "{r}");
+    // Errors keep their lines, in either part.
+    let r = server.run("parts", "x = 1\ny = 2\nz = (\n  1/0)\n").await;
+    assert_eq!(r["error"]["type"], "ZeroDivisionError", "{r}");
+    assert!(
+        r["error"]["traceback"].to_string().contains("line 4"),
+        "{r}"
+    );
+    let r = server.run("parts", "x = 1\ny = (2 +\n").await;
+    assert_eq!(r["error"]["type"], "SyntaxError", "{r}");
+    let r = server.run("parts", "x = (1 +\n2\n").await;
+    assert_eq!(r["error"]["type"], "SyntaxError", "{r}");
+    // A compile-time warning is shown once, on the call's stderr.
+    let r = server.run("parts", "y = 1\nprint(y is 1)").await;
+    assert_eq!(stdout(&r), "True\n", "{r}");
+    let err = r["stderr"].as_str().unwrap_or_default();
+    assert_eq!(err.matches("SyntaxWarning").count(), 1, "{r}");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn text_result_is_wrapped_and_printed_delimiters_cannot_close_it() {
     let server = Server::start(&[]).await;
