@@ -9,7 +9,7 @@
 //! [`WorkerProcess`].
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
@@ -316,10 +316,9 @@ impl Channel {
         output_cap: usize,
         gate: Option<Gate<'_>>,
     ) -> RunOutput {
-        let deadline = Instant::now() + timeout;
         self.busy = true;
         let output = self
-            .execute_inner(process, code, inputs, deadline, output_cap, gate)
+            .execute_inner(process, code, inputs, timeout, output_cap, gate)
             .await;
         self.busy = false;
         output
@@ -330,7 +329,7 @@ impl Channel {
         process: &mut P,
         code: &str,
         inputs: &[InputFile],
-        deadline: Instant,
+        timeout: Duration,
         output_cap: usize,
         gate: Option<Gate<'_>>,
     ) -> RunOutput {
@@ -362,7 +361,7 @@ impl Channel {
                 return self.finish_broken(process, why, out, err).await;
             }
         };
-        let deadline_tokio = tokio::time::Instant::from_std(deadline);
+        let mut deadline_tokio = tokio::time::Instant::now() + timeout;
         let line_limit = BASE_RESPONSE_LINE + 2 * 6 * output_cap as u64;
         let write = tokio::time::timeout_at(deadline_tokio, async {
             self.requests.write_all(&line).await?;
@@ -375,9 +374,12 @@ impl Channel {
             Err(_) => return self.finish_timeout(process, out, err).await,
         }
         if let Some(gate) = gate {
-            let Ok(go) = tokio::time::timeout_at(deadline_tokio, gate).await else {
-                return self.finish_timeout(process, out, err).await;
-            };
+            // The guard's time is not the code's: as for a call sent after its verdict,
+            // the timeout runs from the moment the code may run. The gate itself has no
+            // limit, as a verdict awaited before sending has none; a cancelled call
+            // drops this future, and the worker with it.
+            let go = gate.await;
+            deadline_tokio = tokio::time::Instant::now() + timeout;
             let verdict = VerdictLine {
                 kind: if go { "go" } else { "drop" },
                 id,

@@ -382,6 +382,12 @@ fn may_run(outcome: &GuardOutcome, mode: GuardMode) -> bool {
     }
 }
 
+/// A timeout as people write it: whole seconds bare, a fraction to the millisecond
+/// (`timeout_s` may be 0.4; saying "0 s" would be wrong).
+fn seconds(timeout: Duration) -> f64 {
+    (timeout.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
 /// What the result says about output written outside its call (never shown as this
 /// call's own).
 fn late_warning(late: &LateOutput) -> Option<String> {
@@ -442,10 +448,10 @@ fn apply_outcome(result: &mut ExecResult, run: RunOutput, timeout: Duration) -> 
                 "Timeout",
                 format!(
                     "the code ran longer than {} s and its whole process group was killed; the next call starts a fresh worker (variables are lost, files are kept)",
-                    timeout.as_secs()
+                    seconds(timeout)
                 ),
             ));
-            Some(format!("timed out after {} s", timeout.as_secs()))
+            Some(format!("timed out after {} s", seconds(timeout)))
         }
         Outcome::Died(how) => {
             result.status = ExecStatus::Killed;
@@ -474,5 +480,23 @@ fn apply_outcome(result: &mut ExecResult, run: RunOutput, timeout: Duration) -> 
             ));
             Some(format!("protocol error: {why}"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_are_said_as_given() {
+        assert_eq!(format!("{} s", seconds(Duration::from_secs(30))), "30 s");
+        assert_eq!(
+            format!("{} s", seconds(Duration::from_secs_f64(0.4))),
+            "0.4 s"
+        );
+        assert_eq!(
+            format!("{} s", seconds(Duration::from_secs_f64(2.000_4))),
+            "2 s"
+        );
     }
 }

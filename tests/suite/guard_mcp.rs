@@ -114,6 +114,29 @@ async fn a_live_worker_holds_refused_code_and_runs_none_of_it() {
     server.stop().await;
 }
 
+/// The guard's time is not the code's: a held cell's timeout runs from the moment the code
+/// may run, as an unheld cell's runs from after its verdict. The cell below takes this
+/// debug build's guard longer than its 0.4 s timeout (0.7 s here, 750 KB), and the worker
+/// compiles it meanwhile (in half that time), so once it may run it finishes at once.
+#[tokio::test]
+async fn a_held_cell_is_not_timed_while_the_guard_judges_it() {
+    let server = Server::start(&[("CODEGUARD", "enforce")]).await;
+    let r = server.run("slow", "x = 1").await;
+    assert_eq!(r["status"], "ok", "{r}");
+    let mut cell = String::from("def _cell():\n");
+    for i in 0..60_000 {
+        cell.push_str(&format!(" t{i}=f(v)\n"));
+    }
+    cell.push_str("print('ok', x)\n");
+    let r = server
+        .exec(json!({"session": "slow", "code": cell, "timeout_s": 0.4}))
+        .await;
+    assert_eq!(r["status"], "ok", "{r}");
+    assert_eq!(stdout(&r), "ok 1\n", "{r}");
+    assert_eq!(r["timed_out"], false, "{r}");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn syntax_errors_are_retryable_with_a_position() {
     let server = Server::start(&[("CODEGUARD", "enforce")]).await;
