@@ -19,34 +19,11 @@ use std::time::{Duration, Instant};
 
 use warden::guard::{CheckContext, Decision, Guard, VerdictCache};
 
+#[path = "support/corpus.rs"]
+mod corpus;
+
 fn corpus_lines(n: usize) -> String {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/benign");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "py"))
-        .collect();
-    files.sort();
-    let texts: Vec<String> = files
-        .iter()
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    let mut out = String::new();
-    let mut lines = 0;
-    'outer: loop {
-        for t in &texts {
-            for line in t.lines() {
-                out.push_str(line);
-                out.push('\n');
-                lines += 1;
-            }
-            // Whole files only, so that every statement stays complete.
-            if lines >= n {
-                break 'outer;
-            }
-        }
-    }
-    out
+    corpus::benign_lines(n, "")
 }
 
 /// The first complete statements of the corpus, about `n` lines.

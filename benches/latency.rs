@@ -386,34 +386,8 @@ async fn churn(base: Stats, native: f64) {
 /// never called: the guard judges and CPython compiles every line, and running the cell
 /// costs next to nothing, so the difference between servers is the guard's.
 fn long_cell_source() -> String {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/benign");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "py"))
-        .collect();
-    files.sort();
-    let texts: Vec<String> = files
-        .iter()
-        .map(|f| std::fs::read_to_string(f).unwrap())
-        .collect();
-    let mut out = String::from("def _cell():\n");
-    let mut lines = 0;
-    // The corpus is shorter than 1,000 lines: it is repeated (redefinitions compile and
-    // are judged like new code).
-    for text in texts.iter().cycle() {
-        for line in text.lines() {
-            out.push_str("    ");
-            out.push_str(line);
-            out.push('\n');
-            lines += 1;
-        }
-        if lines >= 1000 {
-            break;
-        }
-    }
-    out.push_str("    pass\nprint('ok')\n");
-    out
+    let body = support::corpus::benign_lines(1000, "    ");
+    format!("def _cell():\n{body}    pass\nprint('ok')\n")
 }
 
 /// A first-seen 1,000-line cell (each call unique, so every one is a cache miss) in a

@@ -12,6 +12,8 @@
 //!   stdout sent to a buffer: no IPC, no sandbox, no process start.
 #![allow(dead_code)]
 
+pub mod corpus;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

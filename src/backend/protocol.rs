@@ -69,6 +69,13 @@ struct ExecRequest<'a> {
     hold: bool,
 }
 
+/// Why a line could not be sent to the worker.
+enum SendFailure {
+    Encode(String),
+    Dead,
+    TimedOut,
+}
+
 /// The line that follows a held request: run it (`go`) or forget it (`drop`).
 #[derive(Debug, Serialize)]
 struct VerdictLine {
@@ -351,27 +358,10 @@ impl Channel {
             stream_cap: output_cap,
             hold: gate.is_some(),
         };
-        let line = match serde_json::to_vec(&request) {
-            Ok(mut line) => {
-                line.push(b'\n');
-                line
-            }
-            Err(e) => {
-                let why = format!("could not encode the request: {e}");
-                return self.finish_broken(process, why, out, err).await;
-            }
-        };
         let mut deadline_tokio = tokio::time::Instant::now() + timeout;
         let line_limit = BASE_RESPONSE_LINE + 2 * 6 * output_cap as u64;
-        let write = tokio::time::timeout_at(deadline_tokio, async {
-            self.requests.write_all(&line).await?;
-            self.requests.flush().await
-        })
-        .await;
-        match write {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => return self.finish_dead(process, out, err).await,
-            Err(_) => return self.finish_timeout(process, out, err).await,
+        if let Err(failure) = self.send_line(&request, "request", deadline_tokio).await {
+            return self.fail_send(process, failure, out, err).await;
         }
         if let Some(gate) = gate {
             // The guard's time is not the code's: as for a call sent after its verdict,
@@ -384,23 +374,11 @@ impl Channel {
                 kind: if go { "go" } else { "drop" },
                 id,
             };
-            let mut line = match serde_json::to_vec(&verdict) {
-                Ok(line) => line,
-                Err(e) => {
-                    let why = format!("could not encode the verdict line: {e}");
-                    return self.finish_broken(process, why, out, err).await;
-                }
-            };
-            line.push(b'\n');
-            let write = tokio::time::timeout_at(deadline_tokio, async {
-                self.requests.write_all(&line).await?;
-                self.requests.flush().await
-            })
-            .await;
-            match write {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return self.finish_dead(process, out, err).await,
-                Err(_) => return self.finish_timeout(process, out, err).await,
+            if let Err(failure) = self
+                .send_line(&verdict, "verdict line", deadline_tokio)
+                .await
+            {
+                return self.fail_send(process, failure, out, err).await;
             }
             if !go {
                 return RunOutput {
@@ -503,6 +481,42 @@ impl Channel {
             collect(stdout, out, until, None),
             collect(stderr, err, until, None)
         );
+    }
+
+    /// Writes one JSON line to the worker before `deadline`.
+    async fn send_line<T: Serialize>(
+        &mut self,
+        message: &T,
+        what: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), SendFailure> {
+        let mut line = serde_json::to_vec(message)
+            .map_err(|e| SendFailure::Encode(format!("could not encode the {what}: {e}")))?;
+        line.push(b'\n');
+        let write = tokio::time::timeout_at(deadline, async {
+            self.requests.write_all(&line).await?;
+            self.requests.flush().await
+        })
+        .await;
+        match write {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(SendFailure::Dead),
+            Err(_) => Err(SendFailure::TimedOut),
+        }
+    }
+
+    async fn fail_send<P: WorkerProcess>(
+        &mut self,
+        process: &mut P,
+        failure: SendFailure,
+        out: StreamCollector,
+        err: StreamCollector,
+    ) -> RunOutput {
+        match failure {
+            SendFailure::Encode(why) => self.finish_broken(process, why, out, err).await,
+            SendFailure::Dead => self.finish_dead(process, out, err).await,
+            SendFailure::TimedOut => self.finish_timeout(process, out, err).await,
+        }
     }
 
     async fn finish_timeout<P: WorkerProcess>(
