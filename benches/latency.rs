@@ -12,9 +12,10 @@
 //!   the server's own CPU time per MiB);
 //! - 10,000 session names used one after another with idle expiry on (latency, and the
 //!   server's memory along the way);
-//! - a first-seen 1,000-line cell in a session with a worker, guard enforcing beside
-//!   `CODEGUARD=off` (what the guard adds to a call, its check overlapping the worker's
-//!   compile; `WARDEN_BENCH_COMPARE_BIN=path` also runs an earlier build's server).
+//! - first-seen cells of about 20, 1,000 and 10,000 lines in a session with a worker,
+//!   guard enforcing beside `CODEGUARD=off` (what the guard adds to a call, its check
+//!   overlapping the worker's compile; `WARDEN_BENCH_COMPARE_BIN=path` also runs an
+//!   earlier build's server).
 //!
 //! `cargo bench --bench latency`; `WARDEN_BENCH_QUICK=1` takes fewer samples (CI prints
 //! the ratios and never fails on them); `WARDEN_BENCH_ONLY=new,output` runs some parts;
@@ -385,15 +386,15 @@ async fn churn(base: Stats, native: f64) {
 /// About 1,000 lines of the benign corpus (repeated) as the body of a function that is defined and
 /// never called: the guard judges and CPython compiles every line, and running the cell
 /// costs next to nothing, so the difference between servers is the guard's.
-fn long_cell_source() -> String {
-    let body = support::corpus::benign_lines(1000, "    ");
+fn long_cell_source(lines: usize) -> String {
+    let body = support::corpus::benign_lines(lines, "    ");
     format!("def _cell():\n{body}    pass\nprint('ok')\n")
 }
 
-/// A first-seen 1,000-line cell (each call unique, so every one is a cache miss) in a
-/// session whose worker is live: guard enforcing, and `CODEGUARD=off` as the reference.
+/// First-seen cells of about 20, 1,000 and 10,000 lines (each call unique, so every one
+/// is a cache miss) in a session whose worker is live: guard enforcing, and
+/// `CODEGUARD=off` as the reference.
 async fn long_cell() {
-    let cell = long_cell_source();
     let mut servers = vec![
         ("enforce", Client::warden(&[("CODEGUARD", "enforce")]).await),
         (
@@ -408,27 +409,29 @@ async fn long_cell() {
             Client::warden_at(&bin, &[("CODEGUARD", "enforce")]).await,
         ));
     }
-    let runs = n(200, 30);
-    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); servers.len()];
-    for (_, server) in &servers {
-        let r = server.call("cell", &format!("{cell}# warm-up\n")).await;
-        assert_eq!(r["stdout"], "ok\n", "{r}");
-    }
-    // Alternated call by call, so that load moving over the run falls on every server.
-    for i in 0..runs {
-        for (k, (_, server)) in servers.iter().enumerate() {
-            let code = format!("{cell}# run {i}\n");
-            times[k].push(server.timed("cell", &code, Some("ok\n")).await);
+    for (size, runs) in [(20, n(400, 60)), (1000, n(200, 30)), (10_000, n(40, 10))] {
+        let cell = long_cell_source(size);
+        let mut times: Vec<Vec<Duration>> = vec![Vec::new(); servers.len()];
+        for (_, server) in &servers {
+            let r = server.call("cell", &format!("{cell}# warm-up\n")).await;
+            assert_eq!(r["stdout"], "ok\n", "{r}");
         }
-    }
-    let lines = cell.lines().count();
-    for ((name, _), t) in servers.iter().zip(&times) {
-        row(
-            &format!("{lines}-line cell, first seen, {name}"),
-            stats(t),
-            None,
-            None,
-        );
+        // Alternated call by call, so that load moving over the run falls on every server.
+        for i in 0..runs {
+            for (k, (_, server)) in servers.iter().enumerate() {
+                let code = format!("{cell}# run {i}\n");
+                times[k].push(server.timed("cell", &code, Some("ok\n")).await);
+            }
+        }
+        let lines = cell.lines().count();
+        for ((name, _), t) in servers.iter().zip(&times) {
+            row(
+                &format!("{lines}-line cell, first seen, {name}"),
+                stats(t),
+                None,
+                None,
+            );
+        }
     }
     for (_, server) in servers {
         server.stop().await;
