@@ -69,6 +69,9 @@ impl SessionManager {
     }
 }
 
+/// Below this size a check runs on the calling task (see [`PendingCheck::run`]).
+const INLINE_MAX_BYTES: usize = 4096;
+
 impl PendingCheck {
     /// Checks the code on a blocking thread and caches the verdict.
     pub async fn run(self) -> GuardOutcome {
@@ -79,11 +82,18 @@ impl PendingCheck {
             source,
             ctx,
         } = self;
+        // A small cell is checked where it is awaited: its check (tens of microseconds)
+        // costs less than waking a blocking thread and waiting for it. `Guard::check`
+        // catches its own panics and measures the stack it has.
+        let inline = source.len() < INLINE_MAX_BYTES;
         let check = move || {
             let verdict = guard.check(&source, &ctx);
             cache.insert(key, &guard, source, &ctx, &verdict);
             verdict
         };
+        if inline {
+            return GuardOutcome::Checked(check());
+        }
         match tokio::task::spawn_blocking(check).await {
             Ok(v) => GuardOutcome::Checked(v),
             Err(e) => GuardOutcome::Checked(Verdict {
