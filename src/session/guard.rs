@@ -31,9 +31,10 @@ pub enum Lookup {
 }
 
 impl SessionManager {
-    /// Runs the guard on its own threads (the parser is recursive and needs a known,
-    /// large stack), never on the async runtime's; a verdict cached for the same
-    /// source, policy and roots is answered at once.
+    /// Runs the guard: a cell under 4 KiB where it is awaited, a larger one on a
+    /// blocking thread (`Guard::check` itself moves deep code to a parse thread with a
+    /// large stack); a verdict cached for the same source, policy and roots is
+    /// answered at once.
     pub async fn check_code(
         &self,
         code: &str,
