@@ -64,7 +64,7 @@ struct ExecRequest<'a> {
     /// through `sys.stdout`/`sys.stderr` rather than piping it here (see `dropped`).
     stream_cap: usize,
     /// Sent before the guard's verdict: the worker compiles the code and waits for a
-    /// [`Verdict`] line before it runs or writes anything (see [`Gate`]).
+    /// [`VerdictLine`] before it runs or writes anything (see [`Gate`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     hold: bool,
 }

@@ -74,7 +74,8 @@ impl SessionManager {
 const INLINE_MAX_BYTES: usize = 4096;
 
 impl PendingCheck {
-    /// Checks the code on a blocking thread and caches the verdict.
+    /// Checks the code (a small cell on this task, a larger one on a blocking thread)
+    /// and caches the verdict.
     pub async fn run(self) -> GuardOutcome {
         let PendingCheck {
             guard,

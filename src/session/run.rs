@@ -36,7 +36,6 @@ fn elapsed_ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// One `execute_python` call, as a session runs it.
 /// What a finished call carries into its result besides the run's own output.
 struct Done {
     worker_restarted: bool,
@@ -46,6 +45,7 @@ struct Done {
     report: crate::workspace::Summary,
 }
 
+/// One `execute_python` call, as a session runs it.
 pub(super) struct Call<'a> {
     pub code: &'a str,
     pub inputs: &'a [InputFile],
@@ -292,19 +292,16 @@ impl Session {
             }
             GuardOutcome::Checked(v) => v,
         };
-        match verdict.decision {
-            Decision::Blocked if manager.settings.codeguard == GuardMode::Enforce => {
-                if verdict.tripwire() {
-                    self.kill_by_tripwire(state, &verdict);
-                }
-                let mut result = ExecResult::refused(
-                    &self.name,
-                    guard_error(&verdict),
-                    std::mem::take(warnings),
-                );
-                result.guard = Some(verdict);
-                return Err(Box::new(result));
+        if refuses(&verdict, manager.settings.codeguard) {
+            if verdict.tripwire() {
+                self.kill_by_tripwire(state, &verdict);
             }
+            let mut result =
+                ExecResult::refused(&self.name, guard_error(&verdict), std::mem::take(warnings));
+            result.guard = Some(verdict);
+            return Err(Box::new(result));
+        }
+        match verdict.decision {
             Decision::Blocked => warnings.push(format!(
                 "CODEGUARD=shadow: the guard would have blocked this code ({}); it ran anyway",
                 summarize(&verdict)
@@ -371,14 +368,17 @@ fn may_hold(state: &SessionState) -> bool {
             .is_some_and(|live| !live.worker.is_busy())
 }
 
-/// The gate's answer: the code runs unless `judge` would refuse it (blocked while the
-/// guard enforces).
+/// Whether a verdict refuses the call: blocked while the guard enforces. `judge` refuses
+/// by it, and a held call's gate opens by it.
+fn refuses(verdict: &Verdict, mode: GuardMode) -> bool {
+    verdict.decision == Decision::Blocked && mode == GuardMode::Enforce
+}
+
+/// The gate's answer: the code runs unless `judge` will refuse it.
 fn may_run(outcome: &GuardOutcome, mode: GuardMode) -> bool {
     match outcome {
         GuardOutcome::Off => true,
-        GuardOutcome::Checked(v) => {
-            !(v.decision == Decision::Blocked && mode == GuardMode::Enforce)
-        }
+        GuardOutcome::Checked(v) => !refuses(v, mode),
     }
 }
 

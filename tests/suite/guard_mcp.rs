@@ -61,10 +61,22 @@ async fn guard_cases_are_blocked_before_any_worker_runs() {
 
 /// A session with a live worker is sent its code before the verdict (the worker compiles
 /// while the guard judges): a refused call still runs nothing, writes no input file,
-/// and leaves the worker in step for the next call.
+/// and leaves the worker in step for the next call. Judged from the host, with the
+/// server as root and as the login user (whose home is the canary's place).
 #[tokio::test]
 async fn a_live_worker_holds_refused_code_and_runs_none_of_it() {
-    let server = Server::start(&[("CODEGUARD", "enforce")]).await;
+    for who in super::both_modes() {
+        let server = Server::start_as(who, super::Net::Host, &[("CODEGUARD", "enforce")]).await;
+        held_refusals_run_nothing(&server).await;
+        server.stop().await;
+    }
+}
+
+async fn held_refusals_run_nothing(server: &Server) {
+    let home = match server.who {
+        super::As::User => super::login_user().unwrap().home,
+        super::As::Root => std::path::PathBuf::from(std::env::var("HOME").unwrap()),
+    };
     let r = server.run("live", "x = 41").await;
     assert_eq!(r["status"], "ok", "{r}");
     for (file, code) in guard_cases() {
@@ -73,10 +85,15 @@ async fn a_live_worker_holds_refused_code_and_runs_none_of_it() {
         assert_eq!(r["stdout"], "", "{file} ran: {r}");
         assert_eq!(r["stderr"], "", "{file} ran: {r}");
     }
+    let escape = home.join(format!("held_escape_{}", std::process::id()));
+    let code = format!(
+        "open('held_made.txt', 'w').write('x')\nopen({:?}, 'w').write('x')\nimport subprocess",
+        escape.display().to_string()
+    );
     let r = server
         .exec(json!({
             "session": "live",
-            "code": "open('held_made.txt', 'w').write('x')\nimport subprocess",
+            "code": code,
             "inputs": {"held_input.txt": "x"},
         }))
         .await;
@@ -85,6 +102,7 @@ async fn a_live_worker_holds_refused_code_and_runs_none_of_it() {
         let made = super::find_files(server.data_dir.path(), prefix);
         assert!(made.is_empty(), "{prefix}: {made:?}");
     }
+    assert!(!escape.exists(), "{} was written", escape.display());
     // The same worker, in step: the variable of the first call is still there.
     let r = server.run("live", "x + 1").await;
     assert_eq!(r["result"], "42", "{r}");
@@ -95,7 +113,6 @@ async fn a_live_worker_holds_refused_code_and_runs_none_of_it() {
     let err = r["stderr"].as_str().unwrap_or_default();
     assert_eq!(err.matches("SyntaxWarning").count(), 1, "{r}");
     assert!(!r["warnings"].to_string().contains("set apart"), "{r}");
-    server.stop().await;
 }
 
 /// The guard's time is not the code's: a held cell's timeout runs from the moment the code
