@@ -77,8 +77,10 @@ fn thread_cpu() -> Duration {
 }
 
 /// Runs `f` a tenth of `iterations` to warm up, then `iterations` timed
-/// runs; `f` gets a counter that never repeats over both.
-fn measure(iterations: usize, mut f: impl FnMut(usize)) -> Stats {
+/// runs; `f` gets a counter that never repeats over both. What `f` returns
+/// is dropped after its run is timed (a miss's syntax tree, which the server
+/// frees after it has passed the verdict on).
+fn measure<R>(iterations: usize, mut f: impl FnMut(usize) -> R) -> Stats {
     let warm = iterations.div_ceil(10);
     for i in 0..warm {
         f(i);
@@ -88,10 +90,47 @@ fn measure(iterations: usize, mut f: impl FnMut(usize)) -> Stats {
     for i in warm..warm + iterations {
         let c = thread_cpu();
         let t = Instant::now();
-        f(i);
+        let left = f(i);
         times.push(t.elapsed());
         cpu.push(thread_cpu().saturating_sub(c));
+        drop(left);
     }
+    times.sort();
+    cpu.sort();
+    let at = |v: &[Duration], p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+    Stats {
+        p50: at(&times, 0.50),
+        p95: at(&times, 0.95),
+        cpu_p50: at(&cpu, 0.50),
+        cpu_p95: at(&cpu, 0.95),
+    }
+}
+
+/// Two functions measured as [`measure`] does, their calls alternated.
+fn measure_pair<R>(
+    iterations: usize,
+    mut a: impl FnMut(usize) -> R,
+    mut b: impl FnMut(usize) -> R,
+) -> (Stats, Stats) {
+    let mut runs: [Vec<(Duration, Duration)>; 2] = [Vec::new(), Vec::new()];
+    let warm = iterations.div_ceil(10);
+    for i in 0..warm + iterations {
+        for (which, runs) in runs.iter_mut().enumerate() {
+            let c = thread_cpu();
+            let t = Instant::now();
+            let left = if which == 0 { a(i) } else { b(i) };
+            if i >= warm {
+                runs.push((t.elapsed(), thread_cpu().saturating_sub(c)));
+            }
+            drop(left);
+        }
+    }
+    let [ra, rb] = runs;
+    (stats(ra), stats(rb))
+}
+
+fn stats(runs: Vec<(Duration, Duration)>) -> Stats {
+    let (mut times, mut cpu): (Vec<Duration>, Vec<Duration>) = runs.into_iter().unzip();
     times.sort();
     cpu.sort();
     let at = |v: &[Duration], p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
@@ -105,7 +144,7 @@ fn measure(iterations: usize, mut f: impl FnMut(usize)) -> Stats {
 
 fn row(what: &str, s: &Stats) {
     println!(
-        "{what:<44} p50 {:>10.3?}  p95 {:>10.3?}   cpu p50 {:>10.3?}  p95 {:>10.3?}",
+        "{what:<48} p50 {:>10.3?}  p95 {:>10.3?}   cpu p50 {:>10.3?}  p95 {:>10.3?}",
         s.p50, s.p95, s.cpu_p50, s.cpu_p95
     );
 }
@@ -156,9 +195,37 @@ fn main() {
             .collect();
         let miss = measure(runs, |i| {
             let s = &variants[i];
-            std::hint::black_box(cache.check(&guard, s.as_bytes(), &ctx));
+            std::hint::black_box(cache.check_deferring_free(&guard, s.as_bytes(), &ctx))
         });
         row("  guard, cache miss", &miss);
+        if src.len() >= warden::guard::SPLIT_MIN_BYTES {
+            // The same misses with the source parsed whole on one thread, and
+            // again split, calls alternated so that a shared machine's load
+            // falls on both alike.
+            let whole_guard = guard.clone().split_large_sources(false);
+            let (whole_cache, split_cache) = (VerdictCache::default(), VerdictCache::default());
+            let (whole, split) = measure_pair(
+                runs,
+                |i| {
+                    let s = &variants[i];
+                    std::hint::black_box(whole_cache.check_deferring_free(
+                        &whole_guard,
+                        s.as_bytes(),
+                        &ctx,
+                    ))
+                },
+                |i| {
+                    let s = &variants[i];
+                    std::hint::black_box(split_cache.check_deferring_free(
+                        &guard,
+                        s.as_bytes(),
+                        &ctx,
+                    ))
+                },
+            );
+            row("  guard, cache miss, parsed whole (alternated)", &whole);
+            row("  guard, cache miss, in two parts (alternated)", &split);
+        }
 
         let hit = measure(runs * 4, |_| {
             std::hint::black_box(cache.check(&guard, src.as_bytes(), &ctx));
@@ -166,8 +233,7 @@ fn main() {
         row("  guard, cache hit", &hit);
 
         let parse = measure(runs, |_| {
-            let parsed = ruff_python_parser::parse_module(&src);
-            std::hint::black_box(&parsed);
+            std::hint::black_box(ruff_python_parser::parse_module(&src))
         });
         row("  ruff parser alone (the floor of a miss)", &parse);
     }

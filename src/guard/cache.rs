@@ -17,7 +17,7 @@ use std::hash::{BuildHasher, Hasher, RandomState};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use super::{CheckContext, Guard, Verdict};
+use super::{CheckContext, Guard, Leftovers, Verdict};
 
 /// Entries kept at most.
 pub const MAX_ENTRIES: usize = 1024;
@@ -92,6 +92,24 @@ impl VerdictCache {
                 let verdict = guard.check(source, ctx);
                 self.insert(key, guard, source.into(), ctx, &verdict);
                 verdict
+            }
+        }
+    }
+
+    /// [`check`](Self::check), with a miss's syntax tree handed back
+    /// unfreed (see [`Guard::check_deferring_free`]).
+    pub fn check_deferring_free(
+        &self,
+        guard: &Guard,
+        source: &[u8],
+        ctx: &CheckContext,
+    ) -> (Verdict, Leftovers) {
+        match self.get(guard, source, ctx) {
+            Ok(v) => (v, Leftovers::default()),
+            Err(key) => {
+                let (verdict, left) = guard.check_deferring_free(source, ctx);
+                self.insert(key, guard, source.into(), ctx, &verdict);
+                (verdict, left)
             }
         }
     }

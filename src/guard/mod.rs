@@ -32,8 +32,8 @@ mod names;
 mod paths;
 mod policy;
 mod pool;
-mod reaper;
 mod render;
+mod split;
 mod strings;
 mod tripwire;
 mod walk;
@@ -46,7 +46,9 @@ use serde::{Deserialize, Serialize};
 
 pub use cache::{CacheStats, Key as CacheKey, VerdictCache};
 pub use render::render_human;
+pub use split::SPLIT_MIN_BYTES;
 
+use ast::py;
 use lines::LineIndex;
 use policy::{Action, Policy};
 
@@ -69,6 +71,9 @@ pub struct Guard {
     /// SHA-256 of the policy text: part of every cache key.
     digest: [u8; 32],
     pool: Arc<pool::Pool>,
+    /// Whether large sources are parsed in two parts at once (split.rs);
+    /// off only in tests that compare both ways.
+    split: bool,
 }
 
 /// Where the checked code will run.
@@ -188,6 +193,7 @@ impl Guard {
             policy: Arc::new(Policy::from_toml(text)?),
             digest: sha2::Sha256::digest(text.as_bytes()).into(),
             pool: Arc::new(pool::Pool::new()),
+            split: true,
         })
     }
 
@@ -198,6 +204,14 @@ impl Guard {
             source,
         })?;
         Guard::from_policy_toml(&text)
+    }
+
+    /// Whether sources of [`SPLIT_MIN_BYTES`] and more are parsed in two parts on two
+    /// threads at once (the default; see split.rs). Off, every source is
+    /// parsed whole: for benchmarks and tests that compare the two.
+    pub fn split_large_sources(mut self, on: bool) -> Guard {
+        self.split = on;
+        self
     }
 
     /// SHA-256 of the policy text this guard enforces.
@@ -222,6 +236,21 @@ impl Guard {
     /// Checks `source`: raw bytes as the client sent them (the guard decodes
     /// like CPython). Never panics and never overflows the caller's stack.
     pub fn check(&self, source: &[u8], ctx: &CheckContext) -> Verdict {
+        self.check_deferring_free(source, ctx).0
+    }
+
+    /// [`check`](Self::check), with the syntax tree handed back instead of
+    /// freed: freeing a large tree node by node takes about a tenth of its
+    /// check, and a caller can pass the verdict on before it drops the
+    /// [`Leftovers`]. (A tree too deep for the caller's stack is freed where
+    /// it was parsed, on a parse thread.)
+    pub fn check_deferring_free(&self, source: &[u8], ctx: &CheckContext) -> (Verdict, Leftovers) {
+        let mut left = Leftovers::default();
+        let verdict = self.check_keeping(source, ctx, &mut left);
+        (verdict, left)
+    }
+
+    fn check_keeping(&self, source: &[u8], ctx: &CheckContext, left: &mut Leftovers) -> Verdict {
         let limits = self.policy.limits;
         if source.len() > limits.max_source_bytes {
             return refusal(
@@ -264,6 +293,16 @@ impl Guard {
             max_nesting: limits.max_nesting_depth,
             max_chain: limits.max_expression_chain,
         };
+        let roots = paths::Roots::new(
+            &absolute(&ctx.workspace),
+            &ctx.allowed_roots
+                .iter()
+                .map(|p| absolute(p))
+                .collect::<Vec<_>>(),
+        );
+        if let Some(outcome) = self.check_in_two_parts(&text, &roots, scan_limits, left) {
+            return self.verdict(outcome, &text);
+        }
         let shallow = depth::scan(&text, depth::small_stack_limits(scan_limits)).is_ok();
         let small = shallow && pool::room_to_check_inline();
         if !shallow && let Err(e) = depth::scan(&text, scan_limits) {
@@ -277,19 +316,12 @@ impl Guard {
                 index.snippet(at.0),
             );
         }
-        let roots = paths::Roots::new(
-            &absolute(&ctx.workspace),
-            &ctx.allowed_roots
-                .iter()
-                .map(|p| absolute(p))
-                .collect::<Vec<_>>(),
-        );
         let inline = if small {
             // Shallow code is checked on this thread: a hand-off to a parse
             // thread costs a wake-up, which on a loaded machine is more than
             // the check itself.
             catch_unwind(AssertUnwindSafe(|| {
-                parse_and_walk(&text, &self.policy, &roots, true)
+                parse_and_walk(&text, &self.policy, &roots, Some(&mut *left))
             }))
             .map_err(|p| pool::panic_message(&*p))
             .transpose()
@@ -302,12 +334,48 @@ impl Guard {
                 let policy = Arc::clone(&self.policy);
                 let owned = text.clone().into_owned();
                 self.pool
-                    .run(move || parse_and_walk(&owned, &policy, &roots, false))
+                    .run(move || parse_and_walk(&owned, &policy, &roots, None))
                     .and_then(|o| {
                         o.ok_or_else(|| "the guard's walk stopped on a parse thread".to_string())
                     })
             }
         };
+        self.verdict(outcome, &text)
+    }
+
+    /// A large source's check with its parse split over two threads (see
+    /// split.rs); `None` when it does not apply, and the caller checks the
+    /// source whole.
+    fn check_in_two_parts(
+        &self,
+        text: &str,
+        roots: &paths::Roots,
+        limits: depth::DepthLimits,
+        left: &mut Leftovers,
+    ) -> Option<Result<Outcome, String>> {
+        if !self.split || text.len() < split::SPLIT_MIN_BYTES || !split::worth_it() {
+            return None;
+        }
+        let shared: Arc<str> = text.into();
+        let limits = depth::small_stack_limits(limits);
+        catch_unwind(AssertUnwindSafe(|| {
+            let parts = split::parse(&shared, limits)?;
+            let outcome = walk::walk_parts(
+                &[&parts.first, parts.second.stmts()],
+                &self.policy,
+                roots,
+                true,
+            )
+            .ok()
+            .map(Outcome::Findings);
+            left.0 = Tree::Parts(parts);
+            outcome
+        }))
+        .map_err(|p| pool::panic_message(&*p))
+        .transpose()
+    }
+
+    fn verdict(&self, outcome: Result<Outcome, String>, text: &str) -> Verdict {
         match outcome {
             Err(message) => Verdict {
                 decision: Decision::Blocked,
@@ -323,32 +391,32 @@ impl Guard {
                 }],
             },
             Ok(Outcome::Syntax { offset, message }) => {
-                let index = LineIndex::new(&text);
+                let index = LineIndex::new(text);
                 let at = index.position(offset);
                 refusal("syntax_error", "syntax", message, at, index.snippet(at.0))
             }
-            Ok(Outcome::Findings(raw)) => build_verdict(raw, &text, limits.max_findings),
+            Ok(Outcome::Findings(raw)) => build_verdict(raw, text, self.policy.limits.max_findings),
         }
     }
 }
 
-/// Parses and walks `text`; `None` when `small_stack` was asked for and a
-/// code string in it needs a parse thread's stack.
+/// Parses and walks `text`; `None` when the walk ran on the caller's stack
+/// (`keep` given: the source passed the small-stack scan, and the tree is
+/// handed to `keep` rather than freed) and a code string in it needs a parse
+/// thread's stack.
 fn parse_and_walk(
     text: &str,
     policy: &Policy,
     roots: &paths::Roots,
-    small_stack: bool,
+    keep: Option<&mut Leftovers>,
 ) -> Option<Outcome> {
     match walk::parse_suite(text) {
         Ok(module) => {
-            let outcome = walk::walk(&module.body, policy, roots, small_stack)
+            let outcome = walk::walk(&module.body, policy, roots, keep.is_some())
                 .ok()
                 .map(Outcome::Findings);
-            if text.len() < reaper::INLINE_FREE_BYTES {
-                drop(module);
-            } else {
-                reaper::free_later(module);
+            if let Some(keep) = keep {
+                keep.0 = Tree::Whole(module.body);
             }
             outcome
         }
@@ -357,6 +425,22 @@ fn parse_and_walk(
             message: format!("syntax error: {}", e.error),
         }),
     }
+}
+
+/// A checked source's syntax tree, freed when this is dropped (see
+/// [`Guard::check_deferring_free`]). Only trees that passed the small-stack
+/// scan are handed out: dropping one recurses no deeper than parsing it did.
+#[derive(Debug, Default)]
+pub struct Leftovers(Tree);
+
+/// What a [`Leftovers`] holds: only ever dropped, never read.
+#[derive(Debug, Default)]
+#[allow(dead_code)]
+enum Tree {
+    #[default]
+    None,
+    Whole(py::Suite),
+    Parts(split::Parts),
 }
 
 fn build_verdict(raw: Vec<walk::RawFinding>, text: &str, max: usize) -> Verdict {
@@ -577,6 +661,74 @@ mod tests {
         // INLINE_STACK_BYTES left the guard hands them to a parse thread
         // instead, every time.
         judge_worst_cases_with_stack_left(256 * 1024, false);
+    }
+
+    fn corpus_texts(dir: &str) -> Vec<String> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "py"))
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_large_source_checked_in_two_parts_gets_the_verdict_of_the_whole() {
+        let split = Guard::with_default_policy().unwrap();
+        let whole = split.clone().split_large_sources(false);
+        let ctx = CheckContext {
+            workspace: PathBuf::from("/tmp/w"),
+            allowed_roots: vec![],
+        };
+        // Two copies of `benign` make a source the guard splits.
+        let mut benign = corpus_texts("tests/corpus/benign").join("\n");
+        while benign.len() < SPLIT_MIN_BYTES / 2 {
+            benign = format!("{benign}\n{benign}");
+        }
+        let mut hostile = corpus_texts("tests/corpus/redteam");
+        hostile.extend(corpus_texts("tests/corpus/bypass"));
+        let (mut checked, mut blocked) = (0, 0);
+        // Each hostile program before, inside and after ordinary code, so
+        // that what it does falls in either part.
+        for bad in &hostile {
+            for text in [
+                format!("{bad}\n{benign}{benign}"),
+                format!("{benign}{bad}\n{benign}"),
+                format!("{benign}{benign}{bad}\n"),
+            ] {
+                assert!(text.len() >= split::SPLIT_MIN_BYTES);
+                let a = split.check(text.as_bytes(), &ctx);
+                let b = whole.check(text.as_bytes(), &ctx);
+                assert_eq!(a, b, "{bad}");
+                checked += 1;
+                blocked += usize::from(a.decision == Decision::Blocked);
+            }
+        }
+        // Some red-team programs are the OS layer's to stop (a default
+        // temporary file); most are the guard's.
+        assert!(
+            checked > 100 && blocked * 4 > checked * 3,
+            "{blocked} of {checked}"
+        );
+        // Ordinary code is allowed both ways; a syntax error in the second
+        // part is reported where it is, as for the whole source.
+        let text = format!("{benign}{benign}");
+        assert_eq!(
+            split.check(text.as_bytes(), &ctx).decision,
+            Decision::Allowed
+        );
+        let bad = format!("{benign}{benign}x = (1,\n");
+        let (a, b) = (
+            split.check(bad.as_bytes(), &ctx),
+            whole.check(bad.as_bytes(), &ctx),
+        );
+        assert_eq!(a, b);
+        assert_eq!(a.findings[0].rule, "syntax_error");
     }
 
     #[test]

@@ -91,13 +91,37 @@ pub fn walk(
     roots: &Roots,
     small_stack: bool,
 ) -> Result<Vec<RawFinding>, NeedsBigStack> {
+    walk_parts(&[body], policy, roots, small_stack)
+}
+
+/// [`walk`] of one module given as consecutive parts (a source parsed in
+/// parts, split.rs): exactly the walk of their statements joined.
+pub fn walk_parts(
+    parts: &[&[Stmt]],
+    policy: &Policy,
+    roots: &Roots,
+    small_stack: bool,
+) -> Result<Vec<RawFinding>, NeedsBigStack> {
     let mut w = Walker::new(policy, roots, strings::FOLD_BUDGET, 0);
     w.small_stack = small_stack;
     // Sized for the code at once: grown step by step, the table would
     // rehash every name (SipHash: the names are the code's) at each step.
-    w.bindings.reserve(expected_names(body));
-    w.imports = resolve::Imports::collect(body);
-    w.body(body);
+    let last = parts
+        .iter()
+        .rev()
+        .find(|p| !p.is_empty())
+        .copied()
+        .unwrap_or_default();
+    w.bindings.reserve(expected_names(last));
+    w.imports = resolve::Imports::collect_parts(parts);
+    // The module's statements, as `body` walks them.
+    w.block_depth += 1;
+    for part in parts {
+        for s in *part {
+            w.stmt(s);
+        }
+    }
+    w.block_depth -= 1;
     if w.needs_big_stack {
         return Err(NeedsBigStack);
     }

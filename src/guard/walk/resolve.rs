@@ -35,12 +35,22 @@ pub(super) struct Resolution {
 const MAX_PATHS: usize = 8;
 
 impl Imports {
-    /// Collects every import (and plain alias of an import) in `body`.
-    pub fn collect(body: &[Stmt]) -> Imports {
+    /// Collects every import (and plain alias of an import) in a module given
+    /// as consecutive parts: the same as of their statements joined (they are
+    /// read in order).
+    pub fn collect_parts(parts: &[&[Stmt]]) -> Imports {
         let mut imports = Imports::default();
         // See `walk`: sized at once, the names are not rehashed as it grows.
-        imports.other.reserve(super::expected_names(body));
-        imports.stmts(body, 0);
+        let last = parts
+            .iter()
+            .rev()
+            .find(|p| !p.is_empty())
+            .copied()
+            .unwrap_or_default();
+        imports.other.reserve(super::expected_names(last));
+        for part in parts {
+            imports.stmts(part, 0);
+        }
         imports
     }
 
