@@ -68,6 +68,7 @@ pub fn scan(src: &str, limits: DepthLimits) -> Result<(), DepthError> {
         keywords: 0,
         indents: vec![0],
         elifs: vec![0],
+        elif_sum: 0,
         at_line_start: true,
     }
     .run()
@@ -84,6 +85,9 @@ struct Scanner<'a> {
     indents: Vec<usize>,
     /// Length of the `elif` ladder at each open indentation level.
     elifs: Vec<usize>,
+    /// The sum of `elifs`, kept as they change (`bump` reads it at every
+    /// operator).
+    elif_sum: usize,
     at_line_start: bool,
 }
 
@@ -162,15 +166,11 @@ impl Scanner<'_> {
         }
     }
 
-    fn elif_total(&self) -> usize {
-        self.elifs.iter().sum()
-    }
-
     fn bump(&mut self, n: usize) -> Result<(), DepthError> {
         let top = self.top();
         top.chain += n;
         let chain = top.chain;
-        if chain + self.keywords + self.elif_total() > self.limits.max_chain {
+        if chain + self.keywords + self.elif_sum > self.limits.max_chain {
             return Err(self.err(format!(
                 "this expression nests more than {} operators, calls, attribute accesses or \
                  `elif` branches deep; split it into smaller statements",
@@ -246,7 +246,7 @@ impl Scanner<'_> {
         } else {
             while self.indents.len() > 1 && self.indents.last().is_some_and(|&w| w > width) {
                 self.indents.pop();
-                self.elifs.pop();
+                self.elif_sum -= self.elifs.pop().unwrap_or(0);
             }
         }
         // An `elif` ladder nests each branch inside the previous `else`.
@@ -258,7 +258,9 @@ impl Scanner<'_> {
         if let Some(last) = self.elifs.last_mut() {
             if elif {
                 *last += 1;
+                self.elif_sum += 1;
             } else if !else_ {
+                self.elif_sum -= *last;
                 *last = 0;
             }
         }
@@ -278,12 +280,8 @@ impl Scanner<'_> {
     }
 
     fn skip_comment(&mut self) {
-        while let Some(&b) = self.src.get(self.pos) {
-            if b == b'\n' || b == b'\r' {
-                break;
-            }
-            self.pos += 1;
-        }
+        let rest = &self.src[self.pos..];
+        self.pos += memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
     }
 
     fn number(&mut self) {
@@ -315,7 +313,8 @@ impl Scanner<'_> {
             let fstring = word.iter().any(|b| *b == b'f' || *b == b'F');
             return self.string(if fstring { 1 } else { 0 });
         }
-        if KEYWORDS_THAT_NEST.iter().any(|k| k.as_bytes() == word) {
+        if (2..=6).contains(&word.len()) && KEYWORDS_THAT_NEST.iter().any(|k| k.as_bytes() == word)
+        {
             self.keywords += 1;
             self.bump(0)?;
         }
@@ -333,6 +332,16 @@ impl Scanner<'_> {
         let fstring = kind == 1;
         let outer_levels = self.levels.len();
         while let Some(&b) = self.src.get(self.pos) {
+            // Outside f-strings only the quote, a backslash and a line end
+            // mean anything: skip to the next of them at once.
+            if !fstring && b != quote && b != b'\\' && b != b'\n' {
+                let rest = &self.src[self.pos..];
+                match memchr::memchr3(quote, b'\\', b'\n', rest) {
+                    Some(i) => self.pos += i,
+                    None => self.pos = self.src.len(),
+                }
+                continue;
+            }
             match b {
                 b'\\' => self.pos += 2,
                 _ if b == quote => {
