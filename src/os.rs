@@ -274,6 +274,9 @@ pub fn fd_path(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<PathBuf> {
 /// it faulted in and was zeroed again on the next call (about 50 page faults a call).
 /// What is kept is bounded by the largest calls the server has served, not by their
 /// number. Returns whether glibc took both settings (elsewhere: nothing to do, true).
+/// On Linux the server's own (Rust) allocations go to mimalloc (`src/lib.rs`), which
+/// keeps freed memory of its own accord; this setting still holds for what C code
+/// allocates through glibc.
 pub fn keep_freed_memory_for_reuse() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
