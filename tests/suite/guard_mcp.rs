@@ -160,8 +160,8 @@ async fn syntax_errors_are_retryable_with_a_position() {
 #[tokio::test]
 async fn shadow_mode_runs_the_code_and_reports_what_it_would_block() {
     let server = Server::start(&[("CODEGUARD", "shadow")]).await;
-    // The first call of a session is judged before it is sent; the second, to a live
-    // worker, is sent held and then let go.
+    // The first call of a session is judged before it is sent unless it took a warm
+    // worker; the second, to a live worker, is sent held and then let go.
     for (code, want) in [
         ("import os\nprint(os.getcwd() != '')", "True\n"),
         ("import os\nprint(os.getcwd() != '', 2)", "True 2\n"),
