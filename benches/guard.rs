@@ -85,25 +85,15 @@ fn measure<R>(iterations: usize, mut f: impl FnMut(usize) -> R) -> Stats {
     for i in 0..warm {
         f(i);
     }
-    let mut times = Vec::with_capacity(iterations);
-    let mut cpu = Vec::with_capacity(iterations);
+    let mut runs = Vec::with_capacity(iterations);
     for i in warm..warm + iterations {
         let c = thread_cpu();
         let t = Instant::now();
         let left = f(i);
-        times.push(t.elapsed());
-        cpu.push(thread_cpu().saturating_sub(c));
+        runs.push((t.elapsed(), thread_cpu().saturating_sub(c)));
         drop(left);
     }
-    times.sort();
-    cpu.sort();
-    let at = |v: &[Duration], p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
-    Stats {
-        p50: at(&times, 0.50),
-        p95: at(&times, 0.95),
-        cpu_p50: at(&cpu, 0.50),
-        cpu_p95: at(&cpu, 0.95),
-    }
+    stats(runs)
 }
 
 /// Two functions measured as [`measure`] does, their calls alternated.

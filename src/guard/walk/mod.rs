@@ -106,13 +106,7 @@ pub fn walk_parts(
     w.small_stack = small_stack;
     // Sized for the code at once: grown step by step, the table would
     // rehash every name (SipHash: the names are the code's) at each step.
-    let last = parts
-        .iter()
-        .rev()
-        .find(|p| !p.is_empty())
-        .copied()
-        .unwrap_or_default();
-    w.bindings.reserve(expected_names(last));
+    w.bindings.reserve(expected_names(parts));
     w.imports = resolve::Imports::collect_parts(parts);
     // The module's statements, as `body` walks them.
     w.block_depth += 1;
@@ -840,8 +834,12 @@ impl<'a> Walker<'a> {
 /// About how many distinct names code of this size binds (ordinary
 /// analysis code: one per 100 bytes or so), capped so that a huge source
 /// does not reserve much more than it will use.
-fn expected_names(body: &[Stmt]) -> usize {
-    let bytes = body.last().map_or(0, |s| s.range().end().to_usize());
+fn expected_names(parts: &[&[Stmt]]) -> usize {
+    let bytes = parts
+        .iter()
+        .rev()
+        .find_map(|p| p.last())
+        .map_or(0, |s| s.range().end().to_usize());
     (bytes / 100).clamp(8, 4096)
 }
 

@@ -41,13 +41,7 @@ impl Imports {
     pub fn collect_parts(parts: &[&[Stmt]]) -> Imports {
         let mut imports = Imports::default();
         // See `walk`: sized at once, the names are not rehashed as it grows.
-        let last = parts
-            .iter()
-            .rev()
-            .find(|p| !p.is_empty())
-            .copied()
-            .unwrap_or_default();
-        imports.other.reserve(super::expected_names(last));
+        imports.other.reserve(super::expected_names(parts));
         for part in parts {
             imports.stmts(part, 0);
         }
