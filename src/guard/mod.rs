@@ -663,7 +663,8 @@ mod tests {
         judge_worst_cases_with_stack_left(256 * 1024, false);
     }
 
-    fn corpus_texts(dir: &str) -> Vec<String> {
+    /// The `.py` files of a corpus directory, in name order.
+    pub(super) fn corpus_texts(dir: &str) -> Vec<String> {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
             .unwrap()

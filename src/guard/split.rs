@@ -1,9 +1,10 @@
 //! Large sources parsed on two threads at once. The source is cut at a
 //! top-level statement boundary near its middle; each part is scanned and
 //! parsed as a module of its own (ruff's parser keeps the offsets into the
-//! whole source), one on the caller's thread and one on a parse thread, and
-//! the two statement lists are joined. The walk then reads the joined list
-//! exactly as it would read the whole source's: nothing else changes.
+//! whole source), the first on the caller's thread and the second on a
+//! partner thread, which also frees that part's nodes once the check is done.
+//! The walk then reads the two statement lists in order, exactly as it would
+//! read the whole source's: nothing else changes.
 //!
 //! Why a cut gives the same tree. Python's tokenizer carries state from one
 //! line to the next only through open brackets, open strings, a trailing
@@ -143,7 +144,10 @@ fn partner() -> Option<Sender<Job>> {
 
 /// Whether a second thread can help at all.
 pub fn worth_it() -> bool {
-    std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) && pool::room_to_check_inline()
+    // Read once: on Linux the answer comes from the cgroup files.
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get())) > 1
+        && pool::room_to_check_inline()
 }
 
 /// `text[start..end]` parsed as a module of its own, with the offsets it has
@@ -210,6 +214,7 @@ fn is_boundary(b: &[u8], k: usize) -> bool {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::guard::tests::corpus_texts;
     use proptest::prelude::*;
 
     const LIMITS: DepthLimits = depth::SMALL_STACK;
@@ -253,23 +258,6 @@ mod tests {
         agreed
     }
 
-    fn corpus(dir: &str) -> Vec<(String, String)> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-        let mut out: Vec<(String, String)> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "py"))
-            .map(|p| {
-                (
-                    p.display().to_string(),
-                    std::fs::read_to_string(&p).unwrap(),
-                )
-            })
-            .collect();
-        out.sort();
-        out
-    }
-
     #[test]
     fn every_cut_of_the_corpora_gives_the_whole_tree() {
         let mut agreed = 0;
@@ -278,7 +266,7 @@ mod tests {
             "tests/corpus/redteam",
             "tests/corpus/bypass",
         ] {
-            for (_, text) in corpus(dir) {
+            for text in corpus_texts(dir) {
                 agreed += every_cut_agrees(&text);
             }
         }
@@ -365,7 +353,7 @@ mod tests {
     #[test]
     fn large_sources_are_parsed_in_two_parts_as_one() {
         let mut text = String::new();
-        for (_, t) in corpus("tests/corpus/benign") {
+        for t in corpus_texts("tests/corpus/benign") {
             text.push_str(&t);
         }
         while text.len() < 2 * SPLIT_MIN_BYTES {
