@@ -453,7 +453,9 @@ pub struct Policy {
     /// Lower-case file suffixes of code an import would run (".py", ".so").
     pub code_extensions: Vec<String>,
     pub tripwires: Vec<Tripwire>,
-    pub tripwire_set: RegexSet,
+    /// The tripwires' patterns, then the policy patterns': match `i` is
+    /// `tripwires[i]` below `tripwires.len()`, else `patterns[i - len]`.
+    pub string_set: RegexSet,
     /// Module path components that block a module wherever they appear (`tests`).
     pub blocked_parts: HashSet<String>,
     pub capabilities: ByName<Capability>,
@@ -469,8 +471,8 @@ pub struct Policy {
     pub reexports: HashMap<String, Reexport>,
     /// Classes whose subclasses are metaclasses (`ABCMeta`).
     pub metaclasses: HashSet<String>,
+    /// Findings (not tripwires) for string values, in `string_set` after the tripwires.
     pub patterns: Vec<ConfigKeys>,
-    pub pattern_set: RegexSet,
 }
 
 fn invalid(field: &str, why: impl Into<String>) -> GuardError {
@@ -649,9 +651,6 @@ impl Policy {
                 action: t.action,
             });
         }
-        let tripwire_set = tripwire_builder(&patterns)
-            .build()
-            .map_err(|e| invalid("tripwires", e.to_string()))?;
         let capabilities = compile_capabilities(&file.capabilities)?;
         let modes = compile_modes(&file.modes)?;
         let config = compile_config(&file.config_keys)?;
@@ -664,7 +663,13 @@ impl Policy {
                 r.distinctive = false;
             }
         }
-        let (patterns, pattern_set) = compile_patterns(&file.patterns)?;
+        let (string_patterns, pattern_sources) = compile_patterns(&file.patterns)?;
+        // One set for both, tripwires first: nearly every literal matches
+        // neither, and one pass over it answers that for both.
+        patterns.extend(pattern_sources);
+        let string_set = tripwire_builder(&patterns)
+            .build()
+            .map_err(|e| invalid("tripwires and patterns", e.to_string()))?;
         let getter_names = name_set(
             "reflection.attribute_getters",
             &file.reflection.attribute_getters,
@@ -674,8 +679,7 @@ impl Policy {
         .collect();
         Ok(Policy {
             metaclasses: name_set("reflection.metaclasses", &file.reflection.metaclasses)?,
-            patterns,
-            pattern_set,
+            patterns: string_patterns,
             blocked_parts: name_set("modules.blocked_parts", &file.modules.blocked_parts)?,
             capabilities,
             modes,
@@ -727,7 +731,7 @@ impl Policy {
                 .map(|e| e.to_ascii_lowercase())
                 .collect(),
             tripwires,
-            tripwire_set,
+            string_set,
         })
     }
 
@@ -880,7 +884,8 @@ fn compile_config(files: &[ConfigKeysFile]) -> Result<CompiledConfig, GuardError
     Ok(out)
 }
 
-fn compile_patterns(files: &[PatternFile]) -> Result<(Vec<ConfigKeys>, RegexSet), GuardError> {
+/// The policy patterns' findings and their regexes, each checked on its own.
+fn compile_patterns(files: &[PatternFile]) -> Result<(Vec<ConfigKeys>, Vec<String>), GuardError> {
     let mut out = Vec::new();
     let mut sources = Vec::new();
     for p in files {
@@ -895,10 +900,7 @@ fn compile_patterns(files: &[PatternFile]) -> Result<(Vec<ConfigKeys>, RegexSet)
             reason: p.reason.clone(),
         });
     }
-    let set = tripwire_builder(&sources)
-        .build()
-        .map_err(|e| invalid("patterns", e.to_string()))?;
-    Ok((out, set))
+    Ok((out, sources))
 }
 
 fn compile_reexports(file: ReexportsFile) -> HashMap<String, Reexport> {

@@ -1,22 +1,35 @@
 //! Tripwires: policy regexes matched against the values of string literals
 //! (never against raw source). A hit is a finding marked `tripwire`, which
-//! the server answers by killing the session.
+//! the server answers by killing the session. The policy's plain string
+//! patterns (findings that do not kill) share the tripwires' regex set.
 
-use super::policy::{Policy, Tripwire};
+use super::policy::{ConfigKeys, Policy, Tripwire};
 
-/// The tripwires whose pattern matches `value`.
-pub fn hits<'p>(policy: &'p Policy, value: &str) -> Vec<&'p Tripwire> {
+/// What a string's value matches: tripwires, and policy patterns (findings
+/// that are not tripwires, such as `!!python/`).
+#[derive(Debug, Default)]
+pub struct Hits<'p> {
+    pub tripwires: Vec<&'p Tripwire>,
+    pub patterns: Vec<&'p ConfigKeys>,
+}
+
+/// The tripwires and policy patterns whose regex matches `value`.
+pub fn hits<'p>(policy: &'p Policy, value: &str) -> Hits<'p> {
+    let mut hits = Hits::default();
     // Nearly every literal matches nothing: the one-pass `is_match` answers
     // that without building the per-pattern result.
-    if policy.tripwires.is_empty() || !policy.tripwire_set.is_match(value.as_bytes()) {
-        return Vec::new();
+    let set = &policy.string_set;
+    if set.is_empty() || !set.is_match(value.as_bytes()) {
+        return hits;
     }
-    policy
-        .tripwire_set
-        .matches(value.as_bytes())
-        .iter()
-        .filter_map(|i| policy.tripwires.get(i))
-        .collect()
+    let n = policy.tripwires.len();
+    for i in set.matches(value.as_bytes()).iter() {
+        match i.checked_sub(n) {
+            None => hits.tripwires.extend(policy.tripwires.get(i)),
+            Some(j) => hits.patterns.extend(policy.patterns.get(j)),
+        }
+    }
+    hits
 }
 
 #[cfg(test)]
@@ -29,7 +42,11 @@ mod tests {
     }
 
     fn ids(p: &Policy, v: &str) -> Vec<String> {
-        hits(p, v).into_iter().map(|t| t.id.clone()).collect()
+        hits(p, v)
+            .tripwires
+            .into_iter()
+            .map(|t| t.id.clone())
+            .collect()
     }
 
     #[test]
@@ -83,6 +100,21 @@ mod tests {
                 ids(&p, value)
             );
         }
+    }
+
+    #[test]
+    fn patterns_and_tripwires_share_one_set_and_stay_apart() {
+        let p = policy();
+        let both = "!!python/object/apply:os.system; sudo rm -rf /";
+        let h = hits(&p, both);
+        let tripwires: Vec<&str> = h.tripwires.iter().map(|t| t.id.as_str()).collect();
+        let rules: Vec<&str> = h.patterns.iter().map(|c| c.rule.as_str()).collect();
+        assert_eq!(tripwires, ["sudo"]);
+        assert_eq!(rules, ["unsafe_loader"]);
+        let h = hits(&p, "sudo rm -rf /");
+        assert!(h.patterns.is_empty() && h.tripwires.len() == 1);
+        let h = hits(&p, "tag:yaml.org,2002:python/name:os.system");
+        assert!(h.tripwires.is_empty() && h.patterns.len() == 1);
     }
 
     #[test]

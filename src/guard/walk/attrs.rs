@@ -258,8 +258,7 @@ impl Walker<'_> {
             self.report(problem.rule, "path", problem.message, offset);
         }
         if !docstring {
-            self.check_tripwires(value, offset);
-            self.check_patterns(value, offset);
+            self.check_tripwires_and_patterns(value, offset);
             self.config_string(value, offset);
             if nfkc_is(value, MATCH_ARGS) {
                 self.report(
@@ -284,31 +283,11 @@ impl Walker<'_> {
         }
     }
 
-    /// Policy patterns that are findings but not tripwires (`!!python/`).
-    fn check_patterns(&mut self, value: &str, offset: usize) {
-        if self.policy.patterns.is_empty() || !self.policy.pattern_set.is_match(value.as_bytes()) {
-            return;
-        }
-        let hits: Vec<usize> = self
-            .policy
-            .pattern_set
-            .matches(value.as_bytes())
-            .iter()
-            .collect();
-        for i in hits {
-            if let Some(p) = self.policy.patterns.get(i).cloned() {
-                self.report(
-                    &p.rule,
-                    &p.category,
-                    format!("the string {}", p.reason),
-                    offset,
-                );
-            }
-        }
-    }
-
-    fn check_tripwires(&mut self, value: &str, offset: usize) {
-        for t in tripwire::hits(self.policy, value) {
+    /// Tripwires, then policy patterns that are findings but not tripwires
+    /// (`!!python/`): one regex set for both.
+    fn check_tripwires_and_patterns(&mut self, value: &str, offset: usize) {
+        let hits = tripwire::hits(self.policy, value);
+        for t in hits.tripwires {
             self.push(
                 &t.id,
                 &t.category,
@@ -319,6 +298,14 @@ impl Walker<'_> {
                 offset,
                 true,
                 t.action,
+            );
+        }
+        for p in hits.patterns {
+            self.report(
+                &p.rule,
+                &p.category,
+                format!("the string {}", p.reason),
+                offset,
             );
         }
     }

@@ -18,7 +18,8 @@ mod embedded;
 mod resolve;
 mod templates;
 
-use std::collections::{HashMap, HashSet};
+// Keyed hashing: the keys are names the program chose (see Cargo.toml).
+use foldhash::{HashMap, HashSet};
 
 use super::ast::{Expr, Pattern, Ranged, Stmt, const_str, py, start};
 use super::names::nfkc;
@@ -174,7 +175,7 @@ impl<'a> Walker<'a> {
             policy,
             roots,
             findings: Vec::new(),
-            bindings: HashMap::new(),
+            bindings: HashMap::default(),
             module_name_loads: Vec::new(),
             depth: 0,
             fold_suppress: 0,
@@ -189,8 +190,8 @@ impl<'a> Walker<'a> {
             in_annotation: 0,
             embed_depth,
             imports: resolve::Imports::default(),
-            computed_names: HashSet::new(),
-            classes: HashSet::new(),
+            computed_names: HashSet::default(),
+            classes: HashSet::default(),
             in_class_body: false,
             small_stack: false,
             needs_big_stack: false,

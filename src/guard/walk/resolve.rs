@@ -9,7 +9,8 @@
 //! earlier call, a parameter, an instance) resolves to nothing: the checks
 //! by last name are all the guard has for it.
 
-use std::collections::{HashMap, HashSet};
+// Keyed hashing: the keys are names the program chose (see Cargo.toml).
+use foldhash::{HashMap, HashSet};
 
 use super::super::ast::{Expr, Stmt, py};
 use super::super::names::nfkc;
