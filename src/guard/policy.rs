@@ -631,7 +631,8 @@ impl Policy {
             alias_prefixes.push(p.trim_end_matches('/').to_string());
         }
         let mut tripwires = Vec::new();
-        let mut patterns = Vec::new();
+        // Every string regex: the tripwires' here, the patterns' after them.
+        let mut regexes = Vec::new();
         let mut seen = HashSet::default();
         for t in file.tripwires {
             if !seen.insert(t.id.clone()) {
@@ -643,7 +644,7 @@ impl Policy {
             tripwire_builder(std::slice::from_ref(&t.pattern))
                 .build()
                 .map_err(|e| invalid(&format!("tripwires.{}.pattern", t.id), e.to_string()))?;
-            patterns.push(t.pattern);
+            regexes.push(t.pattern);
             tripwires.push(Tripwire {
                 id: t.id,
                 category: t.category,
@@ -663,11 +664,11 @@ impl Policy {
                 r.distinctive = false;
             }
         }
-        let (string_patterns, pattern_sources) = compile_patterns(&file.patterns)?;
+        let (patterns, pattern_regexes) = compile_patterns(&file.patterns)?;
         // One set for both, tripwires first: nearly every literal matches
         // neither, and one pass over it answers that for both.
-        patterns.extend(pattern_sources);
-        let string_set = tripwire_builder(&patterns)
+        regexes.extend(pattern_regexes);
+        let string_set = tripwire_builder(&regexes)
             .build()
             .map_err(|e| invalid("tripwires and patterns", e.to_string()))?;
         let getter_names = name_set(
@@ -679,7 +680,7 @@ impl Policy {
         .collect();
         Ok(Policy {
             metaclasses: name_set("reflection.metaclasses", &file.reflection.metaclasses)?,
-            patterns: string_patterns,
+            patterns,
             blocked_parts: name_set("modules.blocked_parts", &file.modules.blocked_parts)?,
             capabilities,
             modes,
