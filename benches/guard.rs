@@ -8,6 +8,11 @@
 //! thread; deep code goes to a parse thread, whose CPU time is not counted).
 //! Target (DESIGN §9, #12): <= 1 ms per 1,000 lines.
 //!
+//! The reference is native CPython in process (`support/cpython.rs`), timed in
+//! the same run on the same text: `ast.parse`, and `compile()`, which the
+//! worker runs on every cell before any of it runs. A miss is reported as a
+//! ratio to each, which says more than a time on a machine whose speed drifts.
+//!
 //! Run with `cargo bench --bench guard`; `WARDEN_BENCH_QUICK=1` runs a tenth
 //! of the iterations. `cargo bench --bench guard -- --profile-miss N` only
 //! checks N never-seen variants of the 1,000 lines and prints nothing: a
@@ -22,6 +27,8 @@ use warden::guard::{CheckContext, Decision, Guard, VerdictCache};
 
 #[path = "support/corpus.rs"]
 mod corpus;
+#[path = "support/cpython.rs"]
+mod cpython;
 
 fn corpus_lines(n: usize) -> String {
     corpus::benign_lines(n, "")
@@ -140,6 +147,28 @@ fn row(what: &str, s: &Stats) {
     );
 }
 
+impl From<cpython::Percentiles> for Stats {
+    fn from(p: cpython::Percentiles) -> Stats {
+        let ms = |v: f64| Duration::from_secs_f64(v / 1000.0);
+        Stats {
+            p50: ms(p.p50_ms),
+            p95: ms(p.p95_ms),
+            cpu_p50: ms(p.cpu_p50_ms),
+            cpu_p95: ms(p.cpu_p95_ms),
+        }
+    }
+}
+
+/// The miss as a multiple of a native step, by wall-clock and by CPU p50.
+fn ratio_row(what: &str, miss: &Stats, native: &Stats) {
+    let r = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!(
+        "{what:<48} {:.2}× wall p50, {:.2}× cpu p50",
+        r(miss.p50, native.p50),
+        r(miss.cpu_p50, native.cpu_p50)
+    );
+}
+
 /// `--profile-miss N`: N cache misses on the 1,000 lines, nothing else.
 fn profile_miss(guard: &Guard, ctx: &CheckContext) -> bool {
     let args: Vec<String> = std::env::args().collect();
@@ -215,5 +244,12 @@ fn main() {
             std::hint::black_box(ruff_python_parser::parse_module(&src))
         });
         row("  ruff parser alone (the floor of a miss)", &parse);
+
+        let native = cpython::front_end(&src, runs);
+        let (ast_parse, compile) = (Stats::from(native.parse), Stats::from(native.compile));
+        row("  native CPython ast.parse, in process", &ast_parse);
+        row("  native CPython compile(), in process", &compile);
+        ratio_row("  cache miss / native ast.parse", &stats, &ast_parse);
+        ratio_row("  cache miss / native compile()", &stats, &compile);
     }
 }

@@ -15,7 +15,7 @@
 //! - first-seen cells of about 20, 1,000 and 10,000 lines in a session with a worker,
 //!   guard enforcing beside `CODEGUARD=off` (what the guard adds to a call, its check
 //!   overlapping the worker's compile; `WARDEN_BENCH_COMPARE_BIN=path` also runs an
-//!   earlier build's server).
+//!   earlier build's server), and the baseline server given the same cells.
 //!
 //! `cargo bench --bench latency`; `WARDEN_BENCH_QUICK=1` takes fewer samples (CI prints
 //! the ratios and never fails on them); `WARDEN_BENCH_ONLY=new,output` runs some parts;
@@ -27,7 +27,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{Client, Stats, n, native_p50_ms, row, stats};
+use support::cpython::exec_p50_ms;
+use support::{Client, Stats, n, row, stats};
 
 const PRINT: &str = "print(1+1)";
 /// The idle time before a new session's first call (and before the warm call timed
@@ -53,7 +54,7 @@ async fn run() {
         base.push(baseline.timed("b", PRINT, Some("2\n")).await);
     }
     let base = stats(&base);
-    let native = native_p50_ms(PRINT, 5000);
+    let native = exec_p50_ms(PRINT, 5000);
     row(
         "baseline: python3 -c server, print(1+1)",
         base,
@@ -77,7 +78,7 @@ async fn run() {
         churn(base, native).await;
     }
     if wanted("cell") {
-        long_cell().await;
+        long_cell(&baseline).await;
     }
     baseline.stop().await;
 }
@@ -320,7 +321,7 @@ async fn output_rows(baseline: &Client, env: &[(&str, &str)], how: &str, cases: 
             b.push(baseline.timed("b", &code, None).await);
         }
         // (The native reference sends stdout to a buffer, which a raw os.write bypasses.)
-        let native = (how == "print").then(|| native_p50_ms(&code, n(50, 10)));
+        let native = (how == "print").then(|| exec_p50_ms(&code, n(50, 10)));
         row(
             &format!("{mib} MiB by {how} (capped at 64 KiB)"),
             stats(&took),
@@ -393,8 +394,10 @@ fn long_cell_source(lines: usize) -> String {
 
 /// First-seen cells of about 20, 1,000 and 10,000 lines (each call unique, so every one
 /// is a cache miss) in a session whose worker is live: guard enforcing, and
-/// `CODEGUARD=off` as the reference.
-async fn long_cell() {
+/// `CODEGUARD=off` as the reference; the baseline server gets the same cells in the same
+/// alternation (a fresh interpreter compiling and running each), and native CPython
+/// compiles and runs the cell in process.
+async fn long_cell(baseline: &Client) {
     let mut servers = vec![
         ("enforce", Client::warden(&[("CODEGUARD", "enforce")]).await),
         (
@@ -412,26 +415,36 @@ async fn long_cell() {
     for (size, runs) in [(20, n(400, 60)), (1000, n(200, 30)), (10_000, n(40, 10))] {
         let cell = long_cell_source(size);
         let mut times: Vec<Vec<Duration>> = vec![Vec::new(); servers.len()];
+        let mut base = Vec::new();
         for (_, server) in &servers {
             let r = server.call("cell", &format!("{cell}# warm-up\n")).await;
             assert_eq!(r["stdout"], "ok\n", "{r}");
         }
         // Alternated call by call, so that load moving over the run falls on every server.
         for i in 0..runs {
+            let code = format!("{cell}# run {i}\n");
             for (k, (_, server)) in servers.iter().enumerate() {
-                let code = format!("{cell}# run {i}\n");
                 times[k].push(server.timed("cell", &code, Some("ok\n")).await);
             }
+            base.push(baseline.timed("b", &code, Some("ok\n")).await);
         }
+        let native = exec_p50_ms(&cell, runs);
         let lines = cell.lines().count();
+        let base = stats(&base);
         for ((name, _), t) in servers.iter().zip(&times) {
             row(
                 &format!("{lines}-line cell, first seen, {name}"),
                 stats(t),
-                None,
-                None,
+                Some(base),
+                Some(native),
             );
         }
+        row(
+            &format!("{lines}-line cell, baseline python3 -c server"),
+            base,
+            None,
+            Some(native),
+        );
     }
     for (_, server) in servers {
         server.stop().await;

@@ -1,6 +1,6 @@
 //! What the end-to-end benches share: percentiles, an MCP client for the release binary,
-//! the unsandboxed baseline server, the native in-process CPython timer, and reading a
-//! process's memory and CPU time from `/proc`.
+//! the unsandboxed baseline server, and reading a process's memory and CPU time from
+//! `/proc`; the native in-process CPython timer is [`cpython`].
 //!
 //! Every figure is reported beside two references measured in the same run:
 //!
@@ -13,6 +13,7 @@
 #![allow(dead_code)]
 
 pub mod corpus;
+pub mod cpython;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-pub const PYTHON: &str = "/usr/bin/python3";
+pub use cpython::PYTHON;
 /// The output cap both servers apply (warden's default `SANDBOX_OUTPUT_LIMIT`).
 pub const OUTPUT_CAP: usize = 64 << 10;
 
@@ -254,34 +255,6 @@ pub fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
-/// Times `code` compiled and executed `n` times in one CPython process, stdout to a
-/// buffer (the native reference); returns p50 in milliseconds.
-pub fn native_p50_ms(code: &str, n: usize) -> f64 {
-    let script = r#"
-import contextlib, io, json, sys, time
-code, n = sys.argv[1], int(sys.argv[2])
-ns, samples = {}, []
-for _ in range(n):
-    buf = io.StringIO()
-    t = time.perf_counter()
-    with contextlib.redirect_stdout(buf):
-        exec(compile(code, "<cell>", "exec"), ns)
-    samples.append(time.perf_counter() - t)
-samples.sort()
-print(json.dumps(samples[len(samples) // 2] * 1000))
-"#;
-    let out = std::process::Command::new(PYTHON)
-        .args(["-c", script, code, &n.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-}
-
 /// A bench's `main`: serves as the baseline server when this process was started as one,
 /// else runs `bench` on a two-thread runtime (two cores here).
 pub fn bench_main<F: std::future::Future<Output = ()>>(bench: impl FnOnce() -> F) {
@@ -311,6 +284,31 @@ pub fn serve_baseline_if_asked() -> bool {
         let _ = running.waiting().await;
     });
     true
+}
+
+/// The largest code passed as `-c <code>`: the kernel refuses a longer single argument
+/// (`MAX_ARG_STRLEN`, 128 KiB, the terminating NUL included).
+const ARG_MAX_CODE: usize = (128 << 10) - 1;
+
+/// `python3 -c <code>`, or for code too long for one argument `python3 -` with the code on
+/// stdin (the same fresh interpreter compiling and running the same text).
+async fn python_c(code: &str) -> std::io::Result<std::process::Output> {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = tokio::process::Command::new(PYTHON);
+    if code.len() <= ARG_MAX_CODE {
+        return cmd.args(["-c", code]).output().await;
+    }
+    let mut child = cmd
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // Python reads its script whole before it runs a line of it.
+        stdin.write_all(code.as_bytes()).await?;
+    }
+    child.wait_with_output().await
 }
 
 /// `execute_python` as `python3 -c <code>` in a fresh, unsandboxed subprocess.
@@ -349,9 +347,7 @@ impl rmcp::ServerHandler for Baseline {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let out = tokio::process::Command::new(PYTHON)
-            .args(["-c", &code])
-            .output()
+        let out = python_c(&code)
             .await
             .map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))?;
         let cut = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(OUTPUT_CAP)]).into_owned();
