@@ -2095,15 +2095,16 @@ fn bypasses_really_run_a_shell_under_plain_cpython() {
 /// fs were); a package added while its findings are read goes here briefly.
 const STILL_BEING_JUDGED: &[&str] = &[];
 
-/// `tools/guard_audit.py --uncovered` over the whole audit (the stdlib and
-/// every installed package) lists nothing: every finding is ruled in
+/// `tools/guard_audit.py --uncovered --pinned .ci/audit-packages` lists
+/// nothing: every finding in the stdlib and in the pinned packages is ruled in
 /// policies/default.toml or judged, with its reason, in
 /// policies/audit-reviewed.toml. A Python or package upgrade that brings a
 /// new reflective, evaluating, spawning, loading or native API fails here
-/// until someone judges it. The audit reads what this machine has installed
-/// (.ci/run installs the Debian packages listed in .ci/audit-packages, the
-/// set the findings were judged on) and the test prints which packages that
-/// was. Needs Debian's python3 data stack; locally a missing package skips
+/// until someone judges it. The audit reads exactly the Debian packages
+/// .ci/audit-packages lists (the set the findings were judged on, which
+/// .ci/run installs), never whatever else is installed, so a machine with
+/// more packages gets the same outcome; the test prints which packages it
+/// read. Needs Debian's python3 data stack; locally a missing package skips
 /// with a note, in CI it fails.
 #[test]
 fn the_audit_of_the_data_stack_leaves_nothing_unjudged() {
@@ -2136,6 +2137,8 @@ fn the_audit_of_the_data_stack_leaves_nothing_unjudged() {
         .arg("-I")
         .arg(root.join("tools/guard_audit.py"))
         .arg("--uncovered")
+        .arg("--pinned")
+        .arg(root.join(".ci/audit-packages"))
         .current_dir(root)
         .stdin(std::process::Stdio::null())
         .output()

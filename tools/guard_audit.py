@@ -35,12 +35,20 @@ judges it).
 
     /usr/bin/python3 -I tools/guard_audit.py               # every finding
     /usr/bin/python3 -I tools/guard_audit.py --uncovered   # only what the policy misses
+    /usr/bin/python3 -I tools/guard_audit.py --uncovered --pinned .ci/audit-packages
+
+After installing a package, run it with --uncovered to see what of the new
+package the policy does not yet judge. With --pinned FILE it reads the stdlib
+and exactly the modules of the Debian packages FILE lists, whatever else is
+installed: the CI test audits that set, so its outcome does not depend on
+what else a machine has.
 """
 
 import argparse
 import ast
 import importlib.util
 import os
+import subprocess
 import sys
 import tomllib
 
@@ -298,6 +306,87 @@ def load_policy(path):
     return blocked, caps, modes, reexports, reviewed, frozenset(internals)
 
 
+DIST_PACKAGES = "/usr/lib/python3/dist-packages/"
+
+
+def providers():
+    """Installed packages by the virtual names they provide."""
+    run = subprocess.run(["dpkg-query", "-W", "-f=${Package}\t${Provides}\n"],
+                         capture_output=True, text=True)
+    out = {}
+    for line in run.stdout.splitlines():
+        package, _, provides = line.partition("\t")
+        for virtual in provides.split(","):
+            name = virtual.strip().split(" ")[0]
+            if name:
+                out.setdefault(name, package)
+    return out
+
+
+def installed_depends(package, provided):
+    """The python3-* packages `package` needs (Depends and Pre-Depends, which apt
+    always installs, unlike Recommends; a virtual name by its installed provider).
+    A clause with alternatives is left out: which of them a machine has varies."""
+    run = subprocess.run(["dpkg-query", "-W", "-f=${Pre-Depends}, ${Depends}", package],
+                         capture_output=True, text=True)
+    out = []
+    for clause in run.stdout.split(","):
+        if "|" in clause:
+            continue
+        name = clause.strip().split(" ")[0].split(":")[0]
+        if name.startswith("python3-"):
+            out.append(provided.get(name, name))
+    return out
+
+
+def modules_of(package):
+    """The top-level module names a Debian package installs; None if not installed."""
+    run = subprocess.run(["dpkg-query", "-L", package], capture_output=True, text=True)
+    if run.returncode != 0:
+        return None
+    names = set()
+    for path in run.stdout.splitlines():
+        if not path.startswith(DIST_PACKAGES):
+            continue
+        top = path[len(DIST_PACKAGES):].split("/")[0]
+        name = top.split(".")[0]
+        if top.endswith((".dist-info", ".egg-info", ".pth")) or not name.isidentifier():
+            continue
+        if top == name or top.endswith((".py", ".so")):
+            names.add(name)
+    return names
+
+
+def pinned_roots(listing):
+    """The top-level modules the Debian packages named in `listing` (one a
+    line, `#` comments) install, and those of the python3 packages they depend
+    on (which apt always installs with them), with the stdlib's: the roots to
+    read and the names imports are kept to, so the audit reads the same set
+    whatever else is installed. Exits with a message naming the packages that
+    are not installed."""
+    with open(listing, encoding="utf-8") as f:
+        pending = [l.strip() for l in f if l.strip() and not l.lstrip().startswith("#")]
+    roots, missing, seen = set(sys.stdlib_module_names), [], set()
+    pinned, provided = set(pending), providers()
+    while pending:
+        package = pending.pop()
+        if package in seen:
+            continue
+        seen.add(package)
+        names = modules_of(package)
+        if names is None:
+            if package in pinned:
+                missing.append(package)
+            continue
+        roots |= names
+        pending.extend(installed_depends(package, provided))
+    if missing:
+        sys.exit("not installed (apt-get install them, or audit without --pinned): "
+                 + " ".join(sorted(missing)))
+    keep = sorted(n for n in roots if not n.startswith("_") or n in sys.stdlib_module_names)
+    return keep, roots
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", default=guard_reexports.DEFAULT_POLICY)
@@ -305,12 +394,20 @@ def main():
     parser.add_argument("--public", action="store_true", help="skip names starting with `_`")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--packages", nargs="*", help="audit only these top-level packages")
+    parser.add_argument("--pinned", metavar="FILE",
+                        help="audit the stdlib and exactly the Debian packages FILE lists")
     args = parser.parse_args()
 
     policy = load_policy(args.policy)
     blocked = policy[0]
-    roots = args.packages or guard_reexports.top_level_packages()
-    modules, _ = guard_reexports.importable_modules(roots, blocked, args.timeout)
+    only = None
+    if args.packages:
+        roots = args.packages
+    elif args.pinned:
+        roots, only = pinned_roots(args.pinned)
+    else:
+        roots = guard_reexports.top_level_packages()
+    modules, _ = guard_reexports.importable_modules(roots, blocked, args.timeout, only)
     totals = {}
     rows = []
     for module in sorted(set(modules)):

@@ -90,6 +90,29 @@ CHILD = r"""
 import contextlib, importlib, io, json, pkgutil, sys, warnings
 warnings.simplefilter("ignore")
 root, blocked = sys.argv[1], set(json.loads(sys.argv[2]))
+# With a set of top-level names to keep to, importing an installed package outside it
+# fails as if it were not installed: an optional dependency outside the set changes
+# nothing. The interpreter's own modules (stdlib, its private helpers) always load.
+only = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
+if only is not None:
+    allowed = set(only)
+    class KeepToTheSet:
+        def find_spec(self, name, path=None, target=None):
+            if path is not None or name in allowed:
+                return None
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                spec = None if finder is self or find is None else find(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+            if "-packages/" in (spec.origin or "") or any(
+                "-packages/" in p + "/" for p in spec.submodule_search_locations or []
+            ):
+                raise ModuleNotFoundError("%s is outside the audited set" % name, name=name)
+            return spec
+    sys.meta_path.insert(0, KeepToTheSet())
 def is_blocked(name):
     parts = name.split(".")
     if any("*." + p in blocked for p in parts):
@@ -116,16 +139,19 @@ print(json.dumps({"ok": ok, "failed": failed}))
 """
 
 
-def importable_modules(roots, blocked, timeout):
+def importable_modules(roots, blocked, timeout, only=None):
     """Asks a child process per top-level package which modules import
-    cleanly, so that a hanging or crashing import costs only that package."""
+    cleanly, so that a hanging or crashing import costs only that package.
+    With `only` (top-level names), the children import nothing else besides
+    the stdlib, so what is read does not depend on what else is installed."""
     ok, skipped = [], []
+    extra = [] if only is None else [json.dumps(sorted(only))]
     for root in roots:
         if root in NEVER_IMPORT or is_blocked(root, blocked):
             continue
         try:
             out = subprocess.run(
-                [sys.executable, "-I", "-c", CHILD, root, json.dumps(sorted(blocked))],
+                [sys.executable, "-I", "-c", CHILD, root, json.dumps(sorted(blocked))] + extra,
                 capture_output=True,
                 timeout=timeout,
                 stdin=subprocess.DEVNULL,
