@@ -195,10 +195,16 @@ pub const REGISTRY: &[Spec] = &[
     ),
     spec(
         "SANDBOX_USER",
-        "65534:65534",
-        "`UID:GID` the Docker backend's containers run as (never 0). When the server is \
-         not root and this is left at its default, the server's own uid and gid are used \
-         (the workspace must be theirs).",
+        "auto",
+        "who the Docker backend's containers run as. `auto`: a server running as root \
+         gives each session's container a uid and gid of its own, from a range of this \
+         server far above login uids and every `/etc/subuid` range, never an account's, so \
+         no host user and no other session owns a workspace; a server that is not root \
+         runs them as its own uid and gid (a member of the `docker` group is root through \
+         the engine anyway; the workspaces are its own mode-0700 directories); on Windows, \
+         65534:65534. `UID:GID` (numeric, never 0) pins every container to that one \
+         identity: every session's workspace is then owned by it, so any host process \
+         running as that uid reaches them all (`selftest` and `warden://settings` say so).",
     ),
     spec(
         "SANDBOX_TMP_SIZE",
@@ -351,9 +357,9 @@ pub struct DockerSettings {
     pub image: String,
     /// `SANDBOX_POOL_SIZE`; `None`: `SANDBOX_WARM_WORKERS` sizes the pool.
     pub pool_size: Option<usize>,
-    /// `SANDBOX_USER`, and whether it was left at its default.
-    pub user: (u32, u32),
-    pub user_is_default: bool,
+    /// `SANDBOX_USER`: one identity for every container; `None` (`auto`): a uid per
+    /// session when the server is root, else the server's own.
+    pub user: Option<(u32, u32)>,
     pub tmp_size_bytes: u64,
     /// `SANDBOX_LAUNCHER`.
     pub launcher: LauncherMode,
@@ -844,11 +850,13 @@ fn docker_settings(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
     let pool_size = r.optional("SANDBOX_POOL_SIZE", "a whole number from 0 to 64", |t| {
         t.parse::<usize>().ok().filter(|n| *n <= 64)
     })?;
-    let user = r.value("SANDBOX_USER", "UID:GID, numeric, not 0", uid_gid)?;
-    let user_is_default = r
-        .resolved
-        .last()
-        .is_some_and(|s| s.origin == Origin::Default);
+    let user = r.value("SANDBOX_USER", "auto, or UID:GID (numeric, not 0)", |t| {
+        if t == "auto" {
+            Some(None)
+        } else {
+            uid_gid(t).map(Some)
+        }
+    })?;
     let tmp_size_bytes = r.value("SANDBOX_TMP_SIZE", SIZE_1M, size_at_least(1 << 20))?;
     let launcher = r.choice(
         "SANDBOX_LAUNCHER",
@@ -879,7 +887,6 @@ fn docker_settings(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
         image,
         pool_size,
         user,
-        user_is_default,
         tmp_size_bytes,
         launcher,
         host,
@@ -1326,11 +1333,9 @@ mod tests {
             2,
             "SANDBOX_WARM_WORKERS by default"
         );
-        assert_eq!(s.docker.user, (65534, 65534));
-        assert!(s.docker.user_is_default);
+        assert_eq!(s.docker.user, None, "a uid per session by default");
         let s = settings(&[("SANDBOX_USER", "1000:1000"), ("SANDBOX_POOL_SIZE", "0")]).unwrap();
-        assert_eq!(s.docker.user, (1000, 1000));
-        assert!(!s.docker.user_is_default);
+        assert_eq!(s.docker.user, Some((1000, 1000)));
         assert_eq!(s.docker.pool_size, Some(0));
         assert_eq!(s.warm_target(Backend::Docker), 0);
         assert_eq!(
@@ -1340,7 +1345,7 @@ mod tests {
         );
         let s = settings(&[("SANDBOX_POOL_SIZE", "9"), ("SANDBOX_MAX_WORKERS", "4")]).unwrap();
         assert_eq!(s.warm_target(Backend::Docker), 4, "never past the cap");
-        for bad in ["0:0", "root", "1000", "0:1000", "1000:0"] {
+        for bad in ["0:0", "root", "1000", "0:1000", "1000:0", "Auto"] {
             let err = settings(&[("SANDBOX_USER", bad)]).unwrap_err();
             assert!(err.to_string().contains("SANDBOX_USER"), "{err}");
         }

@@ -5,6 +5,11 @@
 //! died without cleaning up: SIGKILL, a crash, a power cut), and first kills any process
 //! those instances recorded that is still running (the exact process: pid and start
 //! time), so nothing of a dead instance lingers.
+//!
+//! A root server's Docker workspaces are tmpfs mounts in the host's mount table, which
+//! every server on the machine sees: a root server also reaps the dead instances of
+//! other data directories whose mounts are still listed there (by the same lock), and a
+//! server that is not root, which cannot detach them, reports them.
 
 use std::fs::File;
 use std::io::Write;
@@ -88,12 +93,13 @@ pub struct Reaped {
     pub killed: Vec<u32>,
 }
 
-/// Reaps every instance directory under `sessions` (but `own`) whose instance is dead.
+/// Reaps every instance directory under `sessions` (but `own`) whose instance is dead,
+/// then the dead instances elsewhere whose workspace mounts are still listed.
 pub fn reap_dead(sessions: &Path, own: &Path) -> Vec<Reaped> {
+    let mut out = reap_mounted_elsewhere(sessions);
     let Ok(entries) = std::fs::read_dir(sessions) else {
-        return Vec::new();
+        return out;
     };
-    let mut out = Vec::new();
     for entry in entries.flatten() {
         let dir = entry.path();
         if dir == own || !entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -165,8 +171,13 @@ fn named_pid_running(dir: &Path) -> bool {
 fn detach_mounts_beneath(dir: &Path) {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     for mount in mounts_beneath(dir, &mountinfo) {
-        if let Err(e) = rustix::mount::unmount(&mount, rustix::mount::UnmountFlags::DETACH) {
-            tracing::warn!(mount = %mount.display(), error = %e, "could not detach a dead instance's mount");
+        match rustix::mount::unmount(&mount, rustix::mount::UnmountFlags::DETACH) {
+            Ok(()) => {
+                tracing::warn!(mount = %mount.display(), "detached a workspace mount of a dead server instance");
+            }
+            Err(e) => {
+                tracing::warn!(mount = %mount.display(), error = %e, "could not detach a dead instance's mount");
+            }
         }
     }
 }
@@ -174,6 +185,82 @@ fn detach_mounts_beneath(dir: &Path) {
 /// Only the Docker backend (Linux) mounts anything beneath an instance directory.
 #[cfg(not(target_os = "linux"))]
 fn detach_mounts_beneath(_dir: &Path) {}
+
+/// The dead instances of other data directories (not under `sessions`) whose workspace
+/// tmpfs mounts the mount table still lists: reaped as root (only an instance directory
+/// with a lock file, judged by its lock); reported otherwise, since only root can detach
+/// them.
+#[cfg(target_os = "linux")]
+fn reap_mounted_elsewhere(sessions: &Path) -> Vec<Reaped> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let root = crate::os::running_as_root();
+    let mut out = Vec::new();
+    for dir in mounted_instances(&mountinfo) {
+        if dir.starts_with(sessions) {
+            continue;
+        }
+        if !root {
+            if !named_pid_running(&dir) {
+                tracing::warn!(dir = %dir.display(), "workspace mounts of a warden instance that is gone remain in this machine's mount table; only root can detach them (a root warden server does when it starts)");
+            }
+            continue;
+        }
+        if dir.join(LOCK).is_file() {
+            out.extend(reap_if_dead(&dir));
+        }
+    }
+    out
+}
+
+/// No server on another platform mounts workspaces.
+#[cfg(not(target_os = "linux"))]
+fn reap_mounted_elsewhere(_sessions: &Path) -> Vec<Reaped> {
+    Vec::new()
+}
+
+/// The instance directories (`…/sessions/<pid>-<hex>`) that hold a tmpfs mount in a
+/// `/proc/self/mountinfo` text, each once. Pure.
+pub fn mounted_instances(mountinfo: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter(|line| {
+            line.split_once(" - ")
+                .and_then(|(_, tail)| tail.split(' ').next())
+                == Some("tmpfs")
+        })
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(unescape_mountinfo(field)))
+        .filter_map(|mount| instance_above(&mount))
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// The outermost directory above `mount` (never `mount` itself) named like an instance
+/// (`<pid>-<hex>`) inside a directory named `sessions`.
+fn instance_above(mount: &Path) -> Option<PathBuf> {
+    let looks_like_instance = |p: &Path| {
+        p.parent()
+            .and_then(Path::file_name)
+            .is_some_and(|n| n == "sessions")
+            && p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.split_once('-'))
+                .is_some_and(|(pid, hex)| {
+                    !pid.is_empty()
+                        && pid.bytes().all(|b| b.is_ascii_digit())
+                        && !hex.is_empty()
+                        && hex.bytes().all(|b| b.is_ascii_hexdigit())
+                })
+    };
+    let ancestors: Vec<&Path> = mount.ancestors().skip(1).collect();
+    ancestors
+        .into_iter()
+        .rev()
+        .find(|p| looks_like_instance(p))
+        .map(Path::to_path_buf)
+}
 
 /// The mount points strictly beneath `dir` in a `/proc/self/mountinfo` text, deepest
 /// first (so that each is detached before the one it sits on). Pure.
@@ -270,6 +357,27 @@ mod tests {
                 PathBuf::from("/var/lib/warden/sessions/7-aa/home-1/workspace/deeper"),
                 PathBuf::from("/var/lib/warden/sessions/7-aa/home-1/workspace"),
                 PathBuf::from("/var/lib/warden/sessions/7-aa/home 2/workspace"),
+            ]
+        );
+    }
+
+    #[test]
+    fn instances_holding_tmpfs_mounts_are_found_in_any_data_directory() {
+        let info = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+90 22 0:50 / /tmp/a/sessions/7-aa/home-1/workspace rw - tmpfs tmpfs rw,size=1024k
+91 22 0:51 / /tmp/a/sessions/7-aa/.query/workspace rw - tmpfs tmpfs rw
+92 22 0:52 / /var/lib/w\\0402/sessions/8-0b/home-3/workspace rw - tmpfs tmpfs rw
+93 22 0:53 / /srv/sessions/9-zz/home-1/workspace rw - tmpfs tmpfs rw
+94 22 0:54 / /srv/sessions/10-ab rw - tmpfs tmpfs rw
+95 22 8:2 / /srv/x/sessions/11-ab/home-1/workspace rw - ext4 /dev/vdb rw
+96 22 0:55 / /tmp/a/sessions/7-aa/home-2/workspace/sessions/12-cd/home-1/w rw - tmpfs tmpfs rw
+";
+        assert_eq!(
+            mounted_instances(info),
+            vec![
+                PathBuf::from("/tmp/a/sessions/7-aa"),
+                PathBuf::from("/var/lib/w 2/sessions/8-0b"),
             ]
         );
     }

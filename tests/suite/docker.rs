@@ -82,7 +82,10 @@ async fn a_session_runs_in_a_hardened_container_of_its_own() {
     assert_eq!(r["status"], "ok", "{r}");
     assert_eq!(r["backend"], "docker");
     assert_eq!(r["configured_backend"], "docker");
-    assert_eq!(stdout(&r).trim(), "65534 65534 /workspace");
+    let seen: Vec<&str> = stdout(&r).split_whitespace().collect();
+    let uid: u32 = seen[0].parse().unwrap();
+    assert_eq!(seen, [seen[0], seen[0], "/workspace"], "{r}");
+    assert!(uid >= 1_000_000_000, "a uid of the session's own: {r}");
     assert!(
         !r["warnings"]
             .as_array()
@@ -120,7 +123,12 @@ async fn a_session_runs_in_a_hardened_container_of_its_own() {
                 .unwrap()
                 .contains(&json!("no-new-privileges"))
         );
-        assert_eq!(c["Config"]["User"], "65534:65534");
+        let user = c["Config"]["User"].as_str().unwrap();
+        let (u, g) = user.split_once(':').unwrap();
+        assert!(
+            u == g && u.parse::<u32>().unwrap() >= 1_000_000_000,
+            "{user}"
+        );
         let sources: Vec<&str> = c["Mounts"]
             .as_array()
             .unwrap()
@@ -1138,4 +1146,463 @@ async fn an_image_launcher_of_another_protocol_or_none_is_refused_with_the_way_o
         assert!(stdout(&r).is_empty());
         server.stop().await;
     }
+}
+
+/// Runs `script` with `sh -c` as `uid:gid` with no supplementary groups; whether it
+/// succeeded, and what it printed.
+fn sh_as(uid: u32, script: &str) -> (bool, String) {
+    let out = Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .expect("setpriv");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// One container of a server, as this machine sees it: its init's pid on the host, the
+/// real uid that process runs as, and the user the engine was told.
+#[derive(Debug)]
+struct Seen {
+    pid: i32,
+    uid: u32,
+    user: String,
+}
+
+fn containers_seen(server_pid: u32) -> Vec<Seen> {
+    containers_of(server_pid)
+        .iter()
+        .map(|id| {
+            let c = inspect(id);
+            let pid = c["State"]["Pid"].as_i64().unwrap() as i32;
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            let uid = status
+                .lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .unwrap()
+                .parse()
+                .unwrap();
+            Seen {
+                pid,
+                uid,
+                user: c["Config"]["User"].as_str().unwrap().to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Every way a host process running as `uid` might reach the workspace `ws` (holding
+/// `file`) of the container whose init is `pid`: listing, reading and writing it
+/// directly, and through that process's root and working directory in `/proc`. Returns
+/// the attempts that worked, with what they printed.
+fn intrusions(uid: u32, ws: &std::path::Path, file: &str, pid: i32) -> Vec<String> {
+    let ws = ws.display();
+    let planted = format!("planted-by-{uid}");
+    [
+        format!("ls -a {ws}"),
+        format!("cat {ws}/{file}"),
+        format!("echo x > {ws}/{planted}"),
+        format!("ls -a /proc/{pid}/root/workspace"),
+        format!("cat /proc/{pid}/root/workspace/{file}"),
+        format!("echo x > /proc/{pid}/root/workspace/{planted}"),
+        format!("cat /proc/{pid}/cwd/{file}"),
+    ]
+    .into_iter()
+    .filter_map(|script| {
+        let (ok, said) = sh_as(uid, &script);
+        ok.then(|| format!("{script}: {said}"))
+    })
+    .collect()
+}
+
+/// Whether `id` is an account's uid or gid, or inside a user's subordinate range.
+fn someones_id(id: u32) -> bool {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let account = |text: String| {
+        text.lines()
+            .any(|l| l.split(':').nth(2) == Some(id.to_string().as_str()))
+    };
+    let subordinate = |text: String| {
+        text.lines().any(|l| {
+            let f: Vec<u64> = l
+                .split(':')
+                .skip(1)
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            f.len() == 2 && (f[0]..f[0] + f[1]).contains(&u64::from(id))
+        })
+    };
+    account(read("/etc/passwd"))
+        || account(read("/etc/group"))
+        || subordinate(read("/etc/subuid"))
+        || subordinate(read("/etc/subgid"))
+}
+
+/// Two sessions' workspaces and the secrets their code wrote there; each session's
+/// code also looks for the other's workspace (it must not exist for it).
+async fn two_sessions(server: &Server) -> [(u32, std::path::PathBuf); 2] {
+    let mut out = Vec::new();
+    for name in ["a", "b"] {
+        let r = server
+            .run(
+                name,
+                &format!(
+                    "import os\nopen('secret-{name}.txt', 'w').write('secret of {name}')\nprint(os.getuid(), sorted(os.listdir('/workspace')))"
+                ),
+            )
+            .await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let uid: u32 = stdout(&r)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let file = super::find_files(server.data_dir.path(), &format!("secret-{name}"));
+        assert_eq!(file.len(), 1, "{file:?}");
+        out.push((uid, file[0].parent().unwrap().to_path_buf()));
+    }
+    // Neither session's code sees the other's workspace, at its host path or anywhere.
+    let other = out[1].1.display().to_string();
+    let r = server
+        .run(
+            "a",
+            &format!("import os\nprint(os.path.exists({other:?}), os.path.exists('/workspace/secret-b.txt'))"),
+        )
+        .await;
+    assert_eq!(stdout(&r), "False False\n", "{r}");
+    [out[0].clone(), out[1].clone()]
+}
+
+/// The container of `uid` among `seen` (exactly one).
+fn container_of_uid(seen: &[Seen], uid: u32) -> &Seen {
+    let mine: Vec<&Seen> = seen.iter().filter(|s| s.uid == uid).collect();
+    assert_eq!(mine.len(), 1, "{seen:?}");
+    mine[0]
+}
+
+/// A root server gives each session's container a uid of its own (never an account's,
+/// never in a subordinate range, never 65534; warm containers too), its workspace is
+/// owned by it in a home only root can enter, and a host process running as `nobody`,
+/// or as another session's uid, can neither list, read nor write it, directly or through
+/// the container's processes in `/proc` (the same attempts as root show each route
+/// leads to the file). The tmpfs mount is listed in every process's mount table; what
+/// it holds is out of reach.
+#[tokio::test]
+async fn docker_workspaces_are_private_to_their_session_with_a_root_server() {
+    if !docker_ready() {
+        return;
+    }
+    let server = start(&[("SANDBOX_POOL_SIZE", "1")]).await;
+    let [(uid_a, ws_a), (uid_b, ws_b)] = two_sessions(&server).await;
+    assert_ne!(uid_a, uid_b, "two sessions, two uids");
+    for uid in [uid_a, uid_b] {
+        assert!(uid != 65534 && uid >= 1_000_000_000, "{uid}");
+        assert!(
+            !someones_id(uid),
+            "{uid} belongs to someone on this machine"
+        );
+    }
+    // The engine was told each container's own uid, and its processes run as it: every
+    // container (the warm one included) has a uid no other has.
+    assert!(eventually(30, || containers_seen(server.pid).len() == 3).await);
+    let seen = containers_seen(server.pid);
+    let mut uids: Vec<u32> = seen.iter().map(|s| s.uid).collect();
+    uids.sort();
+    uids.dedup();
+    assert_eq!(uids.len(), seen.len(), "{seen:?}");
+    for s in &seen {
+        assert_eq!(s.user, format!("{0}:{0}", s.uid), "{s:?}");
+    }
+    let a = container_of_uid(&seen, uid_a);
+    let home = ws_a.parent().unwrap();
+    let meta = std::fs::metadata(home).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o700), "{home:?}");
+    assert_eq!(std::fs::metadata(&ws_a).unwrap().uid(), uid_a);
+    assert!(
+        mounts_beneath(&ws_a).contains(&ws_a.display().to_string()),
+        "the workspace is a tmpfs the server mounted"
+    );
+    // Every route leads to the file for root...
+    for path in [
+        ws_a.join("secret-a.txt"),
+        format!("/proc/{}/root/workspace/secret-a.txt", a.pid).into(),
+    ] {
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "secret of a");
+    }
+    // ...and none for nobody, nor for the other session's uid.
+    for intruder in [65534, uid_b] {
+        let got = intrusions(intruder, &ws_a, "secret-a.txt", a.pid);
+        assert!(
+            got.is_empty(),
+            "uid {intruder} reached session a's workspace: {got:#?}"
+        );
+    }
+    let b = container_of_uid(&seen, uid_b);
+    let got = intrusions(65534, &ws_b, "secret-b.txt", b.pid);
+    assert!(
+        got.is_empty(),
+        "nobody reached session b's workspace: {got:#?}"
+    );
+    assert!(super::find_files(server.data_dir.path(), "planted-by").is_empty());
+    assert_eq!(
+        std::fs::read_to_string(ws_a.join("secret-a.txt")).unwrap(),
+        "secret of a"
+    );
+    let doc = server.settings().await;
+    assert_eq!(
+        doc["resolved"]["dedicated_uid_per_session"], true,
+        "{doc:#}"
+    );
+    assert!(
+        !doc["resolved"]["gaps"]
+            .to_string()
+            .contains("uid_per_session")
+    );
+    server.stop().await;
+}
+
+/// `SANDBOX_USER=UID:GID` pins every container to one identity, and says what that
+/// costs: `selftest` and `warden://settings` report that the workspaces are shared with
+/// that uid, and a host process running as it does reach a session's workspace through
+/// the container's process, exactly as they say (nobody still does not).
+#[tokio::test]
+async fn a_pinned_sandbox_user_runs_every_container_and_says_the_workspaces_are_shared() {
+    if !docker_ready() {
+        return;
+    }
+    let server = start(&[("SANDBOX_USER", "4242:4242")]).await;
+    let [(uid_a, ws_a), (uid_b, _)] = two_sessions(&server).await;
+    assert_eq!((uid_a, uid_b), (4242, 4242));
+    let seen = containers_seen(server.pid);
+    assert!(
+        seen.iter().all(|s| s.uid == 4242 && s.user == "4242:4242"),
+        "{seen:?}"
+    );
+    let doc = server.settings().await;
+    assert_eq!(doc["resolved"]["dedicated_uid_per_session"], false);
+    let gaps = doc["resolved"]["gaps"].to_string();
+    assert!(
+        gaps.contains("uid_per_session") && gaps.contains("any host process running as uid 4242"),
+        "{doc:#}"
+    );
+    let st = server.call("selftest", json!({})).await.unwrap();
+    let caps = st.structured_content.unwrap()["capabilities"].to_string();
+    assert!(
+        caps.contains("SANDBOX_USER=4242:4242 pins every container"),
+        "{caps}"
+    );
+    let pid = seen[0].pid;
+    let via_proc = format!("cat /proc/{pid}/root/workspace/secret-*.txt");
+    let (shared, said) = sh_as(4242, &via_proc);
+    assert!(shared && said.contains("secret of"), "{said}");
+    assert!(intrusions(65534, &ws_a, "secret-a.txt", pid).is_empty());
+    server.stop().await;
+}
+
+/// `command` (a login user's server, made with `--clear-groups`) with the `docker` group
+/// instead: the user as a member of that group, as a desktop user reaches the engine.
+fn with_docker_group(command: &tokio::process::Command, gid: u32) -> tokio::process::Command {
+    let std = command.as_std();
+    let mut out = tokio::process::Command::new(std.get_program());
+    for arg in std.get_args() {
+        if arg == "--clear-groups" {
+            out.arg(format!("--groups={gid}"));
+        } else {
+            out.arg(arg);
+        }
+    }
+    for (k, v) in std.get_envs() {
+        match v {
+            Some(v) => out.env(k, v),
+            None => out.env_remove(k),
+        };
+    }
+    out
+}
+
+/// The login user's half: a server that is not root, reaching the engine as a member of
+/// the `docker` group (which makes it root on this machine through the engine anyway),
+/// runs its containers as its own uid and gid; every workspace is its own mode-0700
+/// directory, which a host process running as `nobody` cannot list, read or write,
+/// directly or through the containers' processes, and the settings and `selftest` say
+/// that sessions do not get a uid each, and why. Not applicable without a login user or
+/// a `docker` group on this machine (said, never passed silently).
+#[tokio::test]
+async fn docker_workspaces_of_a_docker_group_users_server_are_its_own() {
+    if !docker_ready() {
+        return;
+    }
+    let Some(user) = super::login_user() else {
+        return;
+    };
+    let group = std::fs::read_to_string("/etc/group").unwrap();
+    let Some(gid) = group
+        .lines()
+        .find(|l| l.starts_with("docker:"))
+        .and_then(|l| l.split(':').nth(2))
+        .and_then(|g| g.parse::<u32>().ok())
+    else {
+        eprintln!(
+            "not applicable: no docker group on this machine, so no login user reaches the engine"
+        );
+        return;
+    };
+    let data = super::data_dir_for(As::User);
+    let env = docker_env(&[]);
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let cmd = super::server_command_as(As::User, Net::Host, &pairs, &[], data.path());
+    let server = Server::from_command(with_docker_group(&cmd, gid), data, As::User).await;
+    let [(uid_a, ws_a), (uid_b, ws_b)] = two_sessions(&server).await;
+    assert_eq!((uid_a, uid_b), (user.uid, user.uid), "the server's own uid");
+    let seen = containers_seen(server.pid);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for s in &seen {
+        assert_eq!(
+            (s.uid, s.user.clone()),
+            (user.uid, format!("{}:{}", user.uid, user.gid))
+        );
+    }
+    use std::os::unix::fs::MetadataExt;
+    for ws in [&ws_a, &ws_b] {
+        let home = std::fs::metadata(ws.parent().unwrap()).unwrap();
+        assert_eq!((home.uid(), home.mode() & 0o777), (user.uid, 0o700));
+    }
+    let got = intrusions(65534, &ws_a, "secret-a.txt", seen[0].pid);
+    assert!(got.is_empty(), "nobody reached a workspace: {got:#?}");
+    assert!(super::find_files(server.data_dir.path(), "planted-by").is_empty());
+    let doc = server.settings().await;
+    assert_eq!(doc["resolved"]["dedicated_uid_per_session"], false);
+    let st = server.call("selftest", json!({})).await.unwrap();
+    let caps = st.structured_content.unwrap()["capabilities"].to_string();
+    assert!(
+        caps.contains("uid_per_session") && caps.contains("the server is not root"),
+        "{caps}"
+    );
+    server.stop().await;
+}
+
+/// Kills `server` with SIGKILL (nothing cleaned up by the server itself) and waits until
+/// it is gone; returns its data directory.
+async fn kill_hard(server: Server) -> tempfile::TempDir {
+    let Server {
+        client,
+        data_dir,
+        pid,
+        ..
+    } = server;
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+            .unwrap_or(true)
+    };
+    assert!(eventually(5, gone).await);
+    drop(client);
+    data_dir
+}
+
+/// The workspace tmpfs mounts of SIGKILLed root servers stay in the host's mount table
+/// until a later server starts: one on the same data directory detaches them, and so
+/// does one on any other, as root, for every instance whose lock is free; a server that
+/// is not root (here the login user's, on the host backend) cannot detach them and says
+/// so in its log, leaving them for root.
+#[tokio::test]
+async fn workspace_mounts_of_a_killed_server_are_removed_by_the_next_one_on_any_data_dir() {
+    if !docker_ready() {
+        return;
+    }
+    let first = start(&[("SANDBOX_POOL_SIZE", "1")]).await;
+    first.run("s", "open('kept.txt', 'w').write('x')").await;
+    let other = start(&[]).await;
+    other.run("s", "print(1)").await;
+    assert!(eventually(30, || containers_of(first.pid).len() == 2).await);
+    let (first_pid, other_pid) = (first.pid, other.pid);
+    let same = kill_hard(first).await;
+    let elsewhere = kill_hard(other).await;
+    let instances = |d: &tempfile::TempDir| {
+        std::fs::read_dir(d.path().join("sessions"))
+            .unwrap()
+            .count()
+    };
+    assert!(
+        mounts_beneath(same.path()).len() >= 2,
+        "nothing left to remove"
+    );
+    assert_eq!(mounts_beneath(elsewhere.path()).len(), 1);
+    assert_eq!((instances(&same), instances(&elsewhere)), (1, 1));
+    let dead: Vec<std::path::PathBuf> = [&same, &elsewhere]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d.path().join("sessions")).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    if super::login_user().is_some() {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let data = super::data_dir_for(As::User);
+        let cmd = super::server_command_as(As::User, Net::Host, &[], &[], data.path());
+        let (transport, _) = rmcp::transport::TokioChildProcess::builder(cmd)
+            .stderr(std::process::Stdio::from(log.reopen().unwrap()))
+            .spawn()
+            .unwrap();
+        let pid = transport.id().unwrap();
+        let client = rmcp::ServiceExt::serve((), transport).await.unwrap();
+        // It reaps before it answers the client: the log is written by now.
+        let said = std::fs::read_to_string(log.path()).unwrap();
+        for dir in &dead {
+            let dir = dir.display().to_string();
+            assert!(
+                said.lines()
+                    .any(|l| l.contains("only root can detach them") && l.contains(&dir)),
+                "the login user's server did not report {dir}: {said}"
+            );
+        }
+        let user_server = Server {
+            client,
+            data_dir: data,
+            pid,
+            who: As::User,
+        };
+        user_server.stop().await;
+        assert!(
+            mounts_beneath(same.path()).len() >= 2,
+            "detached without root?"
+        );
+    }
+    // A root server on the first data directory: both dead instances' mounts go, with
+    // their directories, and their containers.
+    let env = docker_env(&[]);
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let cmd = super::server_command(Net::Host, &pairs, &[], same.path());
+    let next = Server::from_command(cmd, same, As::Root).await;
+    let left: Vec<String> = [next.data_dir.path(), elsewhere.path()]
+        .iter()
+        .flat_map(|d| mounts_beneath(d))
+        .filter(|m| dead.iter().any(|d| m.starts_with(&d.display().to_string())))
+        .collect();
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "mounts of the dead instances remain"
+    );
+    for dir in &dead {
+        assert!(!dir.exists(), "{} remains", dir.display());
+    }
+    next.run("s", "print(2)").await;
+    for pid in [first_pid, other_pid] {
+        assert_eq!(containers_of(pid), Vec::<String>::new());
+    }
+    next.stop().await;
 }

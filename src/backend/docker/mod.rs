@@ -22,7 +22,15 @@
 //! - [`container`]: creating, attaching and starting one worker container;
 //! - [`query`]: what the image and the engine are, asked once at start;
 //! - [`quota`]: the size-capped tmpfs workspaces (`SANDBOX_DISK_LIMIT`);
-//! - [`route`]: which launcher (`SANDBOX_LAUNCHER`), and the image launcher's protocol.
+//! - [`route`]: which launcher (`SANDBOX_LAUNCHER`), and the image launcher's protocol;
+//! - [`users`]: who each container runs as (`SANDBOX_USER`: a uid per session as root).
+//!
+//! Each session's home (`<instance>/home-N`) is a directory of the server's, mode 0700,
+//! holding the workspace its containers bind: the engine (root) reaches it to bind it,
+//! no other host user can traverse to it, though a root server's workspace tmpfs mounts
+//! are listed in every process's mount table. (Making them in a mount namespace of the
+//! server's own would hide them there, and from the engine too, which must see them to
+//! bind them: the container would get the empty directory beneath.)
 //!
 //! The server side builds for every platform; the launcher runs only inside a Linux
 //! container. What only a Linux server next to its engine can do (the tmpfs quota) is
@@ -37,6 +45,7 @@ pub mod launcher;
 pub mod query;
 pub mod quota;
 pub mod route;
+pub mod users;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,13 +63,16 @@ use crate::sandbox::report::{SandboxReport, WallStatus};
 use crate::selftest::report::Capability;
 use config::{BoundGrant, ContainerPlan, Owner, WORKSPACE};
 use quota::Quota;
+use users::Users;
 
 /// What the Docker backend keeps per session: its directory on this machine, whose
-/// `workspace` (owned by the container user) is bind-mounted into its containers.
+/// `workspace` (owned by the container user) is bind-mounted into its containers, and
+/// the uid and gid its containers run as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DockerSlot {
     dir: PathBuf,
     workspace: PathBuf,
+    user: (u32, u32),
 }
 
 /// Why the Docker backend could not be used; the server falls back to the host backend
@@ -81,7 +93,8 @@ pub(crate) struct Inner {
     runtime: PythonRuntime,
     launcher: Launcher,
     instance_dir: PathBuf,
-    user: (u32, u32),
+    /// Who containers run as (a uid per session as root).
+    users: Users,
     /// How workspaces are capped (`SANDBOX_DISK_LIMIT`), as the start-up query found.
     quota: Quota,
     /// The server is shutting down: no container is created any more.
@@ -113,17 +126,46 @@ fn running_as_root() -> bool {
     crate::os::running_as_root()
 }
 
-/// The container user when none is configured: a non-root server's own ids (its
-/// workspaces are its own files), where the platform has them.
-fn default_user(configured: (u32, u32)) -> (u32, u32) {
+/// What decides who containers run as: the setting, and who this server is.
+fn user_facts(configured: Option<(u32, u32)>) -> users::Facts {
     #[cfg(unix)]
-    if !running_as_root() {
-        return (
-            rustix::process::getuid().as_raw(),
-            rustix::process::getgid().as_raw(),
-        );
+    let own = Some((
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw(),
+    ));
+    #[cfg(not(unix))]
+    let own = None;
+    users::Facts {
+        configured,
+        root: running_as_root(),
+        own,
     }
-    configured
+}
+
+/// Why a uid per session cannot work with this engine: one that remaps user namespaces
+/// (`userns-remap`) maps only its own range's uids, so a container of a uid outside it
+/// would not start.
+async fn remapped_engine(docker: &Docker, users: &Users) -> Result<(), Unavailable> {
+    if !users.per_session() {
+        return Ok(());
+    }
+    let info = docker.info().await.map_err(|e| {
+        Unavailable(format!(
+            "the engine did not describe itself ({})",
+            causes(&e)
+        ))
+    })?;
+    let remapped = info
+        .security_options
+        .unwrap_or_default()
+        .iter()
+        .any(|o| o.contains("name=userns"));
+    if remapped {
+        return Err(Unavailable(
+            "the engine remaps user namespaces (userns-remap), so the uid of its own each session's container gets would not map; set SANDBOX_USER=UID:GID to one uid inside the engine's range (then every session shares it), or run the engine without userns-remap".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// An error with every cause beneath it ("client error (Connect): invalid peer
@@ -175,11 +217,8 @@ impl DockerBackend {
                 "removed containers left by warden instances that are gone"
             );
         }
-        let user = if d.user_is_default {
-            default_user(d.user)
-        } else {
-            d.user
-        };
+        let users = Users::new(user_facts(d.user));
+        remapped_engine(&docker, &users).await?;
         let mut inner = Inner {
             settings: settings.clone(),
             docker,
@@ -193,7 +232,7 @@ impl DockerBackend {
             },
             launcher,
             instance_dir: instance_dir.to_path_buf(),
-            user,
+            users,
             quota: Quota::Unavailable(String::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
         };
@@ -267,11 +306,12 @@ impl Inner {
         &'a self,
         role: &'a str,
         workspace: &'a Path,
+        user: (u32, u32),
         grants: &'a [BoundGrant],
     ) -> ContainerPlan<'a> {
         ContainerPlan {
             image: &self.settings.docker.image,
-            user: self.user,
+            user,
             owner: &self.owner,
             role,
             launcher: match &self.launcher {
@@ -287,11 +327,12 @@ impl Inner {
         }
     }
 
-    /// Starts one worker container bound to `workspace` with `grants`.
+    /// Starts one worker container bound to the slot's workspace with `grants`, as the
+    /// slot's user.
     async fn start_container(
         &self,
         role: &str,
-        workspace: &Path,
+        slot: &DockerSlot,
         grants: &[Grant],
     ) -> Result<Worker, StartError> {
         let closing = || self.closing.load(std::sync::atomic::Ordering::Acquire);
@@ -300,7 +341,7 @@ impl Inner {
             return Err(shutting_down());
         }
         let bound = bind_grants(grants)?;
-        let config = config::container_config(&self.plan(role, workspace, &bound));
+        let config = config::container_config(&self.plan(role, &slot.workspace, slot.user, &bound));
         let policy = serde_json::to_vec(&self.policy(grants))
             .map_err(|e| StartError::Protocol(format!("policy: {e}")))?;
         let name = container::container_name(&self.owner.instance, role);
@@ -310,7 +351,7 @@ impl Inner {
             // Created while shutdown swept: dropping `process` removes it.
             return Err(shutting_down());
         }
-        let report = self.judge_report(report, &process)?;
+        let report = self.judge_report(report, &process, slot.user)?;
         Ok(Worker::new(
             channel,
             WorkerProcessKind::Docker(process),
@@ -325,17 +366,17 @@ impl Inner {
         &self,
         mut report: SandboxReport,
         process: &container::DockerProcess,
+        user: (u32, u32),
     ) -> Result<SandboxReport, StartError> {
         report.walls.retain(|w| w.name != "namespaces");
         report.walls.insert(0, WallStatus {
             name: "container".into(),
             enforced: true,
             detail: format!(
-                "container {} of image {}: read-only root, user {}:{}, cap_drop ALL, no-new-privileges, network {}, memory {} MiB (swap equal), pids {}, /tmp tmpfs {} MiB, init, log driver none, its own mount/PID/IPC/UTS{} namespaces; launcher: {}",
+                "container {} of image {}: read-only root, {}, cap_drop ALL, no-new-privileges, network {}, memory {} MiB (swap equal), pids {}, /tmp tmpfs {} MiB, init, log driver none, its own mount/PID/IPC/UTS{} namespaces; launcher: {}",
                 &process.id()[..12.min(process.id().len())],
                 self.settings.docker.image,
-                self.user.0,
-                self.user.1,
+                self.users.describe(user),
                 match self.settings.network {
                     crate::config::NetworkMode::Deny => "none",
                     crate::config::NetworkMode::Allow => "bridge",
@@ -418,9 +459,32 @@ fn bind_grants(grants: &[Grant]) -> Result<Vec<BoundGrant>, StartError> {
         .collect()
 }
 
+/// Makes a home: `dir`, the server's own with mode 0700 (only the server and the engine
+/// reach what is inside), and in it `workspace`, owned by `user` and, when the quota
+/// stands, a tmpfs of `quota` bytes. Undone on failure.
+pub(crate) fn make_home(
+    dir: &Path,
+    user: (u32, u32),
+    quota: Option<u64>,
+) -> std::io::Result<PathBuf> {
+    crate::os::create_dir(dir, 0o700, false)?;
+    let workspace = dir.join("workspace");
+    let made = crate::os::set_mode(dir, 0o700)
+        .and_then(|()| make_workspace(&workspace, user))
+        .and_then(|()| match quota {
+            Some(bytes) => quota::mount(&workspace, bytes, user),
+            None => Ok(()),
+        });
+    if let Err(e) = made {
+        let _ = std::fs::remove_dir_all(dir);
+        return Err(e);
+    }
+    Ok(workspace)
+}
+
 /// Creates `dir` for a container's workspace, owned by the container user (Unix; on
 /// Windows Docker Desktop maps ownership itself).
-pub(crate) fn make_workspace(dir: &Path, user: (u32, u32)) -> std::io::Result<()> {
+fn make_workspace(dir: &Path, user: (u32, u32)) -> std::io::Result<()> {
     crate::os::create_dir(dir, 0o700, false)?;
     #[cfg(unix)]
     if running_as_root() {
@@ -438,26 +502,26 @@ impl Backend for DockerBackend {
         BackendKind::Docker
     }
 
-    /// The session's directory, and in it the workspace its containers bind: owned by
-    /// the container user and, when the quota stands, a tmpfs of `SANDBOX_DISK_LIMIT`.
+    /// The session's home (mode 0700, the server's), and in it the workspace its
+    /// containers bind: owned by the session's uid (its own, as root) and, when the quota
+    /// stands, a tmpfs of `SANDBOX_DISK_LIMIT`.
     fn open_session(&self, dir: &Path) -> std::io::Result<(DockerSlot, SessionPaths)> {
         let inner = &self.inner;
-        crate::os::create_dir(dir, 0o711, false)?;
-        let paths = SessionPaths {
-            workspace: dir.join("workspace"),
+        let user = inner.users.allocate()?;
+        let workspace = match make_home(dir, user, inner.quota.bytes()) {
+            Ok(w) => w,
+            Err(e) => {
+                inner.users.release(user);
+                return Err(e);
+            }
         };
-        let made =
-            make_workspace(&paths.workspace, inner.user).and_then(|()| match inner.quota.bytes() {
-                Some(bytes) => quota::mount(&paths.workspace, bytes, inner.user),
-                None => Ok(()),
-            });
-        if let Err(e) = made {
-            let _ = std::fs::remove_dir_all(dir);
-            return Err(e);
-        }
+        let paths = SessionPaths {
+            workspace: workspace.clone(),
+        };
         let slot = DockerSlot {
             dir: dir.to_path_buf(),
-            workspace: paths.workspace.clone(),
+            workspace,
+            user,
         };
         Ok((slot, paths))
     }
@@ -470,14 +534,21 @@ impl Backend for DockerBackend {
         spec: &WorkerSpec<'_>,
     ) -> Result<Worker, StartError> {
         self.inner
-            .start_container("session", &slot.workspace, spec.grants)
+            .start_container("session", slot, spec.grants)
             .await
     }
 
-    /// Detaches the workspace's tmpfs and deletes the session's directory (its
-    /// containers are already removed; one still going holds the tmpfs only until it is).
+    /// Detaches the workspace's tmpfs, deletes the session's directory and frees its uid
+    /// (its containers are already removed; one still going holds the tmpfs only until it
+    /// is).
     fn close_session(&self, slot: &DockerSlot) -> Result<(), String> {
-        if let Err(e) = quota::unmount(&slot.workspace) {
+        let inner = &self.inner;
+        inner.users.release(slot.user);
+        // Only a quota's tmpfs is mounted (a server that may not unmount is told EPERM
+        // even where nothing is).
+        if inner.quota.bytes().is_some()
+            && let Err(e) = quota::unmount(&slot.workspace)
+        {
             return Err(format!(
                 "the workspace tmpfs on {} could not be detached: {e}",
                 slot.workspace.display()
@@ -496,7 +567,7 @@ impl Backend for DockerBackend {
 
     fn enforcement(&self) -> Enforcement {
         let inner = &self.inner;
-        let mut gaps = Vec::new();
+        let mut gaps: Vec<Capability> = inner.users.gap().into_iter().collect();
         if let Quota::Unavailable(why) = &inner.quota {
             gaps.push(Capability {
                 mechanism: "disk_quota".into(),
@@ -510,7 +581,7 @@ impl Backend for DockerBackend {
             kind: BackendKind::Docker,
             python: inner.runtime.executable.display().to_string(),
             python_version: inner.runtime.version.clone(),
-            dedicated_uid_per_session: false,
+            dedicated_uid_per_session: inner.users.per_session(),
             workspace_quota_bytes: inner.quota.bytes(),
             protected_paths: match &inner.launcher {
                 Launcher::Bound(path) => vec![path.clone()],

@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::quota::{self, Quota};
-use super::{Inner, config, container, engine, make_workspace, running_as_root};
+use super::{Inner, config, container, engine, make_home, running_as_root};
 use crate::sandbox::python::PythonRuntime;
 
 /// The file the server leaves in the query's workspace, holding a nonce.
@@ -42,8 +42,23 @@ pub struct WorkspaceSeen {
 /// root on Linux the workspace is also a tmpfs of `SANDBOX_DISK_LIMIT`, and the quota
 /// stands only if the container saw exactly that.
 pub(super) async fn query_image(inner: &Inner) -> Result<(PythonRuntime, Quota), String> {
-    let dir = inner.instance_dir.join(".query");
-    make_workspace(&dir, inner.user).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let user = inner
+        .users
+        .allocate()
+        .map_err(|e| format!("no uid for the query container: {e}"))?;
+    let home = inner.instance_dir.join(".query");
+    let answer = query_in(inner, &home, user).await;
+    inner.users.release(user);
+    answer
+}
+
+/// The query, run in `home` as `user`.
+async fn query_in(
+    inner: &Inner,
+    home: &std::path::Path,
+    user: (u32, u32),
+) -> Result<(PythonRuntime, Quota), String> {
+    let dir = make_home(home, user, None).map_err(|e| format!("{}: {e}", home.display()))?;
     let bytes = inner.settings.disk_limit_bytes;
     let nonce: String = crate::random_bytes::<12>()
         .iter()
@@ -52,13 +67,13 @@ pub(super) async fn query_image(inner: &Inner) -> Result<(PythonRuntime, Quota),
     let mounted = if let Some(why) = quota::platform_gap() {
         Err(why)
     } else if running_as_root() {
-        quota::mount(&dir, bytes, inner.user)
+        quota::mount(&dir, bytes, user)
             .map_err(|e| format!("cannot mount a size-capped tmpfs on {}: {e}", dir.display()))
     } else {
         Err("the server is not root: only root can mount a size-capped tmpfs that the engine sees, so workspaces are plain host directories (run the server as root for a per-session disk quota)".to_string())
     };
     let marked = std::fs::write(dir.join(MARKER), &nonce);
-    let mut cfg = config::container_config(&inner.plan("query", &dir, &[]));
+    let mut cfg = config::container_config(&inner.plan("query", &dir, user, &[]));
     cfg.cmd = Some(vec![super::route::QUERY_SUBCOMMAND.to_string()]);
     cfg.open_stdin = Some(false);
     cfg.stdin_once = Some(false);
@@ -70,7 +85,7 @@ pub(super) async fn query_image(inner: &Inner) -> Result<(PythonRuntime, Quota),
     if mounted.is_ok() {
         let _ = quota::unmount(&dir);
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(home);
     let (stdout, stderr) = result?;
     let answer = serde_json::from_slice::<Answer>(stdout.trim_ascii()).map_err(|e| {
         format!(

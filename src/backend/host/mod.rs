@@ -10,10 +10,8 @@
 pub mod spawn;
 pub mod usage;
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::backend::{
     Backend, BackendError, BackendKind, Enforcement, StartError, Worker, WorkerSpec,
@@ -23,7 +21,7 @@ use crate::sandbox::platform::{HostOs, host_capabilities};
 use crate::sandbox::policy::{PolicyInputs, RunAs, SessionPaths, WorkerPolicy};
 use crate::sandbox::python::{self, PythonRuntime};
 use crate::sandbox::store::{Workspace, WorkspaceStore};
-use crate::sandbox::uids::{UID_RANGE, pick_uid_range};
+use crate::sandbox::uids::UidPool;
 use crate::selftest::report::Capability;
 
 /// What the host backend keeps for one session.
@@ -38,11 +36,8 @@ pub struct HostSlot {
 pub struct HostBackend {
     settings: Arc<Settings>,
     runtime: PythonRuntime,
-    /// First uid of this instance's range, when the server is root and sandboxed.
-    uid_base: Option<u32>,
-    next_uid: AtomicU32,
-    /// Uids held by open sessions: never given to a second one.
-    held: Mutex<HashSet<u32>>,
+    /// This instance's uid range, when the server is root and sandboxed.
+    uids: Option<UidPool>,
     /// Every session's workspace, and the keeper that holds them.
     store: WorkspaceStore,
     /// Why workspaces have no quota here, when they have none.
@@ -65,14 +60,14 @@ impl HostBackend {
                     source,
                 }
             })?;
-        let uid_base = if root && sandboxed {
+        let uids = if root && sandboxed {
             python::traversable_by_others(instance_dir).map_err(|reason| {
                 BackendError::DataDirUnreachable {
                     path: instance_dir.to_path_buf(),
                     reason,
                 }
             })?;
-            Some(pick_uid_range())
+            Some(UidPool::pick())
         } else {
             None
         };
@@ -98,9 +93,7 @@ impl HostBackend {
         Ok(HostBackend {
             settings,
             runtime,
-            uid_base,
-            next_uid: AtomicU32::new(0),
-            held: Mutex::new(HashSet::new()),
+            uids,
             store,
             store_warning,
             instance_dir: instance_dir.to_path_buf(),
@@ -139,33 +132,15 @@ impl HostBackend {
         out
     }
 
-    /// The next uid of this instance's range that no open session holds (the range
-    /// wraps, so uids of finished sessions and selftests are reused). Two open sessions
-    /// never share a uid: when every uid is held, the session is refused.
+    /// A uid of this instance's range that no open session holds, when the server is
+    /// root.
     fn allocate_uid(&self) -> std::io::Result<Option<RunAs>> {
-        let Some(base) = self.uid_base else {
-            return Ok(None);
-        };
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if held.len() >= UID_RANGE as usize {
-            return Err(std::io::Error::other(format!(
-                "all {UID_RANGE} sandbox uids of this server are held by open sessions; close sessions (reset_session) or lower SANDBOX_SESSION_IDLE_S"
-            )));
-        }
-        loop {
-            let uid = base + self.next_uid.fetch_add(1, Ordering::Relaxed) % UID_RANGE;
-            if held.insert(uid) {
-                return Ok(Some(RunAs { uid, gid: uid }));
-            }
-        }
+        self.uids.as_ref().map(UidPool::allocate).transpose()
     }
 
     fn release(&self, run_as: Option<RunAs>) {
-        if let Some(r) = run_as {
-            self.held
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&r.uid);
+        if let (Some(uids), Some(r)) = (&self.uids, run_as) {
+            uids.release(r);
         }
     }
 }
@@ -221,13 +196,13 @@ impl Backend for HostBackend {
             kind: BackendKind::Host,
             python: self.runtime.executable.display().to_string(),
             python_version: self.runtime.version.clone(),
-            dedicated_uid_per_session: self.uid_base.is_some(),
+            dedicated_uid_per_session: self.uids.is_some(),
             workspace_quota_bytes: self
                 .store
                 .has_quota()
                 .then_some(self.settings.disk_limit_bytes),
             protected_paths: self.protected_paths(),
-            processes_limit: self.uid_base.map(|_| self.settings.pids_limit),
+            processes_limit: self.uids.as_ref().map(|_| self.settings.pids_limit),
             launcher: None,
             gaps: self.gaps(),
         }
