@@ -94,8 +94,10 @@ pub const REGISTRY: &[Spec] = &[
     spec(
         "SANDBOX_PIDS_LIMIT",
         "256",
-        "processes + threads per worker (RLIMIT_NPROC on the worker's own uid; only when \
-         the server runs as root; at least 8).",
+        "processes + threads per worker (at least 8): RLIMIT_NPROC, which the kernel (Linux \
+         5.14+) counts in the worker's own user namespace, so it caps each worker alone \
+         for a desktop user's server too; as root also on the session's own uid. `selftest` \
+         says which holds.",
     ),
     spec(
         "SANDBOX_FILE_SIZE_LIMIT",

@@ -227,7 +227,13 @@ impl Backend for HostBackend {
                 .has_quota()
                 .then_some(self.settings.disk_limit_bytes),
             protected_paths: self.protected_paths(),
-            processes_limit: self.uid_base.map(|_| self.settings.pids_limit),
+            processes_limit: self.task_count().map(|_| self.settings.pids_limit),
+            processes_counted_by: match self.task_count() {
+                Some(how) => how.describe().to_string(),
+                None => "no limit: without user namespaces (no workspace keeper could start) \
+                         RLIMIT_NPROC would count every process of the server's uid"
+                    .to_string(),
+            },
             launcher: None,
             gaps: self.gaps(),
         }
@@ -240,6 +246,20 @@ impl Backend for HostBackend {
 }
 
 impl HostBackend {
+    /// How the workers' task limit holds: in a world (the keeper started, so user
+    /// namespaces work here) each worker has a user namespace of its own; a root server
+    /// also gives each session a uid of its own.
+    fn task_count(&self) -> Option<crate::sandbox::rlimits::TaskCount> {
+        if self.settings.host_sandbox == SandboxMode::Off {
+            return None;
+        }
+        crate::sandbox::rlimits::task_count(
+            self.uid_base.is_some(),
+            self.store.has_quota(),
+            &crate::sandbox::rlimits::kernel_release(),
+        )
+    }
+
     /// What this backend cannot apply here: the quota without a keeper, and the other
     /// platforms' sandboxes.
     fn gaps(&self) -> Vec<Capability> {

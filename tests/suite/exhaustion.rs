@@ -1,0 +1,204 @@
+//! What one session can make the server and the user's account hold is bounded, and the
+//! user's other processes keep working: threads and queued signals per worker (counted
+//! by the kernel in the worker's own user namespace), inotify watches per session, live
+//! sessions, the sessions' tmpfs quotas together, and kept workspaces on the data dir's
+//! disk. Each is judged from the host: what the worker holds is read in `/proc`, and a
+//! bystander process of the server's own user (root, or the login user) still creates
+//! threads, timers and inotify watches afterwards. The guard is off: the OS walls are
+//! what is under test.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::{As, Net, Server, both_modes, login_user, stdout, workers_of};
+
+/// No warm workers: the session's worker is the only one the host finds.
+async fn start(who: As, env: &[(&str, &str)]) -> Server {
+    let mut all = vec![("CODEGUARD", "off"), ("SANDBOX_WARM_WORKERS", "0")];
+    all.extend_from_slice(env);
+    Server::start_as(who, Net::Host, &all).await
+}
+
+/// Runs `python3 -c code` on the host as the server's own user: the bystander whose
+/// account the sessions share.
+fn bystander(who: As, code: &str) -> String {
+    let mut cmd = match who {
+        As::Root => Command::new("/usr/bin/python3"),
+        As::User => {
+            let user = login_user().expect("login user");
+            let mut c = Command::new("setpriv");
+            c.args([
+                &format!("--reuid={}", user.uid),
+                &format!("--regid={}", user.gid),
+                "--clear-groups",
+                "--",
+                "/usr/bin/python3",
+            ]);
+            c
+        }
+    };
+    let out = cmd
+        .args(["-I", "-c", code])
+        .current_dir("/")
+        .output()
+        .expect("run the bystander");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The `/proc/PID/status` of every live worker's interpreter, as the host sees it (a
+/// worker's other process is the helper's waiting parent).
+fn interpreters(server: &Server) -> Vec<String> {
+    workers_of(server.pid)
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{}/status", p.pid)).ok())
+        .filter(|s| s.lines().any(|l| l == "Name:\tpython3"))
+        .collect()
+}
+
+/// The first number of a `/proc/PID/status` field (`SigQ:\t3/256` gives 3).
+fn status_field(status: &str, name: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().split('/').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The number after `word` in the code's output.
+fn number_after(r: &Value, word: &str) -> u64 {
+    stdout(r)
+        .split_whitespace()
+        .skip_while(|w| *w != word)
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {word:?} in {r}"))
+}
+
+const PIDS_LIMIT: u64 = 64;
+
+/// Starts threads (small stacks, so that memory is not what stops them) and keeps them.
+const THREAD_BOMB: &str = r#"import threading
+threading.stack_size(64 << 10)
+hold = threading.Event()
+started = 0
+try:
+    for _ in range(1000):
+        threading.Thread(target=hold.wait, daemon=True).start()
+        started += 1
+except RuntimeError:
+    pass
+print("started", started)
+"#;
+
+/// The bystander's threads.
+const BYSTANDER_THREADS: &str = "import threading\nts = [threading.Thread(target=lambda: None) for _ in range(32)]\nfor t in ts: t.start()\nfor t in ts: t.join()\nprint('threads ok')";
+
+#[tokio::test]
+async fn a_thread_bomb_stops_at_the_pids_limit_and_the_users_other_processes_start_threads() {
+    for who in both_modes() {
+        let limit = PIDS_LIMIT.to_string();
+        let server = start(who, &[("SANDBOX_PIDS_LIMIT", &limit)]).await;
+        // Two sessions, one after the other: each worker is counted alone (a limit the
+        // server's workers shared would leave the second almost nothing).
+        for session in ["threads-a", "threads-b"] {
+            let r = server.run(session, THREAD_BOMB).await;
+            let started = number_after(&r, "started");
+            assert!(
+                (PIDS_LIMIT - 8..PIDS_LIMIT).contains(&started),
+                "{who:?}: {started} threads started in {session}: {r}"
+            );
+        }
+        // Frozen between calls, the workers still hold them: the host counts each one's
+        // tasks (the interpreter's threads and the helper's waiting parent).
+        let statuses = interpreters(&server);
+        assert_eq!(statuses.len(), 2, "{who:?}: {statuses:?}");
+        for status in &statuses {
+            let threads = status_field(status, "Threads:");
+            assert!(
+                (PIDS_LIMIT - 8..PIDS_LIMIT).contains(&threads),
+                "{who:?}: an interpreter has {threads} threads:\n{status}"
+            );
+        }
+        assert_eq!(
+            bystander(who, BYSTANDER_THREADS).trim(),
+            "threads ok",
+            "{who:?}"
+        );
+        let selftest = server.call("selftest", serde_json::json!({})).await.unwrap();
+        let report = selftest.structured_content.unwrap();
+        assert_eq!(report["limits"]["processes"], PIDS_LIMIT, "{who:?}: {report}");
+        let how = report["limits"]["processes_counted_by"].as_str().unwrap();
+        assert!(how.contains("own user namespace"), "{who:?}: {how}");
+        let r = server.run("threads-a", "print('alive')").await;
+        assert_eq!(stdout(&r), "alive\n", "{who:?}: {r}");
+        server.stop().await;
+    }
+}
+
+/// Blocks the real-time signals and queues them to itself until the kernel refuses.
+const SIGNAL_FLOOD: &str = r#"import signal, threading
+rt = range(signal.SIGRTMIN, signal.SIGRTMAX + 1)
+signal.pthread_sigmask(signal.SIG_BLOCK, rt)
+me = threading.get_ident()
+queued = 0
+refused = None
+try:
+    for i in range(200000):
+        signal.pthread_kill(me, signal.SIGRTMIN + i % 8)
+        queued += 1
+except OSError as e:
+    refused = e.errno
+print("queued", queued, "refused", refused)
+"#;
+
+/// The bystander creates POSIX timers (each takes a queued signal of its user's).
+const BYSTANDER_TIMERS: &str = r#"import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+timer = ctypes.c_void_p()
+made = 0
+for _ in range(16):
+    if libc.timer_create(1, None, ctypes.byref(timer)) != 0:
+        print("timer_create failed", ctypes.get_errno())
+        break
+    made += 1
+print("timers", made)
+"#;
+
+#[tokio::test]
+async fn queued_signals_stop_at_the_workers_limit_and_the_users_other_processes_make_timers() {
+    for who in both_modes() {
+        let server = start(who, &[]).await;
+        let r = server.run("signals", SIGNAL_FLOOD).await;
+        let queued = number_after(&r, "queued");
+        assert!(
+            stdout(&r).ends_with("refused 11\n"),
+            "{who:?}: not refused with EAGAIN: {r}"
+        );
+        assert!(
+            (32..=256).contains(&queued),
+            "{who:?}: {queued} signals queued: {r}"
+        );
+        // Frozen, the worker still has them pending: the host reads its queue. The kernel
+        // queues a non-real-time signal past the limit (the freeze's own SIGSTOP), at most
+        // one per signal number.
+        let statuses = interpreters(&server);
+        assert_eq!(statuses.len(), 1, "{who:?}: {statuses:?}");
+        let status = &statuses[0];
+        let pending = status_field(status, "SigQ:");
+        assert!(
+            (queued..=256 + 31).contains(&pending),
+            "{who:?}: {pending} signals pending:\n{status}"
+        );
+        let made = bystander(who, BYSTANDER_TIMERS);
+        assert_eq!(made.trim(), "timers 16", "{who:?}");
+        let r = server.run("signals", "print('alive')").await;
+        assert_eq!(stdout(&r), "alive\n", "{who:?}: {r}");
+        server.stop().await;
+    }
+}
