@@ -202,3 +202,68 @@ async fn queued_signals_stop_at_the_workers_limit_and_the_users_other_processes_
         server.stop().await;
     }
 }
+
+/// The inotify watches a process holds, as the host reads them in `/proc/PID/fdinfo`.
+fn inotify_watches(pid: u32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|l| l.to_string_lossy() == "anon_inode:inotify")
+        })
+        .filter_map(|fd| {
+            std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()))
+                .ok()
+        })
+        .map(|info| info.lines().filter(|l| l.starts_with("inotify wd:")).count())
+        .sum()
+}
+
+/// The bystander watches a directory with inotify.
+const BYSTANDER_WATCH: &str = r#"import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(os.O_CLOEXEC)
+wd = libc.inotify_add_watch(fd, b"/", 0x100) if fd >= 0 else -1
+print("watch", "ok" if wd >= 0 else "failed %d" % ctypes.get_errno())
+"#;
+
+#[tokio::test]
+async fn a_session_with_many_directories_is_tracked_by_scan_and_the_user_keeps_watching() {
+    let cap = warden::workspace::MAX_WATCHES_PER_SESSION;
+    for who in both_modes() {
+        let server = start(who, &[]).await;
+        let r = server.run("small", "import os; os.mkdir('a'); print('ok')").await;
+        assert!(!r["warnings"].to_string().contains("by scan"), "{who:?}: {r}");
+        let code = format!(
+            "import os\nfor i in range({}):\n    os.makedirs('tree/%d/%d' % (i // 100, i))\nprint('made')",
+            cap + 400
+        );
+        let r = server.run("dirs", &code).await;
+        assert_eq!(stdout(&r), "made\n", "{who:?}: {r}");
+        let warnings = r["warnings"].to_string();
+        assert!(
+            warnings.contains(&format!(
+                "tracking for this session is by scan (each call's changes are found by walking its workspace, not from inotify) because it has more than {cap} directories"
+            )),
+            "{who:?}: {warnings}"
+        );
+        // The host sees the server hold a handful of watches (the small session's), not
+        // one per directory of the big one.
+        let held = inotify_watches(server.pid);
+        assert!((1..100).contains(&held), "{who:?}: the server holds {held} watches");
+        assert_eq!(bystander(who, BYSTANDER_WATCH).trim(), "watch ok", "{who:?}");
+        // By scan, its changes are still reported, and said to be found so.
+        let r = server
+            .run("dirs", "open('tree/3/333/new.csv', 'w').write('x'); import shutil; shutil.rmtree('tree/0')")
+            .await;
+        assert_eq!(r["files"][0]["path"], "tree/3/333/new.csv", "{who:?}: {r}");
+        assert_eq!(r["files_total"], 1, "{who:?}: {r}");
+        assert!(r["warnings"].to_string().contains("by scan"), "{who:?}: {r}");
+        let r = server.run("small", "open('a/b.txt', 'w').write('y')").await;
+        assert_eq!(r["files"][0]["path"], "a/b.txt", "{who:?}: {r}");
+        assert!(!r["warnings"].to_string().contains("by scan"), "{who:?}: {r}");
+        server.stop().await;
+    }
+}
