@@ -110,8 +110,9 @@ pub const REGISTRY: &[Spec] = &[
         "what one session may store in its workspace (at least `1m`): a tmpfs of this \
          size per session, enforced as the code writes (ENOSPC inside Python), never the \
          real disk; each worker's private `/tmp` holds a quarter of it more (at least \
-         16 MiB). It is RAM (and swap), used only as far as the code really writes; a \
-         server holds at most 64 sessions.",
+         16 MiB). It is RAM (and swap), used only as far as the code really writes; \
+         `SANDBOX_MAX_SESSIONS` caps the sessions and `SANDBOX_DISK_TOTAL` what their \
+         quotas add up to.",
     ),
     spec(
         "SANDBOX_TIMEOUT_S",
@@ -141,6 +142,13 @@ pub const REGISTRY: &[Spec] = &[
          new session's first call gets one instead of waiting for a start, and the pool \
          refills in the background (0 to 64; never more than `SANDBOX_MAX_WORKERS`). With \
          the Docker backend `SANDBOX_POOL_SIZE`, when set, sizes the same pool.",
+    ),
+    spec(
+        "SANDBOX_MAX_SESSIONS",
+        "64",
+        "live sessions at once, every client's together (1 to 4096). A call that would \
+         open one more is refused as `TooManySessions`, naming this setting, and starts \
+         nothing; close a session (`reset_session`) or let idle ones expire.",
     ),
     spec(
         "SANDBOX_SESSION_IDLE_S",
@@ -443,6 +451,8 @@ pub struct Settings {
     pub max_workers: usize,
     /// `SANDBOX_WARM_WORKERS`: workers started ahead (at most `max_workers`).
     pub warm_workers: usize,
+    /// `SANDBOX_MAX_SESSIONS`: live sessions at once.
+    pub max_sessions: usize,
     /// `SANDBOX_SESSION_IDLE_S`: idle seconds before a session expires; 0 = never.
     pub session_idle_s: u64,
     /// `SANDBOX_KEEP_WORKSPACES`: move expired sessions' workspaces aside instead of
@@ -654,6 +664,11 @@ impl Settings {
         let warm_workers = r.value("SANDBOX_WARM_WORKERS", "a whole number from 0 to 64", |t| {
             t.parse::<usize>().ok().filter(|n| *n <= 64)
         })?;
+        let max_sessions = r.value(
+            "SANDBOX_MAX_SESSIONS",
+            "a whole number from 1 to 4096",
+            |t| t.parse::<usize>().ok().filter(|n| (1..=4096).contains(n)),
+        )?;
         let session_idle_s = r.value(
             "SANDBOX_SESSION_IDLE_S",
             "whole seconds (0: never expire)",
@@ -718,6 +733,7 @@ impl Settings {
             output_limit_bytes,
             max_workers,
             warm_workers: warm_workers.min(max_workers),
+            max_sessions,
             session_idle_s,
             keep_workspaces,
             data_dir,
@@ -1201,6 +1217,7 @@ mod tests {
         assert_eq!(s.network, NetworkMode::Deny);
         assert_eq!(s.mem_limit_bytes, 2 << 30);
         assert_eq!(s.pids_limit, 256);
+        assert_eq!(s.max_sessions, 64);
         assert_eq!(s.timeout_s, 10);
         assert_eq!(s.output_limit_bytes, 64 << 10);
         assert_eq!(s.codeguard, GuardMode::Enforce);
@@ -1371,6 +1388,16 @@ mod tests {
         let err = settings(&[("HOST_SANDBOX", "maybe")]).unwrap_err();
         assert!(err.to_string().contains("HOST_SANDBOX"), "{err}");
         assert!(err.to_string().contains("the environment"), "{err}");
+        for bad in ["0", "4097", "-1", "many"] {
+            let err = settings(&[("SANDBOX_MAX_SESSIONS", bad)]).unwrap_err();
+            assert!(err.to_string().contains("SANDBOX_MAX_SESSIONS"), "{err}");
+        }
+        assert_eq!(
+            settings(&[("SANDBOX_MAX_SESSIONS", "1")])
+                .unwrap()
+                .max_sessions,
+            1
+        );
         let err = settings(&[("SANDBOX_MEM_LIMIT", "lots")]).unwrap_err();
         assert!(err.to_string().contains("SANDBOX_MEM_LIMIT"), "{err}");
         assert!(settings(&[("SANDBOX_MEM_LIMIT", "1k")]).is_err());

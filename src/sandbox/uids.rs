@@ -2,7 +2,8 @@
 //! instance, one uid per session, chosen so that no running process already uses them.
 
 /// Width of one instance's uid range (one uid per open session, warm homes and selftests
-/// included): session names are not capped, so the range is wide.
+/// included): wider than the most sessions `SANDBOX_MAX_SESSIONS` allows (4096) with
+/// every warm home and selftest beside them.
 pub const UID_RANGE: u32 = 65_536;
 /// How many ranges fit between 1,000,000,000 and the top of the 32-bit uid space, whose
 /// last value (-1) means "no uid" to the kernel.

@@ -1,6 +1,7 @@
-//! A session's life. It opens at its name's first use, in a warm home from the pool when
-//! one fits (the worker is already started and waits frozen) or else in a new home made
-//! off the table's lock and off the async runtime. It closes by `reset_session`, by idle
+//! A session's life. It opens at its name's first use, unless `SANDBOX_MAX_SESSIONS` are
+//! open already, in a warm home from the pool when one fits (the worker is already
+//! started and waits frozen) or else in a new home made off the table's lock and off the
+//! async runtime. It closes by `reset_session`, by idle
 //! expiry (`SANDBOX_SESSION_IDLE_S`) or at shutdown; its name is free again at once, and
 //! its workspace is removed, after a copy is kept aside with `SANDBOX_KEEP_WORKSPACES`.
 
@@ -75,6 +76,8 @@ impl SessionManager {
                 "the server is shutting down; no session can be opened",
             ));
         }
+        // Checked before anything is made for it, and again when it is entered.
+        self.room_for_a_session(self.session_count()?)?;
         if warm_ok
             && let Some(warm) = self
                 .pool
@@ -119,13 +122,19 @@ impl SessionManager {
             .sessions
             .lock()
             .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?;
-        if let Some(existing) = sessions.get(key).cloned() {
+        // Past SANDBOX_MAX_SESSIONS nothing is entered; either way what was prepared is
+        // given back.
+        let settled = match sessions.get(key).cloned() {
+            Some(existing) => Some(Ok(existing)),
+            None => self.room_for_a_session(sessions.len()).err().map(Err),
+        };
+        if let Some(outcome) = settled {
             drop(sessions);
             match opened {
                 Opened::Warm(warm) => self.pool.put_back(*warm),
                 Opened::Fresh(home, _) => self.close_home_later(home),
             }
-            return Ok(existing);
+            return outcome;
         }
         // The tracker saw the workspace as it is before any call: empty.
         let (home, live, tracker) = match opened {
@@ -148,6 +157,32 @@ impl SessionManager {
         }
         sessions.insert(key.clone(), session.clone());
         Ok(session)
+    }
+
+    /// Live sessions now.
+    fn session_count(&self) -> Result<usize, ErrorInfo> {
+        self.sessions
+            .lock()
+            .map(|s| s.len())
+            .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))
+    }
+
+    /// Refuses one more session when `live` are open already (`SANDBOX_MAX_SESSIONS`).
+    fn room_for_a_session(&self, live: usize) -> Result<(), ErrorInfo> {
+        let max = self.settings.max_sessions;
+        if live < max {
+            return Ok(());
+        }
+        Err(ErrorInfo::new(
+            "TooManySessions",
+            format!(
+                "this server already holds {live} live sessions, the most {} allows; nothing \
+                 was started. Close a session you no longer need (reset_session with \
+                 keep_files: false) or wait for idle ones to expire (SANDBOX_SESSION_IDLE_S), \
+                 then call again",
+                self.settings.describe("SANDBOX_MAX_SESSIONS")
+            ),
+        ))
     }
 
     fn close_home_later(&self, home: Home) {

@@ -267,3 +267,42 @@ async fn a_session_with_many_directories_is_tracked_by_scan_and_the_user_keeps_w
         server.stop().await;
     }
 }
+
+#[tokio::test]
+async fn past_the_session_cap_a_new_session_is_refused_naming_the_setting_and_starts_nothing() {
+    for who in both_modes() {
+        let server = start(who, &[("SANDBOX_MAX_SESSIONS", "2")]).await;
+        for name in ["a", "b"] {
+            let r = server.run(name, "print('in')").await;
+            assert_eq!(stdout(&r), "in\n", "{who:?}: {r}");
+        }
+        let workers = workers_of(server.pid).len();
+        let r = server.run("c", "print('in')").await;
+        assert_eq!(r["status"], "error", "{who:?}: {r}");
+        assert_eq!(r["error"]["type"], "TooManySessions", "{who:?}: {r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("SANDBOX_MAX_SESSIONS=2") && message.contains("reset_session"),
+            "{who:?}: {message}"
+        );
+        assert_eq!(stdout(&r), "", "{who:?}: {r}");
+        assert_eq!(workers_of(server.pid).len(), workers, "{who:?}: a worker started");
+        let doc = server.settings().await;
+        assert_eq!(doc["workers"]["sessions_open"], 2, "{who:?}: {}", doc["workers"]);
+        // Closing one makes room.
+        let closed = server
+            .call("reset_session", serde_json::json!({"session": "b", "keep_files": false}))
+            .await
+            .unwrap();
+        assert_ne!(closed.is_error, Some(true), "{who:?}: {closed:?}");
+        let r = server.run("c", "print('in')").await;
+        assert_eq!(stdout(&r), "in\n", "{who:?}: {r}");
+        let data = server.stop().await;
+        let refused: Vec<Value> = super::audit::records(data.path())
+            .into_iter()
+            .filter(|l| l["detail"].as_str().is_some_and(|d| d.starts_with("TooManySessions")))
+            .collect();
+        assert_eq!(refused.len(), 1, "{who:?}: the refusal is audited once");
+        assert_eq!(refused[0]["session"], "c", "{who:?}: {refused:?}");
+    }
+}
