@@ -114,6 +114,17 @@ pub const REGISTRY: &[Spec] = &[
          `SANDBOX_MAX_SESSIONS` caps the sessions and `SANDBOX_DISK_TOTAL` what their \
          quotas add up to.",
     ),
+    computed(
+        "SANDBOX_DISK_TOTAL",
+        "half of physical memory (12 GiB on a 24 GiB machine)",
+        "what the quotas of every open session's workspace and `/tmp` may add up to \
+         (`8g`, `512m`; at least `1m`), warm workers' included: they are RAM and swap \
+         that no process owns, held while a session is open even after its worker \
+         stopped. A new session whose `SANDBOX_DISK_LIMIT` does not fit gets a smaller \
+         quota, said in its every result (at least 16 MiB; that much is held back for \
+         the sessions `SANDBOX_MAX_SESSIONS` still allows, up to half of this), or is \
+         refused as `DiskTotalReached` when not even that fits.",
+    ),
     spec(
         "SANDBOX_TIMEOUT_S",
         "10",
@@ -443,8 +454,10 @@ pub struct Settings {
     pub mem_limit_bytes: u64,
     pub pids_limit: u64,
     pub file_size_limit_bytes: u64,
-    /// `SANDBOX_DISK_LIMIT`: one session's workspace and /tmp together.
+    /// `SANDBOX_DISK_LIMIT`: one session's workspace (its /tmp is a quarter more).
     pub disk_limit_bytes: u64,
+    /// `SANDBOX_DISK_TOTAL`: every open session's workspace and /tmp quotas together.
+    pub disk_total_bytes: u64,
     pub timeout_s: u64,
     pub output_limit_bytes: usize,
     /// `SANDBOX_MAX_WORKERS`: live workers at once, warm ones included.
@@ -640,6 +653,9 @@ impl Settings {
         let file_size_limit_bytes =
             r.value("SANDBOX_FILE_SIZE_LIMIT", SIZE_1M, size_at_least(1 << 20))?;
         let disk_limit_bytes = r.value("SANDBOX_DISK_LIMIT", SIZE_1M, size_at_least(1 << 20))?;
+        let disk_total_bytes = r
+            .optional("SANDBOX_DISK_TOTAL", SIZE_1M, size_at_least(1 << 20))?
+            .unwrap_or_else(|| default_disk_total(layers.memory_bytes.or_else(physical_memory)));
         let timeout_s = r.value("SANDBOX_TIMEOUT_S", "whole seconds, at least 1", |t| {
             t.parse::<u64>()
                 .ok()
@@ -729,6 +745,7 @@ impl Settings {
             pids_limit,
             file_size_limit_bytes,
             disk_limit_bytes,
+            disk_total_bytes,
             timeout_s,
             output_limit_bytes,
             max_workers,
@@ -816,6 +833,12 @@ pub fn default_max_workers(memory: Option<u64>, mem_limit_bytes: u64) -> usize {
     usize::try_from(memory / 4 * 3 / per_worker)
         .unwrap_or(usize::MAX)
         .clamp(2, 1024)
+}
+
+/// `SANDBOX_DISK_TOTAL`'s default: half of `memory` (4 GiB when unknown), the kernel's own
+/// default size for one tmpfs. Pure.
+pub fn default_disk_total(memory: Option<u64>) -> u64 {
+    memory.unwrap_or(4 << 30) / 2
 }
 
 /// MemTotal from `/proc/meminfo`, in bytes.
@@ -1218,6 +1241,20 @@ mod tests {
         assert_eq!(s.mem_limit_bytes, 2 << 30);
         assert_eq!(s.pids_limit, 256);
         assert_eq!(s.max_sessions, 64);
+        let layers = Layers {
+            memory_bytes: Some(24 << 30),
+            ..Layers::default()
+        };
+        let s24 = Settings::from_layers(&layers).unwrap();
+        assert_eq!(s24.disk_total_bytes, 12 << 30, "half of 24 GiB");
+        assert_eq!(default_disk_total(None), 2 << 30);
+        assert_eq!(
+            settings(&[("SANDBOX_DISK_TOTAL", "200m")])
+                .unwrap()
+                .disk_total_bytes,
+            200 << 20
+        );
+        assert!(settings(&[("SANDBOX_DISK_TOTAL", "1k")]).is_err());
         assert_eq!(s.timeout_s, 10);
         assert_eq!(s.output_limit_bytes, 64 << 10);
         assert_eq!(s.codeguard, GuardMode::Enforce);

@@ -288,6 +288,16 @@ impl AnyBackend {
         }
     }
 
+    /// What every result of the session in `slot` says about its home (a workspace quota
+    /// smaller than `SANDBOX_DISK_LIMIT`), if anything.
+    pub fn home_notice(&self, slot: &SessionSlot) -> Option<String> {
+        match slot {
+            SessionSlot::Host(slot) => slot.workspace_notice(),
+            #[cfg(feature = "docker")]
+            SessionSlot::Docker(_) => None,
+        }
+    }
+
     pub fn close_session(&self, slot: &SessionSlot) -> Result<(), String> {
         match (self, slot) {
             (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.close_session(slot),

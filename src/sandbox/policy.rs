@@ -115,6 +115,9 @@ pub struct PolicyInputs<'a> {
     pub host: &'a HostLayout,
     /// What the worker's world binds as its workspace and /tmp.
     pub source: &'a WorkspaceSource,
+    /// The workspace tmpfs's own quota, when the keeper holds it (`SANDBOX_DISK_LIMIT`,
+    /// or less when `SANDBOX_DISK_TOTAL` was short): /tmp is sized from it.
+    pub quota_bytes: Option<u64>,
     pub run_as: Option<RunAs>,
     pub grants: &'a [Grant],
     pub parent_pid: i32,
@@ -147,7 +150,9 @@ impl WorkerPolicy {
                 runtime: inputs.runtime,
                 workspace: inputs.source,
                 grants: inputs.grants,
-                tmp_bytes: crate::sandbox::linux::world::tmp_bytes_for(settings.disk_limit_bytes),
+                tmp_bytes: crate::sandbox::linux::world::tmp_bytes_for(
+                    inputs.quota_bytes.unwrap_or(settings.disk_limit_bytes),
+                ),
             });
             let env = worker_env(
                 &plan.view.workspace,
@@ -156,7 +161,9 @@ impl WorkerPolicy {
                 inherited_env,
             );
             let quota_bytes = match inputs.source {
-                WorkspaceSource::Keeper { .. } => Some(settings.disk_limit_bytes),
+                WorkspaceSource::Keeper { .. } => {
+                    Some(inputs.quota_bytes.unwrap_or(settings.disk_limit_bytes))
+                }
                 WorkspaceSource::HostDirs { .. } => None,
             };
             World {
@@ -351,6 +358,7 @@ mod tests {
                 runtime: &runtime,
                 host: &host,
                 source: &source,
+                quota_bytes: None,
                 run_as,
                 grants,
                 parent_pid: 42,

@@ -105,6 +105,11 @@ impl SessionManager {
         .await
         .map_err(|e| ErrorInfo::new("InternalError", format!("the home task failed: {e}")))?
         .map_err(|e| {
+            // The sessions' tmpfs quotas together are at SANDBOX_DISK_TOTAL: the message
+            // says what to do.
+            if e.kind() == std::io::ErrorKind::QuotaExceeded {
+                return ErrorInfo::new("DiskTotalReached", e.to_string());
+            }
             ErrorInfo::new(
                 "InternalError",
                 format!(

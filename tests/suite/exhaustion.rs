@@ -306,3 +306,91 @@ async fn past_the_session_cap_a_new_session_is_refused_naming_the_setting_and_st
         assert_eq!(refused[0]["session"], "c", "{who:?}: {refused:?}");
     }
 }
+
+/// The workspace keeper's tmpfs mounts (one per workspace) and their sizes, as the host
+/// reads them in its mountinfo.
+fn workspace_tmpfs_sizes(server: &Server) -> Vec<u64> {
+    let keeper = super::descendants(server.pid)
+        .into_iter()
+        .find(|p| super::is_keeper(p.pid))
+        .expect("a workspace keeper");
+    std::fs::read_to_string(format!("/proc/{}/mountinfo", keeper.pid))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split_whitespace().nth(4).is_some_and(|m| m.contains("/ws/w")))
+        .filter_map(|l| {
+            let kib = l.split(" - ").nth(1)?.split(',').find_map(|o| o.strip_prefix("size="))?;
+            kib.strip_suffix('k')?.parse::<u64>().ok().map(|k| k << 10)
+        })
+        .collect()
+}
+
+/// The workspace's size as the code sees it, then whether 20 MiB fit in it.
+const QUOTA_SEEN: &str = r#"import os, errno
+st = os.statvfs('/workspace')
+print('quota', st.f_blocks * st.f_frsize >> 20)
+try:
+    with open('fill.bin', 'wb') as f:
+        f.write(b'x' * (20 << 20))
+    print('fits')
+except OSError as e:
+    print('full', e.errno == errno.ENOSPC)
+"#;
+
+#[tokio::test]
+async fn the_sessions_tmpfs_quotas_together_stay_within_the_budget_even_with_workers_evicted() {
+    const MIB: u64 = 1 << 20;
+    for who in both_modes() {
+        let server = start(
+            who,
+            &[
+                ("SANDBOX_DISK_LIMIT", "64m"),
+                ("SANDBOX_DISK_TOTAL", "160m"),
+                ("SANDBOX_MAX_SESSIONS", "8"),
+                ("SANDBOX_MAX_WORKERS", "1"),
+            ],
+        )
+        .await;
+        // The first gets its quota (64 MiB and 16 MiB of /tmp fit beside the floors held
+        // back for the sessions that may follow).
+        let r = server.run("s1", QUOTA_SEEN).await;
+        assert_eq!(stdout(&r), "quota 64\nfits\n", "{who:?}: {r}");
+        assert!(!r["warnings"].to_string().contains("quota is"), "{who:?}: {r}");
+        // The next ones get the floor, and say so in every result.
+        for name in ["s2", "s3"] {
+            let r = server.run(name, QUOTA_SEEN).await;
+            assert_eq!(stdout(&r), "quota 16\nfull True\n", "{who:?} {name}: {r}");
+            let warnings = r["warnings"].to_string();
+            assert!(
+                warnings.contains("workspace quota is 16 MiB, not SANDBOX_DISK_LIMIT (64 MiB)")
+                    && warnings.contains("SANDBOX_DISK_TOTAL (160 MiB)"),
+                "{who:?} {name}: {warnings}"
+            );
+        }
+        let r = server.run("s2", "print('again')").await;
+        assert!(r["warnings"].to_string().contains("quota is 16 MiB"), "{who:?}: {r}");
+        // One worker lives (SANDBOX_MAX_WORKERS=1): the others were stopped, and their
+        // sessions' tmpfs still count. The host sees three, 160 MiB with their /tmp.
+        assert_eq!(workers_of(server.pid).len(), super::WORKER_PROCESSES, "{who:?}");
+        let mut sorted = workspace_tmpfs_sizes(&server);
+        sorted.sort();
+        assert_eq!(sorted, [16 * MIB, 16 * MIB, 64 * MIB], "{who:?}");
+        // A fourth would pass the budget: refused, naming it, and nothing is started.
+        let r = server.run("s4", "print('in')").await;
+        assert_eq!(r["error"]["type"], "DiskTotalReached", "{who:?}: {r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("SANDBOX_DISK_TOTAL (160 MiB)") && message.contains("reset_session"),
+            "{who:?}: {message}"
+        );
+        assert_eq!(workspace_tmpfs_sizes(&server).len(), 3, "{who:?}");
+        // Closing a session gives its share back.
+        server
+            .call("reset_session", serde_json::json!({"session": "s2", "keep_files": false}))
+            .await
+            .unwrap();
+        let r = server.run("s4", QUOTA_SEEN).await;
+        assert_eq!(stdout(&r), "quota 16\nfull True\n", "{who:?}: {r}");
+        server.stop().await;
+    }
+}

@@ -35,6 +35,13 @@ pub struct HostSlot {
     pub workspace: Workspace,
 }
 
+impl HostSlot {
+    /// What the session's results say about its workspace (a smaller quota).
+    pub fn workspace_notice(&self) -> Option<String> {
+        self.workspace.notice.clone()
+    }
+}
+
 pub struct HostBackend {
     settings: Arc<Settings>,
     runtime: PythonRuntime,
@@ -119,6 +126,7 @@ impl HostBackend {
                 runtime: &self.runtime,
                 host: self.store.host_layout(),
                 source: &slot.workspace.source,
+                quota_bytes: slot.workspace.quota_bytes,
                 run_as: slot.run_as,
                 grants,
                 parent_pid: std::process::id() as i32,
@@ -188,7 +196,13 @@ impl Backend for HostBackend {
             }
             Err(e) => {
                 self.release(run_as);
-                Err(std::io::Error::other(e))
+                let kind = match e {
+                    crate::sandbox::store::StoreError::Budget(_) => {
+                        std::io::ErrorKind::QuotaExceeded
+                    }
+                    crate::sandbox::store::StoreError::Failed(_) => std::io::ErrorKind::Other,
+                };
+                Err(std::io::Error::new(kind, e.to_string()))
             }
         }
     }

@@ -290,7 +290,7 @@ fn enter_world(
         Some(bytes) => walls.enforced(
             "disk_quota",
             format!(
-                "/workspace is a tmpfs of {bytes} bytes (SANDBOX_DISK_LIMIT); /tmp a private one of {} bytes",
+                "/workspace is a tmpfs of {bytes} bytes (this session's quota); /tmp a private one of {} bytes",
                 crate::sandbox::linux::world::tmp_bytes_for(bytes)
             ),
         ),
