@@ -227,26 +227,55 @@ impl SessionManager {
         });
         let backend = self.backend.clone();
         let closing = session.clone();
-        let kept = keep.clone();
-        tokio::task::spawn_blocking(move || {
-            let copied = match &kept {
-                Some(to) => super::keep::copy_workspace(&closing.home.paths.workspace, to),
-                None => Ok(()),
-            };
-            let removed = backend.close_session(&closing.home.slot);
-            copied.and(removed)
+        let quota = self.settings.disk_limit_bytes;
+        let (kept, removed) = tokio::task::spawn_blocking(move || {
+            let kept = keep
+                .map(|to| super::keep::copy_workspace(&closing.home.paths.workspace, &to, quota));
+            (kept, backend.close_session(&closing.home.slot))
         })
         .await
-        .map_err(|e| format!("the closing task failed: {e}"))??;
-        match (why, keep) {
-            (Closing::Expired, Some(kept)) => tracing::info!(
-                session = %session.key, kept = %kept.display(),
-                "session expired; a copy of its workspace was kept"
-            ),
-            (Closing::Expired, None) => tracing::info!(session = %session.key, "session expired"),
-            _ => {}
+        .map_err(|e| format!("the closing task failed: {e}"))?;
+        if why == Closing::Expired {
+            tracing::info!(session = %session.key, "session expired");
         }
-        Ok(())
+        if let Some(kept) = kept {
+            self.record_keep(session, kept);
+        }
+        removed
+    }
+
+    /// Logs and audits what became of a closing session's workspace copy
+    /// (`SANDBOX_KEEP_WORKSPACES`).
+    fn record_keep(&self, session: &Session, kept: Result<super::keep::Kept, String>) {
+        let event = |decision: &str, detail: String| crate::audit::AuditEvent {
+            detail,
+            ..crate::audit::AuditEvent::now(&session.key.to_string(), "keep", decision)
+        };
+        let recorded = match kept {
+            Ok(k) => {
+                tracing::info!(
+                    session = %session.key, kept = %k.to.display(), bytes = k.bytes,
+                    skipped = k.skipped, "a copy of the workspace was kept"
+                );
+                self.audit.record(event(
+                    "kept",
+                    format!(
+                        "{} bytes in {} entries at {} ({} skipped)",
+                        k.bytes,
+                        k.entries,
+                        k.to.display(),
+                        k.skipped
+                    ),
+                ))
+            }
+            Err(why) => {
+                tracing::warn!(session = %session.key, reason = %why, "the workspace was not kept");
+                self.audit.record(event("refused", why))
+            }
+        };
+        if let Err(e) = recorded {
+            tracing::warn!(session = %session.key, error = %e, "the keep record could not be written");
+        }
     }
 
     /// Closes every session unused for `idle` that is not in a call.

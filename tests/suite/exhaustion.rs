@@ -394,3 +394,134 @@ async fn the_sessions_tmpfs_quotas_together_stay_within_the_budget_even_with_wor
         server.stop().await;
     }
 }
+
+/// A data directory on a tmpfs of `size` of its own (never the real disk), owned as a
+/// server running as `who` needs it. The tmpfs is unmounted when the second value drops.
+fn small_data_dir(who: As, size: &str) -> (tempfile::TempDir, super::Tmpfs) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = super::data_dir_for(who);
+    let tmpfs = super::Tmpfs::mount_on(dir.path(), size);
+    if who == As::User {
+        let user = login_user().expect("login user");
+        std::os::unix::fs::chown(dir.path(), Some(user.uid), Some(user.gid)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    (dir, tmpfs)
+}
+
+/// A server keeping the workspaces of sessions idle for a second, on `data`.
+async fn keeping_server(who: As, data: tempfile::TempDir) -> Server {
+    let env = [
+        ("CODEGUARD", "off"),
+        ("SANDBOX_WARM_WORKERS", "0"),
+        ("SANDBOX_KEEP_WORKSPACES", "true"),
+        ("SANDBOX_SESSION_IDLE_S", "1"),
+        ("SANDBOX_DISK_LIMIT", "64m"),
+    ];
+    let cmd = super::server_command_as(who, Net::Host, &env, &[], data.path());
+    Server::from_command(cmd, data, who).await
+}
+
+/// Free bytes of the file system at `path`.
+fn free_bytes(path: &std::path::Path) -> u64 {
+    let st = rustix::fs::statvfs(path).unwrap();
+    st.f_bavail * st.f_frsize
+}
+
+/// Waits for the audit record of what became of a closing session's workspace.
+async fn keep_record(server: &Server) -> Value {
+    let data = server.data_dir.path().to_path_buf();
+    let found = super::eventually(20, || {
+        super::audit::records(&data)
+            .iter()
+            .any(|l| l["phase"] == "keep")
+    })
+    .await;
+    assert!(found, "no keep record in the audit log");
+    super::audit::records(&data)
+        .into_iter()
+        .find(|l| l["phase"] == "keep")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_kept_workspace_is_written_at_its_real_size_and_a_sparse_file_stays_sparse() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    for who in both_modes() {
+        let (data, _tmpfs) = small_data_dir(who, "96m");
+        let server = keeping_server(who, data).await;
+        let code = "f = open('sparse.bin', 'wb')\nf.truncate(200 << 20)\nf.seek(100 << 20)\nf.write(b'middle')\nf.close()\nopen('plain.txt', 'w').write('plain')";
+        let r = server.run("sparse", code).await;
+        assert_eq!(r["status"], "ok", "{who:?}: {r}");
+        let record = keep_record(&server).await;
+        assert_eq!(record["decision"], "kept", "{who:?}: {record}");
+        let kept = server.data_dir.path().join("kept");
+        let copy = &super::find_files(&kept, "sparse.bin")[0];
+        let meta = std::fs::metadata(copy).unwrap();
+        assert_eq!(meta.len(), 200 << 20, "{who:?}: its length is kept");
+        assert!(
+            meta.blocks() * 512 < 1 << 20,
+            "{who:?}: the copy takes {} blocks",
+            meta.blocks()
+        );
+        let mut middle = [0u8; 6];
+        std::fs::File::open(copy)
+            .unwrap()
+            .read_exact_at(&mut middle, 100 << 20)
+            .unwrap();
+        assert_eq!(&middle, b"middle", "{who:?}");
+        let plain = &super::find_files(&kept, "plain.txt")[0];
+        assert_eq!(std::fs::read_to_string(plain).unwrap(), "plain", "{who:?}");
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_workspace_that_would_fill_the_data_dir_is_not_kept_and_the_audit_log_keeps_working() {
+    for who in both_modes() {
+        let (data, _tmpfs) = small_data_dir(who, "96m");
+        let server = keeping_server(who, data).await;
+        let r = server
+            .run("big", "open('data.bin', 'wb').write(b'x' * (24 << 20)); print('written')")
+            .await;
+        assert_eq!(stdout(&r), "written\n", "{who:?}: {r}");
+        // Something else fills the data directory's disk to 40 MiB free: the 24 MiB copy
+        // and the audit log's 32 MiB reserve no longer fit.
+        let dir = server.data_dir.path().to_path_buf();
+        let filler = dir.join("filler.bin");
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![7u8; 1 << 20];
+        while free_bytes(&dir) > 41 << 20 {
+            std::io::Write::write_all(&mut f, &chunk).unwrap();
+        }
+        drop(f);
+        let record = keep_record(&server).await;
+        assert_eq!(record["decision"], "refused", "{who:?}: {record}");
+        let why = record["detail"].as_str().unwrap();
+        assert!(
+            why.starts_with("not kept: its copy takes 25 MiB")
+                && why.contains("stay free for the audit log"),
+            "{who:?}: {why}"
+        );
+        assert!(
+            super::find_files(&dir.join("kept"), "data.bin").is_empty(),
+            "{who:?}: a copy was written"
+        );
+        assert!(free_bytes(&dir) > 32 << 20, "{who:?}: the reserve is still free");
+        // The audit log takes every later record.
+        let r = server.run("after", "print('after')").await;
+        assert_eq!(stdout(&r), "after\n", "{who:?}: {r}");
+        let data = server.stop().await;
+        let verify = Command::new(super::BIN)
+            .arg("audit-verify")
+            .env("SANDBOX_DATA_DIR", data.path())
+            .output()
+            .unwrap();
+        assert!(
+            verify.status.success(),
+            "{who:?}: {}{}",
+            String::from_utf8_lossy(&verify.stdout),
+            String::from_utf8_lossy(&verify.stderr)
+        );
+    }
+}
