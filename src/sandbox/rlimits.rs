@@ -110,6 +110,15 @@ pub fn task_count(own_uid: bool, own_user_namespace: bool, release: &str) -> Opt
     }
 }
 
+/// `limits` as a worker applies them: RLIMIT_NPROC only where it counts that worker alone
+/// (`tasks`, from [`task_count`]). Pure.
+pub fn for_worker(limits: &Limits, tasks: Option<TaskCount>) -> Limits {
+    Limits {
+        processes: limits.processes.filter(|_| tasks.is_some()),
+        ..limits.clone()
+    }
+}
+
 /// Whether the kernel `release` (`6.18.4-arch1`) counts RLIMIT_NPROC and
 /// RLIMIT_SIGPENDING per user namespace (Linux 5.14+). Pure.
 pub fn counts_per_user_namespace(release: &str) -> bool {
@@ -285,6 +294,15 @@ mod tests {
         }
         assert_eq!(task_count(false, false, "6.18.0"), None);
         assert_eq!(task_count(true, false, "6.18.0"), Some(TaskCount::OwnUid));
+        // macOS counts per uid only: its helper asks with no user namespace.
+        assert_eq!(task_count(false, false, ""), None);
+        let wanted = limits(Some(64));
+        assert_eq!(for_worker(&wanted, None).processes, None);
+        assert_eq!(
+            for_worker(&wanted, Some(TaskCount::OwnUid)).processes,
+            Some(64)
+        );
+        assert_eq!(for_worker(&wanted, None).open_files, wanted.open_files);
     }
 
     #[test]

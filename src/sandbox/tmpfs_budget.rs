@@ -210,7 +210,10 @@ mod tests {
         // All 64 sessions SANDBOX_MAX_SESSIONS allows got at least the floor.
         assert!(got.len() >= 64, "{} admitted", got.len());
         assert!(got.iter().all(|q| (MIN_WORKSPACE..=GIB).contains(q)));
-        assert!(got.windows(2).all(|w| w[0] >= w[1]), "never larger later: {got:?}");
+        assert!(
+            got.windows(2).all(|w| w[0] >= w[1]),
+            "never larger later: {got:?}"
+        );
         assert!(got.contains(&MIN_WORKSPACE));
     }
 

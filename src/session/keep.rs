@@ -277,7 +277,11 @@ impl Copier<'_> {
         }
         self.since_check = 0;
         let (free, _) = free_space(self.parent).map_err(Stop::Abort)?;
-        if free < size.saturating_add(RECHECK_EVERY).saturating_add(self.reserve) {
+        if free
+            < size
+                .saturating_add(RECHECK_EVERY)
+                .saturating_add(self.reserve)
+        {
             return Err(Stop::Abort(format!(
                 "{} has {} MiB free, and {} MiB stay free for the audit log",
                 self.parent.display(),
@@ -349,7 +353,11 @@ mod tests {
     fn the_reserve_and_the_space_a_copy_needs() {
         assert_eq!(reserve_for(0), 32 * MIB);
         assert_eq!(reserve_for(100 * MIB), 32 * MIB);
-        assert_eq!(reserve_for(3 << 30), (3 << 30) / 20, "a 3 GiB disk keeps 153 MiB");
+        assert_eq!(
+            reserve_for(3 << 30),
+            (3 << 30) / 20,
+            "a 3 GiB disk keeps 153 MiB"
+        );
         assert_eq!(space_needed(10 * MIB, 3, 1 << 30), 10 * MIB + 3 * 4096);
         assert_eq!(
             space_needed(5 << 30, 1, 1 << 30),

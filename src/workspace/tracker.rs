@@ -381,7 +381,13 @@ impl Tracker {
     /// Starts tracking the workspace at `root` (a directory, or `/proc/self/fd/N` of one)
     /// from what is in it now.
     pub fn new(root: &Path, watcher: Arc<Watcher>) -> Tracker {
-        Tracker::with_limits(root, watcher, MAX_TRACKED, MAX_DEPTH, MAX_WATCHES_PER_SESSION)
+        Tracker::with_limits(
+            root,
+            watcher,
+            MAX_TRACKED,
+            MAX_DEPTH,
+            MAX_WATCHES_PER_SESSION,
+        )
     }
 
     fn with_limits(

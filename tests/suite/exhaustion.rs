@@ -130,9 +130,15 @@ async fn a_thread_bomb_stops_at_the_pids_limit_and_the_users_other_processes_sta
             "threads ok",
             "{who:?}"
         );
-        let selftest = server.call("selftest", serde_json::json!({})).await.unwrap();
+        let selftest = server
+            .call("selftest", serde_json::json!({}))
+            .await
+            .unwrap();
         let report = selftest.structured_content.unwrap();
-        assert_eq!(report["limits"]["processes"], PIDS_LIMIT, "{who:?}: {report}");
+        assert_eq!(
+            report["limits"]["processes"], PIDS_LIMIT,
+            "{who:?}: {report}"
+        );
         let how = report["limits"]["processes_counted_by"].as_str().unwrap();
         assert!(how.contains("own user namespace"), "{who:?}: {how}");
         let r = server.run("threads-a", "print('alive')").await;
@@ -210,14 +216,20 @@ fn inotify_watches(pid: u32) -> usize {
     };
     fds.flatten()
         .filter(|fd| {
-            std::fs::read_link(fd.path())
-                .is_ok_and(|l| l.to_string_lossy() == "anon_inode:inotify")
+            std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:inotify")
         })
         .filter_map(|fd| {
-            std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()))
-                .ok()
+            std::fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))
+            .ok()
         })
-        .map(|info| info.lines().filter(|l| l.starts_with("inotify wd:")).count())
+        .map(|info| {
+            info.lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count()
+        })
         .sum()
 }
 
@@ -234,8 +246,13 @@ async fn a_session_with_many_directories_is_tracked_by_scan_and_the_user_keeps_w
     let cap = warden::workspace::MAX_WATCHES_PER_SESSION;
     for who in both_modes() {
         let server = start(who, &[]).await;
-        let r = server.run("small", "import os; os.mkdir('a'); print('ok')").await;
-        assert!(!r["warnings"].to_string().contains("by scan"), "{who:?}: {r}");
+        let r = server
+            .run("small", "import os; os.mkdir('a'); print('ok')")
+            .await;
+        assert!(
+            !r["warnings"].to_string().contains("by scan"),
+            "{who:?}: {r}"
+        );
         let code = format!(
             "import os\nfor i in range({}):\n    os.makedirs('tree/%d/%d' % (i // 100, i))\nprint('made')",
             cap + 400
@@ -252,18 +269,31 @@ async fn a_session_with_many_directories_is_tracked_by_scan_and_the_user_keeps_w
         // The host sees the server hold a handful of watches (the small session's), not
         // one per directory of the big one.
         let held = inotify_watches(server.pid);
-        assert!((1..100).contains(&held), "{who:?}: the server holds {held} watches");
-        assert_eq!(bystander(who, BYSTANDER_WATCH).trim(), "watch ok", "{who:?}");
+        assert!(
+            (1..100).contains(&held),
+            "{who:?}: the server holds {held} watches"
+        );
+        assert_eq!(
+            bystander(who, BYSTANDER_WATCH).trim(),
+            "watch ok",
+            "{who:?}"
+        );
         // By scan, its changes are still reported, and said to be found so.
         let r = server
             .run("dirs", "open('tree/3/333/new.csv', 'w').write('x'); import shutil; shutil.rmtree('tree/0')")
             .await;
         assert_eq!(r["files"][0]["path"], "tree/3/333/new.csv", "{who:?}: {r}");
         assert_eq!(r["files_total"], 1, "{who:?}: {r}");
-        assert!(r["warnings"].to_string().contains("by scan"), "{who:?}: {r}");
+        assert!(
+            r["warnings"].to_string().contains("by scan"),
+            "{who:?}: {r}"
+        );
         let r = server.run("small", "open('a/b.txt', 'w').write('y')").await;
         assert_eq!(r["files"][0]["path"], "a/b.txt", "{who:?}: {r}");
-        assert!(!r["warnings"].to_string().contains("by scan"), "{who:?}: {r}");
+        assert!(
+            !r["warnings"].to_string().contains("by scan"),
+            "{who:?}: {r}"
+        );
         server.stop().await;
     }
 }
@@ -286,12 +316,23 @@ async fn past_the_session_cap_a_new_session_is_refused_naming_the_setting_and_st
             "{who:?}: {message}"
         );
         assert_eq!(stdout(&r), "", "{who:?}: {r}");
-        assert_eq!(workers_of(server.pid).len(), workers, "{who:?}: a worker started");
+        assert_eq!(
+            workers_of(server.pid).len(),
+            workers,
+            "{who:?}: a worker started"
+        );
         let doc = server.settings().await;
-        assert_eq!(doc["workers"]["sessions_open"], 2, "{who:?}: {}", doc["workers"]);
+        assert_eq!(
+            doc["workers"]["sessions_open"], 2,
+            "{who:?}: {}",
+            doc["workers"]
+        );
         // Closing one makes room.
         let closed = server
-            .call("reset_session", serde_json::json!({"session": "b", "keep_files": false}))
+            .call(
+                "reset_session",
+                serde_json::json!({"session": "b", "keep_files": false}),
+            )
             .await
             .unwrap();
         assert_ne!(closed.is_error, Some(true), "{who:?}: {closed:?}");
@@ -300,7 +341,11 @@ async fn past_the_session_cap_a_new_session_is_refused_naming_the_setting_and_st
         let data = server.stop().await;
         let refused: Vec<Value> = super::audit::records(data.path())
             .into_iter()
-            .filter(|l| l["detail"].as_str().is_some_and(|d| d.starts_with("TooManySessions")))
+            .filter(|l| {
+                l["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.starts_with("TooManySessions"))
+            })
             .collect();
         assert_eq!(refused.len(), 1, "{who:?}: the refusal is audited once");
         assert_eq!(refused[0]["session"], "c", "{who:?}: {refused:?}");
@@ -317,9 +362,17 @@ fn workspace_tmpfs_sizes(server: &Server) -> Vec<u64> {
     std::fs::read_to_string(format!("/proc/{}/mountinfo", keeper.pid))
         .unwrap_or_default()
         .lines()
-        .filter(|l| l.split_whitespace().nth(4).is_some_and(|m| m.contains("/ws/w")))
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(4)
+                .is_some_and(|m| m.contains("/ws/w"))
+        })
         .filter_map(|l| {
-            let kib = l.split(" - ").nth(1)?.split(',').find_map(|o| o.strip_prefix("size="))?;
+            let kib = l
+                .split(" - ")
+                .nth(1)?
+                .split(',')
+                .find_map(|o| o.strip_prefix("size="))?;
             kib.strip_suffix('k')?.parse::<u64>().ok().map(|k| k << 10)
         })
         .collect()
@@ -355,7 +408,10 @@ async fn the_sessions_tmpfs_quotas_together_stay_within_the_budget_even_with_wor
         // back for the sessions that may follow).
         let r = server.run("s1", QUOTA_SEEN).await;
         assert_eq!(stdout(&r), "quota 64\nfits\n", "{who:?}: {r}");
-        assert!(!r["warnings"].to_string().contains("quota is"), "{who:?}: {r}");
+        assert!(
+            !r["warnings"].to_string().contains("quota is"),
+            "{who:?}: {r}"
+        );
         // The next ones get the floor, and say so in every result.
         for name in ["s2", "s3"] {
             let r = server.run(name, QUOTA_SEEN).await;
@@ -368,10 +424,17 @@ async fn the_sessions_tmpfs_quotas_together_stay_within_the_budget_even_with_wor
             );
         }
         let r = server.run("s2", "print('again')").await;
-        assert!(r["warnings"].to_string().contains("quota is 16 MiB"), "{who:?}: {r}");
+        assert!(
+            r["warnings"].to_string().contains("quota is 16 MiB"),
+            "{who:?}: {r}"
+        );
         // One worker lives (SANDBOX_MAX_WORKERS=1): the others were stopped, and their
         // sessions' tmpfs still count. The host sees three, 160 MiB with their /tmp.
-        assert_eq!(workers_of(server.pid).len(), super::WORKER_PROCESSES, "{who:?}");
+        assert_eq!(
+            workers_of(server.pid).len(),
+            super::WORKER_PROCESSES,
+            "{who:?}"
+        );
         let mut sorted = workspace_tmpfs_sizes(&server);
         sorted.sort();
         assert_eq!(sorted, [16 * MIB, 16 * MIB, 64 * MIB], "{who:?}");
@@ -386,7 +449,10 @@ async fn the_sessions_tmpfs_quotas_together_stay_within_the_budget_even_with_wor
         assert_eq!(workspace_tmpfs_sizes(&server).len(), 3, "{who:?}");
         // Closing a session gives its share back.
         server
-            .call("reset_session", serde_json::json!({"session": "s2", "keep_files": false}))
+            .call(
+                "reset_session",
+                serde_json::json!({"session": "s2", "keep_files": false}),
+            )
             .await
             .unwrap();
         let r = server.run("s4", QUOTA_SEEN).await;
@@ -482,7 +548,10 @@ async fn a_workspace_that_would_fill_the_data_dir_is_not_kept_and_the_audit_log_
         let (data, _tmpfs) = small_data_dir(who, "96m");
         let server = keeping_server(who, data).await;
         let r = server
-            .run("big", "open('data.bin', 'wb').write(b'x' * (24 << 20)); print('written')")
+            .run(
+                "big",
+                "open('data.bin', 'wb').write(b'x' * (24 << 20)); print('written')",
+            )
             .await;
         assert_eq!(stdout(&r), "written\n", "{who:?}: {r}");
         // Something else fills the data directory's disk to 40 MiB free: the 24 MiB copy
@@ -507,7 +576,10 @@ async fn a_workspace_that_would_fill_the_data_dir_is_not_kept_and_the_audit_log_
             super::find_files(&dir.join("kept"), "data.bin").is_empty(),
             "{who:?}: a copy was written"
         );
-        assert!(free_bytes(&dir) > 32 << 20, "{who:?}: the reserve is still free");
+        assert!(
+            free_bytes(&dir) > 32 << 20,
+            "{who:?}: the reserve is still free"
+        );
         // The audit log takes every later record.
         let r = server.run("after", "print('after')").await;
         assert_eq!(stdout(&r), "after\n", "{who:?}: {r}");

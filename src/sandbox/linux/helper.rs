@@ -319,11 +319,8 @@ fn confine_and_exec(
             in_world,
             &rlimits::kernel_release(),
         );
-        let wanted = crate::sandbox::policy::Limits {
-            processes: policy.limits.processes.filter(|_| tasks.is_some()),
-            ..policy.limits.clone()
-        };
-        let limits = rlimits::rlimits_for(&wanted, HostOs::Linux);
+        let limits =
+            rlimits::rlimits_for(&rlimits::for_worker(&policy.limits, tasks), HostOs::Linux);
         rlimits::apply(&limits).map_err(|e| refuse("rlimits", e))?;
         let counted = match (tasks, policy.limits.processes) {
             (Some(how), Some(_)) => format!("; {}", how.describe()),
@@ -332,7 +329,10 @@ fn confine_and_exec(
                 .to_string(),
             (_, None) => String::new(),
         };
-        walls.enforced("rlimits", format!("{}{counted}", rlimits::describe(&limits)));
+        walls.enforced(
+            "rlimits",
+            format!("{}{counted}", rlimits::describe(&limits)),
+        );
     }
     // SAFETY: umask cannot fail.
     unsafe { libc::umask(0o077) };

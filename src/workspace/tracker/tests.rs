@@ -584,7 +584,11 @@ fn the_servers_share_is_a_quarter_of_the_users_watches() {
     assert_eq!(server_share(Some(192_540)), 48_135);
     assert_eq!(server_share(Some(1_048_576)), 262_144);
     assert_eq!(server_share(None), 2048, "the kernel's smallest default");
-    assert_eq!(server_share(Some(100)), 64, "at least a small workspace's worth");
+    assert_eq!(
+        server_share(Some(100)),
+        64,
+        "at least a small workspace's worth"
+    );
 }
 
 fn make_dirs(root: &std::path::Path, n: usize) {
@@ -651,7 +655,10 @@ fn a_session_past_the_servers_share_is_tracked_by_scan_and_the_others_keep_their
     assert!(first.report().by_scan.is_none());
     let mut second = Tracker::with_limits(b.path(), watcher.clone(), MAX_TRACKED, MAX_DEPTH, 100);
     let why = second.report().by_scan.expect("past the share");
-    assert!(why.contains("share of the user's inotify watches (8"), "{why}");
+    assert!(
+        why.contains("share of the user's inotify watches (8"),
+        "{why}"
+    );
     assert_eq!(watcher.held(), 6, "the first session's watches only");
     write(a.path(), "d004/x", "x");
     assert_eq!(
