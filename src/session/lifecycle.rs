@@ -1,9 +1,9 @@
 //! A session's life. It opens at its name's first use, unless `SANDBOX_MAX_SESSIONS` are
 //! open already, in a warm home from the pool when one fits (the worker is already
 //! started and waits frozen) or else in a new home made off the table's lock and off the
-//! async runtime. It closes by `reset_session`, by idle
-//! expiry (`SANDBOX_SESSION_IDLE_S`) or at shutdown; its name is free again at once, and
-//! its workspace is removed, after a copy is kept aside with `SANDBOX_KEEP_WORKSPACES`.
+//! async runtime. It closes by `reset_session`, by idle expiry (`SANDBOX_SESSION_IDLE_S`)
+//! or at shutdown; its name is free again at once, and its workspace is removed, after a
+//! copy is kept aside with `SANDBOX_KEEP_WORKSPACES` (logged and audited either way).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};

@@ -242,12 +242,9 @@ impl Backend for HostBackend {
                 .then_some(self.settings.disk_limit_bytes),
             protected_paths: self.protected_paths(),
             processes_limit: self.task_count().map(|_| self.settings.pids_limit),
-            processes_counted_by: match self.task_count() {
-                Some(how) => how.describe().to_string(),
-                None => "no limit: without user namespaces (no workspace keeper could start) \
-                         RLIMIT_NPROC would count every process of the server's uid"
-                    .to_string(),
-            },
+            processes_counted_by: self
+                .task_count()
+                .map_or_else(|| self.no_task_limit(), |how| how.describe().to_string()),
             launcher: None,
             gaps: self.gaps(),
         }
@@ -272,6 +269,24 @@ impl HostBackend {
             self.store.has_quota(),
             &crate::sandbox::rlimits::kernel_release(),
         )
+    }
+
+    /// Why the workers have no task limit, when they have none.
+    fn no_task_limit(&self) -> String {
+        if self.settings.host_sandbox == SandboxMode::Off {
+            return "no limit: HOST_SANDBOX=off".into();
+        }
+        if self.store.has_quota() {
+            return format!(
+                "no limit: this kernel ({}) counts RLIMIT_NPROC per uid, not per user \
+                 namespace (Linux 5.14+), so on the server's own uid it would count every \
+                 process of the user",
+                crate::sandbox::rlimits::kernel_release()
+            );
+        }
+        "no limit: without user namespaces (no workspace keeper could start) RLIMIT_NPROC \
+         would count every process of the server's uid"
+            .into()
     }
 
     /// What this backend cannot apply here: the quota without a keeper, and the other
