@@ -94,8 +94,10 @@ pub const REGISTRY: &[Spec] = &[
     spec(
         "SANDBOX_PIDS_LIMIT",
         "256",
-        "processes + threads per worker (RLIMIT_NPROC on the worker's own uid; only when \
-         the server runs as root; at least 8).",
+        "processes + threads per worker (at least 8): RLIMIT_NPROC, which the kernel (Linux \
+         5.14+) counts in the worker's own user namespace, so it caps each worker alone \
+         for a desktop user's server too; as root also on the session's own uid. `selftest` \
+         says which holds.",
     ),
     spec(
         "SANDBOX_FILE_SIZE_LIMIT",
@@ -108,8 +110,20 @@ pub const REGISTRY: &[Spec] = &[
         "what one session may store in its workspace (at least `1m`): a tmpfs of this \
          size per session, enforced as the code writes (ENOSPC inside Python), never the \
          real disk; each worker's private `/tmp` holds a quarter of it more (at least \
-         16 MiB). It is RAM (and swap), used only as far as the code really writes; a \
-         server holds at most 64 sessions.",
+         16 MiB). It is RAM (and swap), used only as far as the code really writes; \
+         `SANDBOX_MAX_SESSIONS` caps the sessions and `SANDBOX_DISK_TOTAL` what their \
+         quotas add up to.",
+    ),
+    computed(
+        "SANDBOX_DISK_TOTAL",
+        "half of physical memory (12 GiB on a 24 GiB machine)",
+        "what the quotas of every open session's workspace and `/tmp` may add up to \
+         (`8g`, `512m`; at least `1m`), warm workers' included: they are RAM and swap \
+         that no process owns, held while a session is open even after its worker \
+         stopped. A new session whose `SANDBOX_DISK_LIMIT` does not fit gets a smaller \
+         quota, said in its every result (at least 16 MiB; that much is held back for \
+         the sessions `SANDBOX_MAX_SESSIONS` still allows, up to half of this), or is \
+         refused as `DiskTotalReached` when not even that fits.",
     ),
     spec(
         "SANDBOX_TIMEOUT_S",
@@ -139,6 +153,13 @@ pub const REGISTRY: &[Spec] = &[
          new session's first call gets one instead of waiting for a start, and the pool \
          refills in the background (0 to 64; never more than `SANDBOX_MAX_WORKERS`). With \
          the Docker backend `SANDBOX_POOL_SIZE`, when set, sizes the same pool.",
+    ),
+    spec(
+        "SANDBOX_MAX_SESSIONS",
+        "64",
+        "live sessions at once, every client's together (1 to 4096). A call that would \
+         open one more is refused as `TooManySessions`, naming this setting, and starts \
+         nothing; close a session (`reset_session`) or let idle ones expire.",
     ),
     spec(
         "SANDBOX_SESSION_IDLE_S",
@@ -439,14 +460,18 @@ pub struct Settings {
     pub mem_limit_bytes: u64,
     pub pids_limit: u64,
     pub file_size_limit_bytes: u64,
-    /// `SANDBOX_DISK_LIMIT`: one session's workspace and /tmp together.
+    /// `SANDBOX_DISK_LIMIT`: one session's workspace (its /tmp is a quarter more).
     pub disk_limit_bytes: u64,
+    /// `SANDBOX_DISK_TOTAL`: every open session's workspace and /tmp quotas together.
+    pub disk_total_bytes: u64,
     pub timeout_s: u64,
     pub output_limit_bytes: usize,
     /// `SANDBOX_MAX_WORKERS`: live workers at once, warm ones included.
     pub max_workers: usize,
     /// `SANDBOX_WARM_WORKERS`: workers started ahead (at most `max_workers`).
     pub warm_workers: usize,
+    /// `SANDBOX_MAX_SESSIONS`: live sessions at once.
+    pub max_sessions: usize,
     /// `SANDBOX_SESSION_IDLE_S`: idle seconds before a session expires; 0 = never.
     pub session_idle_s: u64,
     /// `SANDBOX_KEEP_WORKSPACES`: move expired sessions' workspaces aside instead of
@@ -634,6 +659,9 @@ impl Settings {
         let file_size_limit_bytes =
             r.value("SANDBOX_FILE_SIZE_LIMIT", SIZE_1M, size_at_least(1 << 20))?;
         let disk_limit_bytes = r.value("SANDBOX_DISK_LIMIT", SIZE_1M, size_at_least(1 << 20))?;
+        let disk_total_bytes = r
+            .optional("SANDBOX_DISK_TOTAL", SIZE_1M, size_at_least(1 << 20))?
+            .unwrap_or_else(|| default_disk_total(layers.memory_bytes.or_else(physical_memory)));
         let timeout_s = r.value("SANDBOX_TIMEOUT_S", "whole seconds, at least 1", |t| {
             t.parse::<u64>()
                 .ok()
@@ -658,6 +686,11 @@ impl Settings {
         let warm_workers = r.value("SANDBOX_WARM_WORKERS", "a whole number from 0 to 64", |t| {
             t.parse::<usize>().ok().filter(|n| *n <= 64)
         })?;
+        let max_sessions = r.value(
+            "SANDBOX_MAX_SESSIONS",
+            "a whole number from 1 to 4096",
+            |t| t.parse::<usize>().ok().filter(|n| (1..=4096).contains(n)),
+        )?;
         let session_idle_s = r.value(
             "SANDBOX_SESSION_IDLE_S",
             "whole seconds (0: never expire)",
@@ -718,10 +751,12 @@ impl Settings {
             pids_limit,
             file_size_limit_bytes,
             disk_limit_bytes,
+            disk_total_bytes,
             timeout_s,
             output_limit_bytes,
             max_workers,
             warm_workers: warm_workers.min(max_workers),
+            max_sessions,
             session_idle_s,
             keep_workspaces,
             data_dir,
@@ -804,6 +839,12 @@ pub fn default_max_workers(memory: Option<u64>, mem_limit_bytes: u64) -> usize {
     usize::try_from(memory / 4 * 3 / per_worker)
         .unwrap_or(usize::MAX)
         .clamp(2, 1024)
+}
+
+/// `SANDBOX_DISK_TOTAL`'s default: half of `memory` (4 GiB when unknown), the kernel's own
+/// default size for one tmpfs. Pure.
+pub fn default_disk_total(memory: Option<u64>) -> u64 {
+    memory.unwrap_or(4 << 30) / 2
 }
 
 /// MemTotal from `/proc/meminfo`, in bytes.
@@ -1206,6 +1247,21 @@ mod tests {
         assert_eq!(s.network, NetworkMode::Deny);
         assert_eq!(s.mem_limit_bytes, 2 << 30);
         assert_eq!(s.pids_limit, 256);
+        assert_eq!(s.max_sessions, 64);
+        let layers = Layers {
+            memory_bytes: Some(24 << 30),
+            ..Layers::default()
+        };
+        let s24 = Settings::from_layers(&layers).unwrap();
+        assert_eq!(s24.disk_total_bytes, 12 << 30, "half of 24 GiB");
+        assert_eq!(default_disk_total(None), 2 << 30);
+        assert_eq!(
+            settings(&[("SANDBOX_DISK_TOTAL", "200m")])
+                .unwrap()
+                .disk_total_bytes,
+            200 << 20
+        );
+        assert!(settings(&[("SANDBOX_DISK_TOTAL", "1k")]).is_err());
         assert_eq!(s.timeout_s, 10);
         assert_eq!(s.output_limit_bytes, 64 << 10);
         assert_eq!(s.codeguard, GuardMode::Enforce);
@@ -1374,6 +1430,16 @@ mod tests {
         let err = settings(&[("HOST_SANDBOX", "maybe")]).unwrap_err();
         assert!(err.to_string().contains("HOST_SANDBOX"), "{err}");
         assert!(err.to_string().contains("the environment"), "{err}");
+        for bad in ["0", "4097", "-1", "many"] {
+            let err = settings(&[("SANDBOX_MAX_SESSIONS", bad)]).unwrap_err();
+            assert!(err.to_string().contains("SANDBOX_MAX_SESSIONS"), "{err}");
+        }
+        assert_eq!(
+            settings(&[("SANDBOX_MAX_SESSIONS", "1")])
+                .unwrap()
+                .max_sessions,
+            1
+        );
         let err = settings(&[("SANDBOX_MEM_LIMIT", "lots")]).unwrap_err();
         assert!(err.to_string().contains("SANDBOX_MEM_LIMIT"), "{err}");
         assert!(settings(&[("SANDBOX_MEM_LIMIT", "1k")]).is_err());

@@ -198,6 +198,12 @@ impl ExecResult {
                 report.files.len()
             ));
         }
+        if let Some(why) = report.by_scan {
+            self.warnings.push(format!(
+                "tracking for this session is by scan (each call's changes are found by \
+                 walking its workspace, not from inotify) because {why}"
+            ));
+        }
         if let Some(why) = report.incomplete {
             self.warnings.push(format!(
                 "the workspace change report is incomplete: {why} (no deletion is ever guessed)"

@@ -81,6 +81,7 @@ impl Backend for HostBackend {
             workspace_quota_bytes: None,
             protected_paths: Vec::new(),
             processes_limit: None,
+            processes_counted_by: "no host worker on this platform".into(),
             launcher: None,
             gaps: platform::host_capabilities(HostOs::current()),
         }

@@ -164,6 +164,9 @@ pub struct Enforcement {
     pub protected_paths: Vec<PathBuf>,
     /// Processes (tasks) per worker, when a limit is in force.
     pub processes_limit: Option<u64>,
+    /// What holds that limit (an rlimit in the worker's own user namespace, a uid of its
+    /// own, a container's pids cgroup), or why there is none.
+    pub processes_counted_by: String,
     /// The Docker backend's in-container launcher, as resolved (`SANDBOX_LAUNCHER`):
     /// this server's binary bound read-only, or the image's, with its version.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -282,6 +285,16 @@ impl AnyBackend {
             _ => Err(StartError::Protocol(
                 "a session slot of another backend".into(),
             )),
+        }
+    }
+
+    /// What every result of the session in `slot` says about its home (a workspace quota
+    /// smaller than `SANDBOX_DISK_LIMIT`), if anything.
+    pub fn home_notice(&self, slot: &SessionSlot) -> Option<String> {
+        match slot {
+            SessionSlot::Host(slot) => slot.workspace_notice(),
+            #[cfg(feature = "docker")]
+            SessionSlot::Docker(_) => None,
         }
     }
 

@@ -47,7 +47,7 @@ fn run() -> Result<Infallible, Refusal> {
         if let Some(run_as) = policy.run_as {
             become_user(run_as.uid, run_as.gid)?;
         }
-        let limits = rlimits::rlimits_for(&policy.limits, HostOs::MacOs);
+        let limits = rlimits::rlimits_for(&worker_limits(&policy), HostOs::MacOs);
         rlimits::apply(&limits).map_err(|e| refuse("rlimits", e))?;
     }
     // SAFETY: umask cannot fail.
@@ -68,6 +68,13 @@ fn run() -> Result<Infallible, Refusal> {
     }
 }
 
+/// The worker's limits: RLIMIT_NPROC only on a uid of its own (macOS counts it per uid,
+/// so on the desktop user's uid it would count every process of that user).
+fn worker_limits(policy: &WorkerPolicy) -> crate::sandbox::policy::Limits {
+    let tasks = rlimits::task_count(policy.run_as.is_some(), false, "");
+    rlimits::for_worker(&policy.limits, tasks)
+}
+
 /// The profile, the report, then `sandbox-exec`.
 fn exec_confined(policy: &WorkerPolicy) -> Result<Infallible, Refusal> {
     if !Path::new(macos::SANDBOX_EXEC).is_file() {
@@ -84,7 +91,7 @@ fn exec_confined(policy: &WorkerPolicy) -> Result<Infallible, Refusal> {
     let mut names = macos::interpreter_names(&policy.python, &real);
     names.extend(view.executables.iter().cloned());
     let profile = macos::profile(&view, &names, policy.network);
-    let limits = rlimits::rlimits_for(&policy.limits, HostOs::MacOs);
+    let limits = rlimits::rlimits_for(&worker_limits(policy), HostOs::MacOs);
     let walls = macos::walls(
         &profile,
         policy.network,

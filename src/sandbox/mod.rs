@@ -15,6 +15,8 @@
 //! - [`platform`]: what each operating system can and cannot enforce (pure).
 //! - [`store`] (Unix): where workspaces live (the keeper's size-capped tmpfs, or host
 //!   dirs).
+//! - [`tmpfs_budget`]: what those tmpfs quotas may commit together (pure arithmetic and
+//!   its ledger).
 
 #[cfg(unix)]
 pub mod helper;
@@ -29,6 +31,7 @@ pub mod report;
 pub mod rlimits;
 #[cfg(unix)]
 pub mod store;
+pub mod tmpfs_budget;
 pub mod uids;
 
 /// The Python program each worker runs (see `worker.py`), passed with `-c` so that no

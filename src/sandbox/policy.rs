@@ -31,9 +31,10 @@ pub struct Limits {
     pub cpu_seconds: u64,
     pub file_size_bytes: u64,
     pub open_files: u64,
-    /// Tasks (processes and threads) of the worker's uid. Only meaningful when the worker
-    /// has a uid of its own; `None` otherwise, since RLIMIT_NPROC counts every process of
-    /// the uid system-wide.
+    /// Tasks (processes and threads) per worker, as RLIMIT_NPROC. The helper sets it only
+    /// where the kernel counts that worker's tasks alone (a user namespace of its own, or
+    /// a uid of its own: [`crate::sandbox::rlimits::task_count`]); elsewhere it would
+    /// count every process of the desktop user's uid. `None`: no such limit wanted.
     pub processes: Option<u64>,
 }
 
@@ -114,6 +115,9 @@ pub struct PolicyInputs<'a> {
     pub host: &'a HostLayout,
     /// What the worker's world binds as its workspace and /tmp.
     pub source: &'a WorkspaceSource,
+    /// The workspace tmpfs's own quota, when the keeper holds it (`SANDBOX_DISK_LIMIT`,
+    /// or less when `SANDBOX_DISK_TOTAL` was short): /tmp is sized from it.
+    pub quota_bytes: Option<u64>,
     pub run_as: Option<RunAs>,
     pub grants: &'a [Grant],
     pub parent_pid: i32,
@@ -146,7 +150,9 @@ impl WorkerPolicy {
                 runtime: inputs.runtime,
                 workspace: inputs.source,
                 grants: inputs.grants,
-                tmp_bytes: crate::sandbox::linux::world::tmp_bytes_for(settings.disk_limit_bytes),
+                tmp_bytes: crate::sandbox::linux::world::tmp_bytes_for(
+                    inputs.quota_bytes.unwrap_or(settings.disk_limit_bytes),
+                ),
             });
             let env = worker_env(
                 &plan.view.workspace,
@@ -155,7 +161,9 @@ impl WorkerPolicy {
                 inherited_env,
             );
             let quota_bytes = match inputs.source {
-                WorkspaceSource::Keeper { .. } => Some(settings.disk_limit_bytes),
+                WorkspaceSource::Keeper { .. } => {
+                    Some(inputs.quota_bytes.unwrap_or(settings.disk_limit_bytes))
+                }
                 WorkspaceSource::HostDirs { .. } => None,
             };
             World {
@@ -179,7 +187,7 @@ impl WorkerPolicy {
                 cpu_seconds: 3600,
                 file_size_bytes: settings.file_size_limit_bytes,
                 open_files: 256,
-                processes: inputs.run_as.map(|_| settings.pids_limit),
+                processes: Some(settings.pids_limit),
             },
             parent_pid: inputs.parent_pid,
         }
@@ -350,6 +358,7 @@ mod tests {
                 runtime: &runtime,
                 host: &host,
                 source: &source,
+                quota_bytes: None,
                 run_as,
                 grants,
                 parent_pid: 42,
@@ -439,9 +448,12 @@ mod tests {
     }
 
     #[test]
-    fn process_limit_is_only_set_for_a_dedicated_uid() {
-        let settings = Settings::from_lookup(|_| None).unwrap();
-        assert_eq!(build(&settings, None, &[]).limits.processes, None);
+    fn the_process_limit_is_asked_for_with_or_without_a_dedicated_uid() {
+        // The helper decides where it holds (rlimits::task_count): in a world every
+        // worker has a user namespace of its own, as root or not.
+        let settings =
+            Settings::from_lookup(|n| (n == "SANDBOX_PIDS_LIMIT").then(|| "64".into())).unwrap();
+        assert_eq!(build(&settings, None, &[]).limits.processes, Some(64));
     }
 
     #[test]

@@ -3,9 +3,16 @@
 //! hard kill); [`apply`] sets them on the helper, and execve carries them into the
 //! interpreter.
 //!
-//! macOS gets fewer: it has no RLIMIT_MSGQUEUE, RTPRIO or NICE, and its RLIMIT_AS cannot
-//! be set below the address space every process already maps (the shared cache), so
-//! memory there is bounded by the helper's watchdog instead.
+//! macOS gets fewer: it has no RLIMIT_MSGQUEUE, RTPRIO, NICE or SIGPENDING, and its
+//! RLIMIT_AS cannot be set below the address space every process already maps (the
+//! shared cache), so memory there is bounded by the helper's watchdog instead.
+//!
+//! Tasks and queued signals are counted by the kernel per user, not per process: since
+//! Linux 5.14 per (user namespace, uid) and, for every namespace above, added to its
+//! creator's count there. A worker in a user namespace of its own (every worker in a
+//! world: [`crate::sandbox::linux::helper`]) is therefore counted alone, against its own
+//! RLIMIT_NPROC and RLIMIT_SIGPENDING, whatever uid it runs as, and adds at most those
+//! limits to its user's count outside ([`task_count`] says when RLIMIT_NPROC may be set).
 
 use crate::sandbox::platform::HostOs;
 use crate::sandbox::policy::Limits;
@@ -24,6 +31,7 @@ pub enum Resource {
     Nice,
     Stack,
     Processes,
+    PendingSignals,
 }
 
 impl Resource {
@@ -40,6 +48,7 @@ impl Resource {
             Resource::Nice => "RLIMIT_NICE",
             Resource::Stack => "RLIMIT_STACK",
             Resource::Processes => "RLIMIT_NPROC",
+            Resource::PendingSignals => "RLIMIT_SIGPENDING",
         }
     }
 }
@@ -55,6 +64,86 @@ impl Rlimit {
     pub fn name(&self) -> &'static str {
         self.resource.name()
     }
+}
+
+/// Signals queued to a worker at once (RLIMIT_SIGPENDING). The kernel charges a queued
+/// real-time signal, and every POSIX timer, to the receiver's user; without a limit of
+/// its own a frozen worker could queue its user's whole allowance to itself and leave
+/// every other process of that user unable to create a timer. Python needs a handful.
+pub const PENDING_SIGNALS: u64 = 256;
+
+/// How a worker's RLIMIT_NPROC counts its tasks, when it caps that worker alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskCount {
+    /// The worker runs as a uid no other process has (a root server's session uid).
+    OwnUid,
+    /// The worker is in a user namespace of its own, and the kernel (5.14+) counts
+    /// tasks per (user namespace, uid).
+    OwnUserNamespace,
+}
+
+impl TaskCount {
+    /// The mechanism, as selftest and the walls report say it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            TaskCount::OwnUid => "RLIMIT_NPROC on the session's own uid",
+            TaskCount::OwnUserNamespace => {
+                "RLIMIT_NPROC counted in the worker's own user namespace (Linux 5.14+ counts \
+                 tasks per user namespace and uid), so it caps that worker alone whatever uid \
+                 it runs as"
+            }
+        }
+    }
+}
+
+/// Whether RLIMIT_NPROC would cap one worker alone, and how: on a uid of its own, or in
+/// a user namespace of its own on a kernel (`release`, as `uname -r` says it) that
+/// counts tasks per namespace. `None`: it would count every process of a uid the worker
+/// shares (the desktop user's), so it is not set. Pure.
+pub fn task_count(own_uid: bool, own_user_namespace: bool, release: &str) -> Option<TaskCount> {
+    if own_user_namespace && counts_per_user_namespace(release) {
+        Some(TaskCount::OwnUserNamespace)
+    } else if own_uid {
+        Some(TaskCount::OwnUid)
+    } else {
+        None
+    }
+}
+
+/// `limits` as a worker applies them: RLIMIT_NPROC only where it counts that worker alone
+/// (`tasks`, from [`task_count`]). Pure.
+pub fn for_worker(limits: &Limits, tasks: Option<TaskCount>) -> Limits {
+    Limits {
+        processes: limits.processes.filter(|_| tasks.is_some()),
+        ..limits.clone()
+    }
+}
+
+/// Whether the kernel `release` (`6.18.4-arch1`) counts RLIMIT_NPROC and
+/// RLIMIT_SIGPENDING per user namespace (Linux 5.14+). Pure.
+pub fn counts_per_user_namespace(release: &str) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (5, 14),
+        _ => false,
+    }
+}
+
+/// This kernel's release (`uname -r`).
+#[cfg(unix)]
+pub fn kernel_release() -> String {
+    // SAFETY: utsname is plain old data; uname fills it.
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname writes into a valid struct.
+    if unsafe { libc::uname(&mut uts) } != 0 {
+        return String::new();
+    }
+    // SAFETY: the kernel NUL-terminates every field.
+    unsafe { std::ffi::CStr::from_ptr(uts.release.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn same(resource: Resource, value: u64) -> Rlimit {
@@ -90,6 +179,7 @@ pub fn rlimits_for(limits: &Limits, os: HostOs) -> Vec<Rlimit> {
             same(Resource::Rtprio, 0),
             same(Resource::Nice, 0),
             same(Resource::Stack, 8 << 20),
+            same(Resource::PendingSignals, PENDING_SIGNALS),
         ],
     };
     if let Some(tasks) = limits.processes {
@@ -117,8 +207,12 @@ fn native(r: Resource) -> Option<rustix::process::Resource> {
         Resource::Rtprio => R::Rtprio,
         #[cfg(target_os = "linux")]
         Resource::Nice => R::Nice,
+        #[cfg(target_os = "linux")]
+        Resource::PendingSignals => R::Sigpending,
         #[cfg(not(target_os = "linux"))]
-        Resource::Msgqueue | Resource::Rtprio | Resource::Nice => return None,
+        Resource::Msgqueue | Resource::Rtprio | Resource::Nice | Resource::PendingSignals => {
+            return None;
+        }
     })
 }
 
@@ -173,9 +267,42 @@ mod tests {
         assert_eq!(find(Resource::Core).hard, 0);
         assert_eq!(find(Resource::Processes).hard, 256);
         assert_eq!(find(Resource::FileSize).hard, 256 << 20);
+        assert_eq!(find(Resource::PendingSignals).hard, PENDING_SIGNALS);
+        assert_eq!(find(Resource::Msgqueue).hard, 0);
         let cpu = find(Resource::Cpu);
         assert!(cpu.soft < cpu.hard);
         assert!(list.iter().all(|l| l.soft <= l.hard));
+    }
+
+    #[test]
+    fn tasks_are_capped_per_worker_only_where_they_are_counted_per_worker() {
+        for release in ["5.14.0", "6.18.44-fc-v1272", "10.0"] {
+            assert_eq!(
+                task_count(false, true, release),
+                Some(TaskCount::OwnUserNamespace),
+                "{release}"
+            );
+            assert_eq!(
+                task_count(true, true, release),
+                Some(TaskCount::OwnUserNamespace)
+            );
+        }
+        // Before 5.14 a user namespace counts nothing of its own: only a uid of its own.
+        for release in ["5.13.19", "4.19.0-25-amd64", "3.10", "garbage", ""] {
+            assert_eq!(task_count(false, true, release), None, "{release}");
+            assert_eq!(task_count(true, true, release), Some(TaskCount::OwnUid));
+        }
+        assert_eq!(task_count(false, false, "6.18.0"), None);
+        assert_eq!(task_count(true, false, "6.18.0"), Some(TaskCount::OwnUid));
+        // macOS counts per uid only: its helper asks with no user namespace.
+        assert_eq!(task_count(false, false, ""), None);
+        let wanted = limits(Some(64));
+        assert_eq!(for_worker(&wanted, None).processes, None);
+        assert_eq!(
+            for_worker(&wanted, Some(TaskCount::OwnUid)).processes,
+            Some(64)
+        );
+        assert_eq!(for_worker(&wanted, None).open_files, wanted.open_files);
     }
 
     #[test]
@@ -197,6 +324,7 @@ mod tests {
             names,
             ["RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE"]
         );
+        assert!(!list.iter().any(|l| l.resource == Resource::PendingSignals));
         assert!(describe(&list).contains("RLIMIT_FSIZE=268435456"));
     }
 

@@ -3,7 +3,9 @@
 //! keeper cannot run here (no user namespaces) or the sandbox is off.
 //!
 //! A workspace is not tied to a session name: [`WorkspaceStore::create`] makes an empty
-//! one that a session (or, later, a pre-started worker waiting for one) adopts.
+//! one that a session (or, later, a pre-started worker waiting for one) adopts. Each
+//! keeper workspace's quota is admitted by the [`TmpfsBudget`] first
+//! (`SANDBOX_DISK_TOTAL`), and given back when the workspace is removed.
 
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -15,6 +17,7 @@ use crate::sandbox::helper::RESPONSE_FD;
 use crate::sandbox::linux::keeper::Keeper;
 use crate::sandbox::linux::world::{HostLayout, WorkspaceSource};
 use crate::sandbox::policy::{JoinFds, RunAs, SessionPaths};
+use crate::sandbox::tmpfs_budget::{Admission, TmpfsBudget};
 #[cfg(not(target_os = "linux"))]
 use no_keeper::Keeper;
 
@@ -26,7 +29,20 @@ pub struct WorkspaceStore {
     /// `<instance>/root`: the empty directory each world's root is mounted on.
     root_mount: PathBuf,
     disk_limit_bytes: u64,
+    /// What the keeper's workspaces may commit together.
+    budget: TmpfsBudget,
     host: HostLayout,
+}
+
+/// Why a workspace could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The sessions' tmpfs quotas together would pass `SANDBOX_DISK_TOTAL`.
+    #[error("{0}")]
+    Budget(String),
+    /// The keeper or the file system refused.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// One workspace, owned by the session that adopted it.
@@ -40,6 +56,11 @@ pub struct Workspace {
     /// The keeper's descriptor of the tmpfs's `workspace/` (the server reads through it;
     /// `paths.workspace` is `/proc/self/fd/N` of it).
     _dir: Option<OwnedFd>,
+    /// Its tmpfs quota, when the keeper holds it (`SANDBOX_DISK_LIMIT`, or less when the
+    /// budget was short).
+    pub quota_bytes: Option<u64>,
+    /// What every result of its session says about it (a quota smaller than asked).
+    pub notice: Option<String>,
 }
 
 impl WorkspaceStore {
@@ -76,6 +97,7 @@ impl WorkspaceStore {
                 base,
                 root_mount,
                 disk_limit_bytes: settings.disk_limit_bytes,
+                budget: TmpfsBudget::new(settings.disk_total_bytes, settings.max_sessions),
                 host: HostLayout::probe(),
             },
             warning,
@@ -103,8 +125,9 @@ impl WorkspaceStore {
     /// A new, empty workspace owned by `run_as` (or the server's own uid).
     ///
     /// # Errors
-    /// The keeper's or the file system's refusal, as a sentence.
-    pub fn create(&self, run_as: Option<RunAs>) -> Result<Workspace, String> {
+    /// [`StoreError::Budget`] when not even the smallest quota fits in
+    /// `SANDBOX_DISK_TOTAL`; else the keeper's or the file system's refusal.
+    pub fn create(&self, run_as: Option<RunAs>) -> Result<Workspace, StoreError> {
         let id = format!(
             "w{}",
             crate::random_bytes::<6>()
@@ -114,9 +137,11 @@ impl WorkspaceStore {
         );
         let dir = self.base.join(&id);
         if let Some(keeper) = &self.keeper {
-            let fd = keeper
-                .create(&id, run_as, self.disk_limit_bytes)
-                .map_err(|e| e.to_string())?;
+            let (quota, notice) = self.admit()?;
+            let fd = keeper.create(&id, run_as, quota).map_err(|e| {
+                self.budget.release(quota);
+                StoreError::Failed(e.to_string())
+            })?;
             return Ok(Workspace {
                 paths: SessionPaths {
                     workspace: PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
@@ -124,11 +149,13 @@ impl WorkspaceStore {
                 source: WorkspaceSource::Keeper { dir },
                 id,
                 _dir: Some(fd),
+                quota_bytes: Some(quota),
+                notice,
             });
         }
         let (workspace, tmp) = (dir.join("workspace"), dir.join("tmp"));
         create_host_dirs(&dir, &[&workspace, &tmp], run_as)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            .map_err(|e| StoreError::Failed(format!("cannot create {}: {e}", dir.display())))?;
         Ok(Workspace {
             paths: SessionPaths {
                 workspace: workspace.clone(),
@@ -136,7 +163,48 @@ impl WorkspaceStore {
             source: WorkspaceSource::HostDirs { workspace, tmp },
             id,
             _dir: None,
+            quota_bytes: None,
+            notice: None,
         })
+    }
+
+    /// The quota a new keeper workspace gets from the budget, and what its session's
+    /// results say when it is smaller than `SANDBOX_DISK_LIMIT`.
+    fn admit(&self) -> Result<(u64, Option<String>), StoreError> {
+        let mib = |b: u64| b >> 20;
+        let (committed, held) = self.budget.committed();
+        match self.budget.reserve(self.disk_limit_bytes) {
+            Admission::Full(q) => Ok((q, None)),
+            Admission::Shrunk(q) => Ok((
+                q,
+                Some(format!(
+                    "this session's workspace quota is {} MiB, not SANDBOX_DISK_LIMIT ({} \
+                     MiB): when it opened, {held} open workspaces had committed {} MiB of \
+                     SANDBOX_DISK_TOTAL ({} MiB) to their tmpfs quotas (RAM), with room held \
+                     back for the sessions SANDBOX_MAX_SESSIONS still allows",
+                    mib(q),
+                    mib(self.disk_limit_bytes),
+                    mib(committed),
+                    mib(self.budget.total())
+                )),
+            )),
+            Admission::Refused { room } => Err(StoreError::Budget(format!(
+                "the {held} open workspaces have committed {} MiB of SANDBOX_DISK_TOTAL ({} \
+                 MiB) to their workspace and /tmp tmpfs quotas (RAM, held while a session is \
+                 open, even after its worker stopped); the {} MiB left are less than the \
+                 smallest workspace with its /tmp ({} MiB). Nothing was started. Close \
+                 sessions you no longer need (reset_session with keep_files: false), or \
+                 lower SANDBOX_DISK_LIMIT, or raise SANDBOX_DISK_TOTAL if this machine has \
+                 the memory",
+                mib(committed),
+                mib(self.budget.total()),
+                mib(room),
+                mib(crate::sandbox::tmpfs_budget::commitment(
+                    self.disk_limit_bytes
+                        .min(crate::sandbox::tmpfs_budget::MIN_WORKSPACE)
+                ))
+            ))),
+        }
     }
 
     /// Deletes a workspace and everything in it (the keeper's tmpfs is detached at
@@ -146,7 +214,15 @@ impl WorkspaceStore {
     /// As [`WorkspaceStore::create`].
     pub fn remove(&self, workspace: &Workspace) -> Result<(), String> {
         match &self.keeper {
-            Some(keeper) => keeper.remove(&workspace.id).map_err(|e| e.to_string()),
+            Some(keeper) => {
+                keeper.remove(&workspace.id).map_err(|e| e.to_string())?;
+                // Unmounted (detached): its memory goes once the last worker holding it
+                // is gone, which a removed session's is.
+                if let Some(quota) = workspace.quota_bytes {
+                    self.budget.release(quota);
+                }
+                Ok(())
+            }
             None => {
                 // Iterative and bounded: a 100,000-deep nest the code left must not
                 // overflow the server's stack or run it out of descriptors.

@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::sandbox::policy::RunAs;
 
 /// Width of one instance's uid range (one uid per open session, warm homes and selftests
-/// included): session names are not capped, so the range is wide.
+/// included): wider than the most sessions `SANDBOX_MAX_SESSIONS` allows (4096) with
+/// every warm home and selftest beside them.
 pub const UID_RANGE: u32 = 65_536;
 /// Where the ranges begin: above the login uids and the subordinate ranges `useradd`
 /// hands out (100000 upwards, 65536 per user).

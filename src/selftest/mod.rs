@@ -163,6 +163,8 @@ pub async fn run(manager: &SessionManager) -> SelftestReport {
             timeout_cap_s: TIMEOUT_CAP_S,
             output_bytes: settings.output_limit_bytes as u64,
             processes: enforcement.processes_limit,
+            processes_counted_by: enforcement.processes_counted_by.clone(),
+            pending_signals: pending_signals(&enforcement, settings.host_sandbox),
             open_files: 256,
             cpu_seconds: 3600,
         },
@@ -178,6 +180,16 @@ pub async fn run(manager: &SessionManager) -> SelftestReport {
         platform: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     }
+}
+
+/// RLIMIT_SIGPENDING of a worker: the Linux helper sets it, on the host unless the
+/// sandbox is off, and inside every container.
+fn pending_signals(enforcement: &Enforcement, mode: SandboxMode) -> Option<u64> {
+    let helper_runs = match enforcement.kind {
+        crate::backend::BackendKind::Docker => true,
+        crate::backend::BackendKind::Host => mode != SandboxMode::Off && cfg!(target_os = "linux"),
+    };
+    helper_runs.then_some(crate::sandbox::rlimits::PENDING_SIGNALS)
 }
 
 /// A probe worker from the backend, started exactly as a session's would be.

@@ -57,6 +57,11 @@ pub struct LimitsInForce {
     pub timeout_cap_s: u64,
     pub output_bytes: u64,
     pub processes: Option<u64>,
+    /// What holds `processes` (or why there is no such limit).
+    pub processes_counted_by: String,
+    /// Signals that may be queued to a worker at once (RLIMIT_SIGPENDING), where the
+    /// worker is a host process.
+    pub pending_signals: Option<u64>,
     pub open_files: u64,
     pub cpu_seconds: u64,
 }
@@ -682,6 +687,8 @@ mod tests {
                 timeout_cap_s: 120,
                 output_bytes: 1,
                 processes: None,
+                processes_counted_by: String::new(),
+                pending_signals: None,
                 open_files: 1,
                 cpu_seconds: 1,
             },

@@ -1,8 +1,9 @@
-//! A session's life. It opens at its name's first use, in a warm home from the pool when
-//! one fits (the worker is already started and waits frozen) or else in a new home made
-//! off the table's lock and off the async runtime. It closes by `reset_session`, by idle
-//! expiry (`SANDBOX_SESSION_IDLE_S`) or at shutdown; its name is free again at once, and
-//! its workspace is removed, after a copy is kept aside with `SANDBOX_KEEP_WORKSPACES`.
+//! A session's life. It opens at its name's first use, unless `SANDBOX_MAX_SESSIONS` are
+//! open already, in a warm home from the pool when one fits (the worker is already
+//! started and waits frozen) or else in a new home made off the table's lock and off the
+//! async runtime. It closes by `reset_session`, by idle expiry (`SANDBOX_SESSION_IDLE_S`)
+//! or at shutdown; its name is free again at once, and its workspace is removed, after a
+//! copy is kept aside with `SANDBOX_KEEP_WORKSPACES` (logged and audited either way).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -75,6 +76,8 @@ impl SessionManager {
                 "the server is shutting down; no session can be opened",
             ));
         }
+        // Checked before anything is made for it, and again when it is entered.
+        self.room_for_a_session(self.session_count()?)?;
         if warm_ok
             && let Some(warm) = self
                 .pool
@@ -102,6 +105,11 @@ impl SessionManager {
         .await
         .map_err(|e| ErrorInfo::new("InternalError", format!("the home task failed: {e}")))?
         .map_err(|e| {
+            // The sessions' tmpfs quotas together are at SANDBOX_DISK_TOTAL: the message
+            // says what to do.
+            if e.kind() == std::io::ErrorKind::QuotaExceeded {
+                return ErrorInfo::new("DiskTotalReached", e.to_string());
+            }
             ErrorInfo::new(
                 "InternalError",
                 format!(
@@ -119,13 +127,19 @@ impl SessionManager {
             .sessions
             .lock()
             .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))?;
-        if let Some(existing) = sessions.get(key).cloned() {
+        // Past SANDBOX_MAX_SESSIONS nothing is entered; either way what was prepared is
+        // given back.
+        let settled = match sessions.get(key).cloned() {
+            Some(existing) => Some(Ok(existing)),
+            None => self.room_for_a_session(sessions.len()).err().map(Err),
+        };
+        if let Some(outcome) = settled {
             drop(sessions);
             match opened {
                 Opened::Warm(warm) => self.pool.put_back(*warm),
                 Opened::Fresh(home, _) => self.close_home_later(home),
             }
-            return Ok(existing);
+            return outcome;
         }
         // The tracker saw the workspace as it is before any call: empty.
         let (home, live, tracker) = match opened {
@@ -148,6 +162,32 @@ impl SessionManager {
         }
         sessions.insert(key.clone(), session.clone());
         Ok(session)
+    }
+
+    /// Live sessions now.
+    fn session_count(&self) -> Result<usize, ErrorInfo> {
+        self.sessions
+            .lock()
+            .map(|s| s.len())
+            .map_err(|_| ErrorInfo::new("InternalError", "session table poisoned"))
+    }
+
+    /// Refuses one more session when `live` are open already (`SANDBOX_MAX_SESSIONS`).
+    fn room_for_a_session(&self, live: usize) -> Result<(), ErrorInfo> {
+        let max = self.settings.max_sessions;
+        if live < max {
+            return Ok(());
+        }
+        Err(ErrorInfo::new(
+            "TooManySessions",
+            format!(
+                "this server already holds {live} live sessions, the most {} allows; nothing \
+                 was started. Close a session you no longer need (reset_session with \
+                 keep_files: false) or wait for idle ones to expire (SANDBOX_SESSION_IDLE_S), \
+                 then call again",
+                self.settings.describe("SANDBOX_MAX_SESSIONS")
+            ),
+        ))
     }
 
     fn close_home_later(&self, home: Home) {
@@ -187,26 +227,55 @@ impl SessionManager {
         });
         let backend = self.backend.clone();
         let closing = session.clone();
-        let kept = keep.clone();
-        tokio::task::spawn_blocking(move || {
-            let copied = match &kept {
-                Some(to) => super::keep::copy_workspace(&closing.home.paths.workspace, to),
-                None => Ok(()),
-            };
-            let removed = backend.close_session(&closing.home.slot);
-            copied.and(removed)
+        let quota = self.settings.disk_limit_bytes;
+        let (kept, removed) = tokio::task::spawn_blocking(move || {
+            let kept = keep
+                .map(|to| super::keep::copy_workspace(&closing.home.paths.workspace, &to, quota));
+            (kept, backend.close_session(&closing.home.slot))
         })
         .await
-        .map_err(|e| format!("the closing task failed: {e}"))??;
-        match (why, keep) {
-            (Closing::Expired, Some(kept)) => tracing::info!(
-                session = %session.key, kept = %kept.display(),
-                "session expired; a copy of its workspace was kept"
-            ),
-            (Closing::Expired, None) => tracing::info!(session = %session.key, "session expired"),
-            _ => {}
+        .map_err(|e| format!("the closing task failed: {e}"))?;
+        if why == Closing::Expired {
+            tracing::info!(session = %session.key, "session expired");
         }
-        Ok(())
+        if let Some(kept) = kept {
+            self.record_keep(session, kept);
+        }
+        removed
+    }
+
+    /// Logs and audits what became of a closing session's workspace copy
+    /// (`SANDBOX_KEEP_WORKSPACES`).
+    fn record_keep(&self, session: &Session, kept: Result<super::keep::Kept, String>) {
+        let event = |decision: &str, detail: String| crate::audit::AuditEvent {
+            detail,
+            ..crate::audit::AuditEvent::now(&session.key.to_string(), "keep", decision)
+        };
+        let recorded = match kept {
+            Ok(k) => {
+                tracing::info!(
+                    session = %session.key, kept = %k.to.display(), bytes = k.bytes,
+                    skipped = k.skipped, "a copy of the workspace was kept"
+                );
+                self.audit.record(event(
+                    "kept",
+                    format!(
+                        "{} bytes in {} entries at {} ({} skipped)",
+                        k.bytes,
+                        k.entries,
+                        k.to.display(),
+                        k.skipped
+                    ),
+                ))
+            }
+            Err(why) => {
+                tracing::warn!(session = %session.key, reason = %why, "the workspace was not kept");
+                self.audit.record(event("refused", why))
+            }
+        };
+        if let Err(e) = recorded {
+            tracing::warn!(session = %session.key, error = %e, "the keep record could not be written");
+        }
     }
 
     /// Closes every session unused for `idle` that is not in a call.

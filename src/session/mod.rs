@@ -1,7 +1,9 @@
 //! Sessions: shared server state keyed by (owner, session name) — see [`crate::owner`] —
 //! not by connection. A session is cheap: a name, a home (workspace and backend slot)
-//! and a record. Its persistent worker is the expensive part, and live workers are what
-//! is capped (`SANDBOX_MAX_WORKERS`), not names. Calls in one session are serialised;
+//! and a record. Its persistent worker is the expensive part, and live workers are capped
+//! tightly (`SANDBOX_MAX_WORKERS`); sessions themselves hold what the server keeps for
+//! them (a workspace tmpfs, watches), so they are capped too (`SANDBOX_MAX_SESSIONS`).
+//! Calls in one session are serialised;
 //! calls in different sessions run in parallel. All workspaces of this server instance
 //! are removed at shutdown.
 //!

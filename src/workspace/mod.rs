@@ -23,6 +23,8 @@ pub use fsops::remove_tree;
 #[cfg(not(target_os = "linux"))]
 pub use tracker::remove_tree;
 pub use tracker::{MAX_DEPTH, MAX_TRACKED, Tracker, Watcher};
+#[cfg(target_os = "linux")]
+pub use tracker::{MAX_WATCHES_PER_SESSION, server_share};
 
 /// Most changes listed in one result (the rest are counted).
 pub const MAX_REPORTED: usize = 200;
@@ -96,6 +98,9 @@ pub struct Report {
     pub changes: Vec<RawChange>,
     /// Why changes may be missing (parts of the workspace are beyond what is tracked).
     pub incomplete: Option<String>,
+    /// Why the changes were found by walking the workspace rather than from inotify's
+    /// events (a session past its share of the user's inotify watches).
+    pub by_scan: Option<String>,
 }
 
 /// A call's change report as a result carries it.
@@ -107,6 +112,8 @@ pub struct Summary {
     pub total: u64,
     /// Why changes may be missing, when parts of the workspace are not tracked.
     pub incomplete: Option<String>,
+    /// Why this session's tracking is by scan, when it is.
+    pub by_scan: Option<String>,
 }
 
 impl From<Report> for Summary {
@@ -132,6 +139,7 @@ impl From<Report> for Summary {
             files,
             total,
             incomplete: report.incomplete,
+            by_scan: report.by_scan,
         }
     }
 }

@@ -121,6 +121,7 @@ impl Tracker {
         Report {
             changes,
             incomplete,
+            by_scan: None,
         }
     }
 }

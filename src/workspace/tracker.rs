@@ -2,9 +2,18 @@
 //! instance per server watches every tracked directory of every session, and after a call
 //! only the names the kernel reported are looked at again, so a warm call costs the same
 //! in a workspace of ten files or a hundred thousand. A full, bounded rescan happens when
-//! the kernel's event queue overflowed, when a watch cannot be added (then every report is
-//! a rescan, and the log says why), or when the tracked area hit a limit and may have room
-//! again.
+//! the kernel's event queue overflowed, when the session's tracking is by scan (below), or
+//! when the tracked area hit a limit and may have room again.
+//!
+//! Watches are the user's, not the server's: the kernel counts every inotify watch of a
+//! uid against `fs.inotify.max_user_watches`, so the user's editor, file manager and
+//! build tools draw on the same allowance as every session. A session's code decides how
+//! many directories its workspace has, so the watches are bounded: at most
+//! [`MAX_WATCHES_PER_SESSION`] per session and, for every session together, the server's
+//! share of the allowance ([`server_share`]). A session past either (or one whose watch
+//! the kernel refuses) gives all its watches back and is tracked by scan: every report
+//! walks its workspace, and the result says so. It is watched again once its directories
+//! fit with room to spare.
 //!
 //! What no event announces, and how it is still seen:
 //! - a write through a shared `mmap` makes no event. A file that is open (an `IN_OPEN`
@@ -42,6 +51,33 @@ pub const MAX_TRACKED: usize = 200_000;
 pub const MAX_DEPTH: usize = 64;
 /// More touched names than this in one call: a rescan is cheaper than looking at each.
 const MAX_DIRTY: usize = 50_000;
+/// Most directories one session's workspace has watched (one inotify watch each). A
+/// constant rather than a setting: it protects the user's own allowance, which the
+/// operator already sets (`fs.inotify.max_user_watches`, shared out by [`server_share`]),
+/// and an analysis workspace rarely has a tenth of it; past it the session is only
+/// slower to report (a bounded walk per call), never wrong.
+pub const MAX_WATCHES_PER_SESSION: usize = 4096;
+/// The allowance the kernel gives when `/proc` does not say (its smallest default).
+const DEFAULT_MAX_USER_WATCHES: u64 = 8192;
+
+/// The watches every session together may hold: a quarter of the user's allowance
+/// (`fs.inotify.max_user_watches`, or the kernel's smallest default when unknown), at
+/// least one session's worth of a small workspace. The other three quarters stay the
+/// user's other programs'. Pure.
+pub fn server_share(max_user_watches: Option<u64>) -> usize {
+    let max = max_user_watches.unwrap_or(DEFAULT_MAX_USER_WATCHES);
+    usize::try_from(max / 4).unwrap_or(usize::MAX).max(64)
+}
+
+/// Why a watch was not added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Every session together holds the server's share.
+    Share(usize),
+    /// The kernel refused (the user's allowance is used up by other programs, or no
+    /// inotify here).
+    Kernel(Errno),
+}
 
 /// No `DONT_FOLLOW`: the watch is added through `/proc/self/fd/N`, a magic link that must
 /// be followed to reach the open directory (with it, every watch failed with `ENOTDIR`
@@ -89,10 +125,12 @@ struct Table {
 }
 
 /// The server's one inotify instance, shared by every session's tracker (the per-user
-/// limit on instances is small; on watches it is large).
+/// limit on instances is small; on watches it is large, and shared: see the module doc).
 pub struct Watcher {
     fd: Option<OwnedFd>,
     table: Mutex<Table>,
+    /// The watches every tracker together may hold ([`server_share`]).
+    share: usize,
 }
 
 impl Watcher {
@@ -102,9 +140,13 @@ impl Watcher {
         let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)
             .map_err(|e| tracing::warn!(error = %e, "no inotify: every workspace report rescans"))
             .ok();
+        let allowance = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
         Arc::new(Watcher {
             fd,
             table: Mutex::new(Table::default()),
+            share: server_share(allowance),
         })
     }
 
@@ -114,7 +156,29 @@ impl Watcher {
         Arc::new(Watcher {
             fd: None,
             table: Mutex::new(Table::default()),
+            share: 0,
         })
+    }
+
+    /// A watcher whose trackers together may hold `share` watches (tests of the share).
+    #[cfg(test)]
+    fn with_share(share: usize) -> Arc<Watcher> {
+        let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC).ok();
+        Arc::new(Watcher {
+            fd,
+            table: Mutex::new(Table::default()),
+            share,
+        })
+    }
+
+    /// Watches held now by every tracker together.
+    fn held(&self) -> usize {
+        self.table.lock().map_or(usize::MAX, |t| t.by_wd.len())
+    }
+
+    /// Whether `more` watches would still fit in the server's share.
+    fn has_room(&self, more: usize) -> bool {
+        self.held().saturating_add(more) <= self.share
     }
 
     fn register(&self) -> u64 {
@@ -131,13 +195,18 @@ impl Watcher {
     /// could redirect) as `rel` of tracker `id`.
     /// (A directory already watched under another name, after a rename, keeps its watch
     /// descriptor: the watch then belongs to the new name.)
-    fn add(&self, id: u64, dir: BorrowedFd<'_>, rel: &[u8]) -> Result<i32, Errno> {
-        let fd = self.fd.as_ref().ok_or(Errno::NOSYS)?;
+    fn add(&self, id: u64, dir: BorrowedFd<'_>, rel: &[u8]) -> Result<i32, Refused> {
+        let fd = self.fd.as_ref().ok_or(Refused::Kernel(Errno::NOSYS))?;
         let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
-        let wd = inotify::add_watch(fd, path, WATCH)?;
-        if let Ok(mut t) = self.table.lock() {
-            t.by_wd.insert(wd, (id, rel.to_vec()));
+        let mut t = self
+            .table
+            .lock()
+            .map_err(|_| Refused::Kernel(Errno::NOTRECOVERABLE))?;
+        if t.by_wd.len() >= self.share {
+            return Err(Refused::Share(self.share));
         }
+        let wd = inotify::add_watch(fd, path, WATCH).map_err(Refused::Kernel)?;
+        t.by_wd.insert(wd, (id, rel.to_vec()));
         Ok(wd)
     }
 
@@ -285,10 +354,16 @@ pub struct Tracker {
     /// Directories whose every entry is tracked: only there can a name missing from a
     /// listing be called deleted, or a name not tracked before be called created.
     complete: BTreeSet<Vec<u8>>,
-    /// A watch could not be added: every report rescans.
+    /// No inotify, or the session's tracking is by scan: every report rescans.
     polling: bool,
-    /// The log said so already.
-    warned: bool,
+    /// Why this session's tracking is by scan (it holds no watch then), as the result
+    /// says it.
+    by_scan: Option<String>,
+    /// Directories the last full walk found (the workspace itself included): whether they
+    /// fit in the watches again.
+    dirs: usize,
+    /// [`MAX_WATCHES_PER_SESSION`] (smaller in tests).
+    max_watches: usize,
     /// Why the tracked state is not the whole workspace.
     limit: Option<String>,
     /// [`MAX_TRACKED`] and [`MAX_DEPTH`] (smaller in tests).
@@ -306,7 +381,13 @@ impl Tracker {
     /// Starts tracking the workspace at `root` (a directory, or `/proc/self/fd/N` of one)
     /// from what is in it now.
     pub fn new(root: &Path, watcher: Arc<Watcher>) -> Tracker {
-        Tracker::with_limits(root, watcher, MAX_TRACKED, MAX_DEPTH)
+        Tracker::with_limits(
+            root,
+            watcher,
+            MAX_TRACKED,
+            MAX_DEPTH,
+            MAX_WATCHES_PER_SESSION,
+        )
     }
 
     fn with_limits(
@@ -314,12 +395,15 @@ impl Tracker {
         watcher: Arc<Watcher>,
         max_tracked: usize,
         max_depth: usize,
+        max_watches: usize,
     ) -> Tracker {
         let id = watcher.register();
         let mut t = Tracker {
             root: root.to_path_buf(),
             polling: watcher.fd.is_none(),
-            warned: false,
+            by_scan: None,
+            dirs: 0,
+            max_watches,
             watcher,
             id,
             entries: BTreeMap::new(),
@@ -379,6 +463,7 @@ impl Tracker {
         Report {
             changes,
             incomplete: self.limit.clone(),
+            by_scan: self.by_scan.clone(),
         }
     }
 
@@ -617,29 +702,50 @@ impl Tracker {
         )
     }
 
-    /// Watches the open directory `dir` (`rel`); when that fails, every report rescans
-    /// from now on, and the log says so once.
+    /// Watches the open directory `dir` (`rel`); past the session's cap or the server's
+    /// share, or when the kernel refuses, the session's tracking is by scan instead.
     fn watch(&mut self, dir: BorrowedFd<'_>, rel: &[u8]) {
         if self.polling {
+            return;
+        }
+        if self.wds.len() >= self.max_watches {
+            self.scan_instead(format!(
+                "it has more than {} directories (each watched directory takes one of the \
+                 user's inotify watches)",
+                self.max_watches
+            ));
             return;
         }
         match self.watcher.add(self.id, dir, rel) {
             Ok(wd) => {
                 self.wds.insert(rel.to_vec(), wd);
             }
-            Err(e) => {
-                if !std::mem::replace(&mut self.warned, true) {
-                    tracing::warn!(
-                        error = %e,
-                        workspace = %self.root.display(),
-                        "a workspace directory cannot be watched: every report of this \
-                         workspace is a full rescan (raise fs.inotify.max_user_watches if \
-                         that limit was reached)"
-                    );
-                }
-                self.polling = true;
-            }
+            Err(Refused::Share(share)) => self.scan_instead(format!(
+                "the sessions of this server already hold its share of the user's inotify \
+                 watches ({share}, a quarter of fs.inotify.max_user_watches)"
+            )),
+            Err(Refused::Kernel(e)) => self.scan_instead(format!(
+                "the kernel refused an inotify watch ({e}): the user's other programs may \
+                 hold the rest of fs.inotify.max_user_watches"
+            )),
         }
+    }
+
+    /// Gives back every watch of this session, which is tracked by scan from now on (each
+    /// report walks the workspace) for `why`; the log says so once per switch.
+    fn scan_instead(&mut self, why: String) {
+        for (rel, wd) in std::mem::take(&mut self.wds) {
+            self.watcher.remove(wd, &rel);
+        }
+        self.polling = true;
+        if self.by_scan.is_none() {
+            tracing::warn!(
+                workspace = %self.root.display(),
+                reason = %why,
+                "a workspace is tracked by scan, not by inotify"
+            );
+        }
+        self.by_scan = Some(why);
     }
 
     /// Lists the directory `start` (already tracked) and everything beneath it, breadth
@@ -712,9 +818,21 @@ impl Tracker {
         }
         // Events queued before the watches were dropped are about the old state.
         let _ = self.watcher.take(self.id);
-        self.polling = self.watcher.fd.is_none();
+        // A session tracked by scan is watched again once its directories fit, with a
+        // tenth of its cap to spare (so that it does not switch back and forth).
+        let fits = self.dirs < self.max_watches - self.max_watches / 10
+            && self.watcher.has_room(self.dirs);
+        self.polling = self.watcher.fd.is_none() || (self.by_scan.is_some() && !fits);
+        if !self.polling {
+            self.by_scan = None;
+        }
         self.limit = None;
         self.walk(root.as_fd(), b"", None);
+        self.dirs = 1 + self
+            .entries
+            .values()
+            .filter(|s| s.kind == EntryKind::Dir)
+            .count();
         let mut out = Vec::new();
         for (path, now) in &self.entries {
             if now.kind == EntryKind::Dir {

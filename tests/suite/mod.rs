@@ -5,6 +5,7 @@ pub mod audit;
 pub mod benign;
 pub mod clients;
 pub mod docker;
+pub mod exhaustion;
 pub mod fail_closed;
 
 pub mod grants;

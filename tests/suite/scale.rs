@@ -1,5 +1,6 @@
 //! Sessions at scale (#12) and work that ends with its call (#8 item 5), judged from the
-//! host where the host can see it: names are not capped, live workers are; the least
+//! host where the host can see it: names are capped only by `SANDBOX_MAX_SESSIONS`, live
+//! workers by `SANDBOX_MAX_WORKERS`; the least
 //! recently used idle worker makes room and its session keeps its files; idle sessions
 //! expire; the warm pool hands out fresh workers and refills; frozen workers use no CPU;
 //! a thread's late output is never another call's.
@@ -84,7 +85,15 @@ fn workspace_mounts(server: &Server) -> usize {
 
 #[tokio::test]
 async fn two_hundred_new_session_names_in_a_row_all_run() {
-    let server = start(As::Root, &[("SANDBOX_MAX_WORKERS", "16")]).await;
+    let server = start(
+        As::Root,
+        &[
+            ("SANDBOX_MAX_WORKERS", "16"),
+            ("SANDBOX_MAX_SESSIONS", "200"),
+            ("SANDBOX_DISK_LIMIT", "16m"),
+        ],
+    )
+    .await;
     for i in 0..200 {
         let r = server
             .run(&format!("n{i}"), &format!("print('n{i}')"))

@@ -588,6 +588,7 @@ impl Backend for DockerBackend {
                 Launcher::Image { .. } => Vec::new(),
             },
             processes_limit: Some(inner.settings.pids_limit),
+            processes_counted_by: "the container's pids cgroup (SANDBOX_PIDS_LIMIT)".into(),
             launcher: Some(inner.launcher.describe()),
             gaps,
         }

@@ -33,6 +33,13 @@ pub struct HostSlot {
     pub workspace: Workspace,
 }
 
+impl HostSlot {
+    /// What the session's results say about its workspace (a smaller quota).
+    pub fn workspace_notice(&self) -> Option<String> {
+        self.workspace.notice.clone()
+    }
+}
+
 pub struct HostBackend {
     settings: Arc<Settings>,
     runtime: PythonRuntime,
@@ -112,6 +119,7 @@ impl HostBackend {
                 runtime: &self.runtime,
                 host: self.store.host_layout(),
                 source: &slot.workspace.source,
+                quota_bytes: slot.workspace.quota_bytes,
                 run_as: slot.run_as,
                 grants,
                 parent_pid: std::process::id() as i32,
@@ -163,7 +171,13 @@ impl Backend for HostBackend {
             }
             Err(e) => {
                 self.release(run_as);
-                Err(std::io::Error::other(e))
+                let kind = match e {
+                    crate::sandbox::store::StoreError::Budget(_) => {
+                        std::io::ErrorKind::QuotaExceeded
+                    }
+                    crate::sandbox::store::StoreError::Failed(_) => std::io::ErrorKind::Other,
+                };
+                Err(std::io::Error::new(kind, e.to_string()))
             }
         }
     }
@@ -202,7 +216,10 @@ impl Backend for HostBackend {
                 .has_quota()
                 .then_some(self.settings.disk_limit_bytes),
             protected_paths: self.protected_paths(),
-            processes_limit: self.uids.as_ref().map(|_| self.settings.pids_limit),
+            processes_limit: self.task_count().map(|_| self.settings.pids_limit),
+            processes_counted_by: self
+                .task_count()
+                .map_or_else(|| self.no_task_limit(), |how| how.describe().to_string()),
             launcher: None,
             gaps: self.gaps(),
         }
@@ -215,6 +232,38 @@ impl Backend for HostBackend {
 }
 
 impl HostBackend {
+    /// How the workers' task limit holds: in a world (the keeper started, so user
+    /// namespaces work here) each worker has a user namespace of its own; a root server
+    /// also gives each session a uid of its own.
+    fn task_count(&self) -> Option<crate::sandbox::rlimits::TaskCount> {
+        if self.settings.host_sandbox == SandboxMode::Off {
+            return None;
+        }
+        crate::sandbox::rlimits::task_count(
+            self.uids.is_some(),
+            self.store.has_quota(),
+            &crate::sandbox::rlimits::kernel_release(),
+        )
+    }
+
+    /// Why the workers have no task limit, when they have none.
+    fn no_task_limit(&self) -> String {
+        if self.settings.host_sandbox == SandboxMode::Off {
+            return "no limit: HOST_SANDBOX=off".into();
+        }
+        if self.store.has_quota() {
+            return format!(
+                "no limit: this kernel ({}) counts RLIMIT_NPROC per uid, not per user \
+                 namespace (Linux 5.14+), so on the server's own uid it would count every \
+                 process of the user",
+                crate::sandbox::rlimits::kernel_release()
+            );
+        }
+        "no limit: without user namespaces (no workspace keeper could start) RLIMIT_NPROC \
+         would count every process of the server's uid"
+            .into()
+    }
+
     /// What this backend cannot apply here: the quota without a keeper, and the other
     /// platforms' sandboxes.
     fn gaps(&self) -> Vec<Capability> {

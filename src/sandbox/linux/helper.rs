@@ -7,13 +7,19 @@
 //!
 //! Order: new session → (root: join the keeper's mount namespace, then drop to the
 //! session's uid) → parent-death signal (after the uid change, which clears it) → the
-//! world: a user namespace (the keeper's, or its own), then mount, PID, IPC, UTS and
+//! world: a user namespace of its own (not root: first the keeper's, to join the
+//! keeper's mount namespace, then a new one nested in it), then mount, PID, IPC, UTS and
 //! network namespaces, a fork (the child is PID 1 of the new PID namespace and becomes
 //! the worker; the parent only waits), the minimal root and `pivot_root` → capabilities
 //! dropped → rlimits → umask and working directory → close inherited fds → Landlock
 //! (against the world's paths) → W^X → seccomp (last: it forbids the syscalls the steps
 //! above need) → self-check → report → execve. Without user namespaces, `best-effort`
 //! skips the world and confines by host paths (reported); `require` refuses.
+//!
+//! Why every worker's user namespace is its own, never the keeper's shared one: the
+//! kernel counts tasks and queued signals per (user namespace, uid), so only then do
+//! RLIMIT_NPROC and RLIMIT_SIGPENDING bound this one worker, for a desktop user's server
+//! too (in the keeper's namespace they would count every worker of the server at once).
 
 use std::convert::Infallible;
 use std::ffi::CString;
@@ -244,6 +250,15 @@ fn enter_world(
     }
     if !root_server && let Some(j) = join {
         namespaces::join_mount_namespace(borrow(j.mount)).map_err(|e| refuse("namespaces", e))?;
+        // The keeper's user namespace is every worker's way into its mount namespace;
+        // the worker's tasks and signals are counted in one of its own.
+        namespaces::enter_user_namespace(None).map_err(|e| {
+            let (NamespaceError::Unavailable(why) | NamespaceError::Failed(why)) = e;
+            refuse(
+                "namespaces",
+                format!("a user namespace of the worker's own inside the keeper's: {why}"),
+            )
+        })?;
     }
     namespaces::unshare_world(policy.network).map_err(|e| refuse("namespaces", e))?;
     // Only the worker-to-be returns; its parent waits and exits as it does.
@@ -275,7 +290,7 @@ fn enter_world(
         Some(bytes) => walls.enforced(
             "disk_quota",
             format!(
-                "/workspace is a tmpfs of {bytes} bytes (SANDBOX_DISK_LIMIT); /tmp a private one of {} bytes",
+                "/workspace is a tmpfs of {bytes} bytes (this session's quota); /tmp a private one of {} bytes",
                 crate::sandbox::linux::world::tmp_bytes_for(bytes)
             ),
         ),
@@ -299,9 +314,25 @@ fn confine_and_exec(
 ) -> Result<Infallible, Refusal> {
     let confined = policy.mode != SandboxMode::Off;
     if confined {
-        let limits = rlimits::rlimits_for(&policy.limits, HostOs::Linux);
+        let tasks = rlimits::task_count(
+            policy.run_as.is_some(),
+            in_world,
+            &rlimits::kernel_release(),
+        );
+        let limits =
+            rlimits::rlimits_for(&rlimits::for_worker(&policy.limits, tasks), HostOs::Linux);
         rlimits::apply(&limits).map_err(|e| refuse("rlimits", e))?;
-        walls.enforced("rlimits", rlimits::describe(&limits));
+        let counted = match (tasks, policy.limits.processes) {
+            (Some(how), Some(_)) => format!("; {}", how.describe()),
+            (None, Some(_)) => "; no RLIMIT_NPROC: without a user namespace or a uid of its \
+                 own it would count every process of the server's uid"
+                .to_string(),
+            (_, None) => String::new(),
+        };
+        walls.enforced(
+            "rlimits",
+            format!("{}{counted}", rlimits::describe(&limits)),
+        );
     }
     // SAFETY: umask cannot fail.
     unsafe { libc::umask(0o077) };

@@ -1,8 +1,9 @@
 //! Namespaces for the worker's world, and the process split they need.
 //!
-//! The helper gets capabilities in a user namespace (its own, or the workspace keeper's,
-//! which it joins), then unshares mount, PID, IPC, UTS (and network, unless network is
-//! allowed) namespaces. A new PID namespace applies to children only, so the helper then
+//! The helper gets capabilities in a user namespace of its own (made with the caller's
+//! ids; a desktop user's server first joins the workspace keeper's, the only way into the
+//! keeper's mount namespace, and nests its own inside it), then unshares mount, PID, IPC,
+//! UTS (and network, unless network is allowed) namespaces. A new PID namespace applies to children only, so the helper then
 //! forks: the child is PID 1 of the new namespace and becomes the worker (when it exits,
 //! the kernel kills everything else in the namespace); the parent stays outside as a
 //! plain waiter whose exit mirrors the child's. Both die with the server: the parent by

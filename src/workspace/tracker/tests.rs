@@ -192,7 +192,7 @@ fn past_the_limit_the_report_says_so_and_invents_nothing() {
         for i in 0..50 {
             std::fs::write(root.join(format!("f{i:02}")), "x").unwrap();
         }
-        let mut t = Tracker::with_limits(root, watcher, 20, MAX_DEPTH);
+        let mut t = Tracker::with_limits(root, watcher, 20, MAX_DEPTH, MAX_WATCHES_PER_SESSION);
         let tracked: Vec<Vec<u8>> = t.files_after(None).map(|(p, _)| p.to_vec()).collect();
         assert_eq!(tracked.len(), 20);
         assert!(t.limit().unwrap().contains("more than 20"));
@@ -577,4 +577,98 @@ fn an_overflowed_queue_costs_one_rescan_and_nothing_is_lost() {
     );
     assert_eq!(t.rescans, rescans, "live again after the rescan");
     assert!(!t.polling);
+}
+
+#[test]
+fn the_servers_share_is_a_quarter_of_the_users_watches() {
+    assert_eq!(server_share(Some(192_540)), 48_135);
+    assert_eq!(server_share(Some(1_048_576)), 262_144);
+    assert_eq!(server_share(None), 2048, "the kernel's smallest default");
+    assert_eq!(
+        server_share(Some(100)),
+        64,
+        "at least a small workspace's worth"
+    );
+}
+
+fn make_dirs(root: &std::path::Path, n: usize) {
+    for i in 0..n {
+        std::fs::create_dir(root.join(format!("d{i:03}"))).unwrap();
+    }
+}
+
+/// Past its cap of directories a session gives its watches back and is tracked by scan,
+/// still exactly, and is watched again once its directories fit with room to spare.
+#[test]
+fn past_its_cap_a_session_is_tracked_by_scan_and_watched_again_when_it_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let watcher = Watcher::new();
+    let mut t = Tracker::with_limits(root, watcher.clone(), MAX_TRACKED, MAX_DEPTH, 10);
+    make_dirs(root, 4);
+    assert!(t.report().by_scan.is_none());
+    assert_eq!(watcher.held(), 5, "the workspace and its four directories");
+    make_dirs(&root.join("d000"), 12);
+    write(root, "d000/d011/new.csv", "x");
+    let r = t.report();
+    let why = r.by_scan.expect("tracked by scan");
+    assert!(why.contains("more than 10 directories"), "{why}");
+    assert_eq!(watcher.held(), 0, "every watch given back");
+    // By scan, every change is still reported.
+    write(root, "d001/a.txt", "a");
+    std::fs::remove_file(root.join("d000/d011/new.csv")).unwrap();
+    let r = t.report();
+    assert_eq!(
+        summary(&r),
+        vec![
+            ("d000/d011/new.csv".to_string(), Change::Deleted),
+            ("d001/a.txt".to_string(), Change::Created),
+        ]
+    );
+    assert!(r.by_scan.is_some());
+    assert_eq!(watcher.held(), 0);
+    // Fewer directories than nine tenths of the cap: watched again.
+    for i in 0..12 {
+        std::fs::remove_dir(root.join(format!("d000/d{i:03}"))).unwrap();
+    }
+    assert!(t.report().by_scan.is_some(), "the walk that finds the room");
+    assert!(t.report().by_scan.is_none());
+    assert_eq!(watcher.held(), 5);
+    let rescans = t.rescans;
+    write(root, "d002/b.txt", "b");
+    assert_eq!(
+        summary(&t.report()),
+        vec![("d002/b.txt".to_string(), Change::Created)]
+    );
+    assert_eq!(t.rescans, rescans, "by events again");
+}
+
+/// The server's share is for every session together: a session that would pass it is
+/// tracked by scan, and the others keep their watches.
+#[test]
+fn a_session_past_the_servers_share_is_tracked_by_scan_and_the_others_keep_theirs() {
+    let watcher = Watcher::with_share(8);
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    make_dirs(a.path(), 5);
+    make_dirs(b.path(), 5);
+    let mut first = Tracker::with_limits(a.path(), watcher.clone(), MAX_TRACKED, MAX_DEPTH, 100);
+    assert!(first.report().by_scan.is_none());
+    let mut second = Tracker::with_limits(b.path(), watcher.clone(), MAX_TRACKED, MAX_DEPTH, 100);
+    let why = second.report().by_scan.expect("past the share");
+    assert!(
+        why.contains("share of the user's inotify watches (8"),
+        "{why}"
+    );
+    assert_eq!(watcher.held(), 6, "the first session's watches only");
+    write(a.path(), "d004/x", "x");
+    assert_eq!(
+        summary(&first.report()),
+        vec![("d004/x".to_string(), Change::Created)]
+    );
+    // Once the first is gone there is room: the second is watched again at its next
+    // report (its last walk counted its directories).
+    drop(first);
+    assert_eq!(watcher.held(), 0);
+    assert!(second.report().by_scan.is_none());
+    assert_eq!(watcher.held(), 6);
 }
