@@ -412,9 +412,9 @@ impl HttpBind {
             }
             return Ok(HttpBind::Unix(PathBuf::from(path)));
         }
-        text.parse().map(HttpBind::Tcp).map_err(|_| {
-            format!("{text:?} is neither IP:PORT (127.0.0.1:8765) nor unix:PATH")
-        })
+        text.parse()
+            .map(HttpBind::Tcp)
+            .map_err(|_| format!("{text:?} is neither IP:PORT (127.0.0.1:8765) nor unix:PATH"))
     }
 }
 
@@ -1287,6 +1287,31 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{}'s default {v:?}: {e}", spec.name));
             }
         }
+    }
+
+    #[test]
+    fn http_addresses_are_ip_port_or_a_unix_socket_path() {
+        assert_eq!(
+            HttpBind::parse(" 127.0.0.1:8765 "),
+            Ok(HttpBind::Tcp("127.0.0.1:8765".parse().unwrap()))
+        );
+        assert_eq!(
+            HttpBind::parse("unix:/run/user/1000/warden.sock"),
+            Ok(HttpBind::Unix(PathBuf::from("/run/user/1000/warden.sock")))
+        );
+        for bad in ["unix:", "localhost:8765", "8765", ""] {
+            assert!(HttpBind::parse(bad).is_err(), "{bad:?}");
+        }
+        let s = settings(&[("SANDBOX_HTTP_ADDR", "unix:/tmp/w.sock")]).unwrap();
+        assert_eq!(s.http_addr.to_string(), "unix:/tmp/w.sock");
+        assert_eq!(
+            serde_json::to_value(&s).unwrap()["http_addr"],
+            "unix:/tmp/w.sock"
+        );
+        assert!(settings(&[("SANDBOX_HTTP_ADDR", "nowhere")]).is_err());
+        assert!(!valid_http_token("short"));
+        assert!(!valid_http_token("sixteen chars ok"));
+        assert!(valid_http_token("0123456789abcdef"));
     }
 
     /// The README's settings table is the registry's (regenerate it with

@@ -372,9 +372,9 @@ async fn serve_http(
     use warden::server::http;
     let (listener, tcp, token) = match bind {
         HttpBind::Tcp(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr} (SANDBOX_HTTP_ADDR or --http)"))?;
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("cannot listen on {addr} (SANDBOX_HTTP_ADDR or --http)")
+            })?;
             let bound = listener.local_addr().context("no local address")?;
             if settings.http_allowed_hosts.is_empty() && bound.ip().is_unspecified() {
                 tracing::warn!(
@@ -465,8 +465,8 @@ fn unix_listener(
     listener
         .set_nonblocking(true)
         .context("cannot make the socket non-blocking")?;
-    let listener = tokio::net::UnixListener::from_std(listener)
-        .context("cannot serve the UNIX socket")?;
+    let listener =
+        tokio::net::UnixListener::from_std(listener).context("cannot serve the UNIX socket")?;
     eprintln!(
         "warden: MCP over streamable HTTP at http://localhost{} on the UNIX socket {} \
          (mode 0600; processes of uid {} only; {})",

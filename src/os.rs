@@ -75,8 +75,8 @@ pub fn create_private_file(path: &Path, contents: &[u8]) -> std::io::Result<bool
         .map(|b| format!("{b:02x}"))
         .collect();
     let tmp = path.with_file_name(format!(".{}.{suffix}", name.to_string_lossy()));
-    let mut file = private_file(std::fs::OpenOptions::new().write(true).create_new(true))
-        .open(&tmp)?;
+    let mut file =
+        private_file(std::fs::OpenOptions::new().write(true).create_new(true)).open(&tmp)?;
     let linked = file
         .write_all(contents)
         .and_then(|()| file.sync_all())

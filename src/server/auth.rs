@@ -104,14 +104,20 @@ impl HttpClient {
 pub enum Peer {
     Tcp(SocketAddr),
     /// Credentials the kernel took at `connect` (`SO_PEERCRED`).
-    Unix { uid: u32, pid: Option<i32> },
+    Unix {
+        uid: u32,
+        pid: Option<i32>,
+    },
 }
 
 impl std::fmt::Display for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Peer::Tcp(addr) => write!(f, "{addr}"),
-            Peer::Unix { uid, pid: Some(pid) } => write!(f, "uid {uid} (pid {pid})"),
+            Peer::Unix {
+                uid,
+                pid: Some(pid),
+            } => write!(f, "uid {uid} (pid {pid})"),
             Peer::Unix { uid, pid: None } => write!(f, "uid {uid}"),
         }
     }
@@ -516,7 +522,10 @@ impl axum::serve::Listener for PeerListener {
 #[cfg(unix)]
 async fn accept_error(e: std::io::Error) {
     use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
-    if matches!(e.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
+    if matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
         return;
     }
     tracing::error!(error = %e, "accepting a connection on the UNIX socket failed");
@@ -570,7 +579,11 @@ pub fn bind_private_socket(path: &Path) -> Result<std::os::unix::net::UnixListen
             }
             std::fs::remove_file(path).map_err(|e| fail(format!("a stale socket: {e}")))?;
         }
-        Ok(_) => return Err(fail("it exists and is not a socket; not replacing it".into())),
+        Ok(_) => {
+            return Err(fail(
+                "it exists and is not a socket; not replacing it".into(),
+            ));
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(e.to_string())),
     }
@@ -598,10 +611,7 @@ mod tests {
     }
 
     fn unix(uid: u32) -> Peer {
-        Peer::Unix {
-            uid,
-            pid: Some(7),
-        }
+        Peer::Unix { uid, pid: Some(7) }
     }
 
     #[test]
@@ -621,7 +631,10 @@ mod tests {
             none.check(Some(&tcp()), Some("anything-at-all-here")),
             Err(Refusal::NoToken)
         );
-        assert_eq!(rule.check(None, Some("the-token-0123456789")), Err(Refusal::UnknownPeer));
+        assert_eq!(
+            rule.check(None, Some("the-token-0123456789")),
+            Err(Refusal::UnknownPeer)
+        );
     }
 
     #[test]
@@ -631,7 +644,10 @@ mod tests {
             rule.check(Some(&unix(1000)), None),
             Ok(Credential::PeerUid(1000))
         );
-        assert_eq!(rule.check(Some(&unix(65534)), None), Err(Refusal::PeerUid(65534)));
+        assert_eq!(
+            rule.check(Some(&unix(65534)), None),
+            Err(Refusal::PeerUid(65534))
+        );
         assert_eq!(rule.check(Some(&unix(0)), None), Err(Refusal::PeerUid(0)));
         let with_token = Rule::new(Some("the-token-0123456789"), Some(1000));
         assert_eq!(
@@ -672,9 +688,15 @@ mod tests {
         }
         // Another kind has its own period.
         assert_eq!(gate.admit("peer_uid", t0 + Duration::from_secs(2)), Some(0));
-        assert_eq!(gate.admit("no_token", t0 + Duration::from_secs(60)), Some(5));
+        assert_eq!(
+            gate.admit("no_token", t0 + Duration::from_secs(60)),
+            Some(5)
+        );
         assert_eq!(gate.admit("no_token", t0 + Duration::from_secs(61)), None);
-        assert_eq!(gate.admit("no_token", t0 + Duration::from_secs(200)), Some(1));
+        assert_eq!(
+            gate.admit("no_token", t0 + Duration::from_secs(200)),
+            Some(1)
+        );
     }
 
     #[test]

@@ -111,9 +111,7 @@ pub fn http_client(ctx: &RequestContext<RoleServer>) -> Option<&HttpClient> {
 }
 
 fn over_http(ctx: &RequestContext<RoleServer>) -> bool {
-    ctx.extensions
-        .get::<axum::http::request::Parts>()
-        .is_some()
+    ctx.extensions.get::<axum::http::request::Parts>().is_some()
 }
 
 /// The scope of a request: stdio's is [`Owner::Local`]; over HTTP the MCP session's
@@ -134,7 +132,10 @@ pub(crate) fn owner_of(scope: Option<&ScopeGuard>, ctx: &RequestContext<RoleServ
 
 /// Whether the request came over HTTP, and whether its handler serves an MCP session
 /// (and so can carry server-to-client requests such as elicitation).
-pub(crate) fn transport_of(scope: Option<&ScopeGuard>, ctx: &RequestContext<RoleServer>) -> Transport {
+pub(crate) fn transport_of(
+    scope: Option<&ScopeGuard>,
+    ctx: &RequestContext<RoleServer>,
+) -> Transport {
     match (over_http(ctx), scope.and_then(|s| s.owner.get())) {
         (false, _) => Transport::Stdio,
         (true, Some(_)) => Transport::HttpSession,
@@ -155,16 +156,19 @@ pub enum Transport {
 /// without the auth layer, a handler no one marked) is refused, so no new route can
 /// approve a grant by accident. Returns how the person reached the server.
 pub fn consent_route(stdio: bool, ctx: &RequestContext<RoleServer>) -> Result<String, String> {
-    if !over_http(ctx) {
-        return if stdio {
-            Ok("over stdio".to_string())
-        } else {
+    route_of(stdio, over_http(ctx), http_client(ctx))
+}
+
+/// [`consent_route`]'s rule. Pure.
+fn route_of(stdio: bool, over_http: bool, client: Option<&HttpClient>) -> Result<String, String> {
+    match (over_http, client) {
+        (false, _) if stdio => Ok("over stdio".to_string()),
+        (false, _) => {
             Err("this request reached warden by no transport the person controls".to_string())
-        };
+        }
+        (true, Some(client)) => Ok(client.credential.route()),
+        (true, None) => Err("this HTTP request was not authenticated".to_string()),
     }
-    http_client(ctx)
-        .map(|c| c.credential.route())
-        .ok_or_else(|| "this HTTP request was not authenticated".to_string())
 }
 
 /// One HTTP handler's scope: set at `initialize`, which rmcp sends only to the handler of
@@ -243,14 +247,14 @@ pub async fn serve(
         rule: Rule::new(options.token.as_deref(), own_uid),
         refusals: refusals.clone(),
     });
-    let app = axum::Router::new()
-        .nest_service(MCP_PATH, service)
-        .layer(axum::middleware::from_fn_with_state(auth, auth::authenticate));
+    let app = axum::Router::new().nest_service(MCP_PATH, service).layer(
+        axum::middleware::from_fn_with_state(auth, auth::authenticate),
+    );
     match listener {
         HttpListener::Tcp(l) => run(l, app, ct, shutdown).await,
         #[cfg(unix)]
         HttpListener::Unix(l) => {
-            let uid = own_uid.unwrap_or(0);
+            let uid = rustix::process::geteuid().as_raw();
             run(auth::PeerListener::new(l, uid, refusals), app, ct, shutdown).await
         }
     }
@@ -286,6 +290,22 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_stdio_and_authenticated_http_clients_can_be_asked_for_consent() {
+        let client = HttpClient {
+            credential: auth::Credential::PeerUid(1000),
+        };
+        assert_eq!(route_of(true, false, None), Ok("over stdio".to_string()));
+        assert!(route_of(false, false, None).is_err());
+        assert!(
+            route_of(false, true, Some(&client))
+                .unwrap()
+                .contains("uid 1000")
+        );
+        assert!(route_of(true, true, None).is_err());
+        assert!(route_of(false, true, None).is_err());
+    }
 
     #[test]
     fn hosts_include_loopback_the_bound_address_and_extras() {

@@ -516,9 +516,8 @@ impl WardenServer {
         let route = match http::consent_route(self.stdio, ctx) {
             Ok(route) => route,
             Err(why) => {
-                result.message = format!(
-                    "refused without asking: {why}, and only the person can grant access"
-                );
+                result.message =
+                    format!("refused without asking: {why}, and only the person can grant access");
                 return result;
             }
         };

@@ -217,7 +217,10 @@ fn the_inspector_cli_lists_and_calls_every_tool_over_stdio_and_http() {
     let home = tempfile::tempdir().unwrap();
     let mut cmd = client(&bin, "inspector", home.path());
     let out = run(cmd.args(["--cli", &url, "--method", "tools/list"]));
-    assert!(!out.status.success(), "tools/list without the token succeeded");
+    assert!(
+        !out.status.success(),
+        "tools/list without the token succeeded"
+    );
     server.stop();
 }
 

@@ -171,7 +171,10 @@ fn another_local_user_cannot_use_a_unix_socket_server() {
         let meta = std::fs::symlink_metadata(&socket).unwrap();
         assert_eq!(meta.uid(), uid_of(who), "{who:?}");
         assert_eq!(meta.mode() & 0o777, 0o600, "{who:?}");
-        assert!(!data.join("http-token").exists(), "no token on a UNIX socket");
+        assert!(
+            !data.join("http-token").exists(),
+            "no token on a UNIX socket"
+        );
 
         let args = json!({"unix": socket, "token_file": data.join("http-token"),
                           "target": canaries.bashrc});
@@ -183,7 +186,10 @@ fn another_local_user_cannot_use_a_unix_socket_server() {
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
         let report = attempt_as(Some(NOBODY), &args);
         assert!(stopped_before_http(&report["session"]), "{who:?}: {report}");
-        assert!(stopped_before_http(&report["stateless"]), "{who:?}: {report}");
+        assert!(
+            stopped_before_http(&report["stateless"]),
+            "{who:?}: {report}"
+        );
         let refused = refusals(&data, "peer_uid");
         assert!(
             refused
@@ -237,8 +243,14 @@ fn code_in_a_session_cannot_approve_its_own_grant_in_any_network_mode() {
             match network {
                 // No socket at all.
                 "deny" => {
-                    assert!(stopped_before_http(&report["session"]), "{context}: {report}");
-                    assert!(stopped_before_http(&report["stateless"]), "{context}: {report}");
+                    assert!(
+                        stopped_before_http(&report["session"]),
+                        "{context}: {report}"
+                    );
+                    assert!(
+                        stopped_before_http(&report["stateless"]),
+                        "{context}: {report}"
+                    );
                 }
                 // The server's port is reachable, and refuses.
                 _ => {
@@ -250,7 +262,10 @@ fn code_in_a_session_cannot_approve_its_own_grant_in_any_network_mode() {
             let grants = owner.call("list_grants", json!({}));
             let listed = grants["structuredContent"]["grants"].as_array().unwrap();
             assert!(listed.is_empty(), "{context}: {grants}");
-            assert!(grant_records(&data, &canaries.bashrc).is_empty(), "{context}");
+            assert!(
+                grant_records(&data, &canaries.bashrc).is_empty(),
+                "{context}"
+            );
             server.stop();
             canaries.assert_untouched(&context);
         }
@@ -280,10 +295,7 @@ fn refused_clients_are_recorded_at_a_bounded_rate() {
     let periods = 1 + started.elapsed().as_secs() as usize / 60;
     let no_token = refusals(&data, "no_token");
     let wrong = refusals(&data, "wrong_token");
-    assert!(
-        (1..=periods).contains(&no_token.len()),
-        "{no_token:?}"
-    );
+    assert!((1..=periods).contains(&no_token.len()), "{no_token:?}");
     assert!((1..=periods).contains(&wrong.len()), "{wrong:?}");
     assert!(wrong[0]["detail"].as_str().unwrap().contains("127.0.0.1"));
     server.stop();

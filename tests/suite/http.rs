@@ -3,9 +3,9 @@
 //! protocol version) is under the test's control. Only loopback is ever contacted.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,8 +24,6 @@ pub struct HttpServer {
     /// The token clients send: the printed one, or the configured one.
     pub token: Option<String>,
     pub data_dir: tempfile::TempDir,
-    /// Who the server runs as.
-    pub who: As,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -95,7 +93,6 @@ impl HttpServer {
             token: printed_token.clone().or(configured),
             printed_token,
             data_dir,
-            who,
             stderr: seen,
         }
     }
@@ -112,11 +109,6 @@ impl HttpServer {
     /// A client without any token.
     pub fn anonymous_client(&self) -> McpHttp {
         McpHttp::new(&self.addr)
-    }
-
-    /// What the server wrote to stderr so far.
-    pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
     }
 
     /// SIGTERM, then the process must exit on its own, having killed its workers and
@@ -637,7 +629,10 @@ fn another_clients_session_id_on_the_stateless_route_reaches_none_of_its_session
     let server = HttpServer::start("127.0.0.1:0", &[("SANDBOX_WARM_WORKERS", "0")]);
     let mut a = server.client();
     a.initialize(json!({"elicitation": {"form": {}}}));
-    let r = a.run("default", "secret = 'A only'\nopen('a.txt', 'w').write('A')");
+    let r = a.run(
+        "default",
+        "secret = 'A only'\nopen('a.txt', 'w').write('A')",
+    );
     assert_eq!(r["status"], "ok", "{r}");
     let a_workers = super::workers_of(server.pid());
     assert!(!a_workers.is_empty(), "no worker for A");
@@ -655,7 +650,10 @@ fn another_clients_session_id_on_the_stateless_route_reaches_none_of_its_session
     let r = b.run("default", "secret");
     assert_eq!(r["error"]["type"], "NameError", "B saw A's variables: {r}");
     let r = b.run("default", "print(open('a.txt').read())");
-    assert_eq!(r["error"]["type"], "FileNotFoundError", "B saw A's files: {r}");
+    assert_eq!(
+        r["error"]["type"], "FileNotFoundError",
+        "B saw A's files: {r}"
+    );
     let listed = b.request("resources/list", json!({}));
     assert!(!listed.to_string().contains("a.txt"), "{listed}");
     // A grant request there is a stateless one: refused at once, never put to A's
@@ -760,7 +758,10 @@ fn the_token_file_is_kept_across_restarts_and_printed_only_when_made() {
             break;
         }
     }
-    assert!(!seen.contains(&token), "the token was printed again: {seen}");
+    assert!(
+        !seen.contains(&token),
+        "the token was printed again: {seen}"
+    );
     assert!(seen.contains("http-token"), "{seen}");
     let mut c = McpHttp::new(&addr.unwrap()).with_token(&token);
     c.initialize(json!({}));
@@ -772,7 +773,10 @@ fn the_token_file_is_kept_across_restarts_and_printed_only_when_made() {
 #[test]
 fn a_bad_origin_or_host_is_refused() {
     let server = HttpServer::start("127.0.0.1:0", &[]);
-    let auth = ("Authorization", format!("Bearer {}", server.token.clone().unwrap()));
+    let auth = (
+        "Authorization",
+        format!("Bearer {}", server.token.clone().unwrap()),
+    );
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"}}});
