@@ -1,5 +1,6 @@
 //! Latency of a warm `execute_python("print(1+1)")` over streamable HTTP against the
-//! release binary (`warden serve --http` on loopback): a stateless 2026-07-28 client
+//! release binary (`warden serve --http` on loopback, every request with the bearer
+//! token it generated): a stateless 2026-07-28 client
 //! (one POST, one fresh connection per call), and a 2025-11-25 session (SSE reply).
 //! Run with `cargo bench --bench http`; prints p50/p95 in milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -80,9 +81,18 @@ fn main() {
                 .map(|r| r.trim_end_matches("/mcp").to_string())
         })
         .expect("address printed");
+    // The token it generated in the fresh data directory (the last word of its line).
+    let token = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("bearer token (generated"))
+        .and_then(|l| l.rsplit(' ').next().map(str::to_string))
+        .expect("token printed");
+    let auth = ("Authorization", format!("Bearer {token}"));
     std::thread::spawn(move || lines.for_each(drop));
 
     let stateless = [
+        auth.clone(),
         ("MCP-Protocol-Version", "2026-07-28".to_string()),
         ("Mcp-Method", "tools/call".to_string()),
         ("Mcp-Name", "execute_python".to_string()),
@@ -96,7 +106,7 @@ fn main() {
 
     let (head, _) = post(
         &addr,
-        &[],
+        std::slice::from_ref(&auth),
         &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
             "clientInfo": {"name": "bench", "version": "1"}}}),
@@ -110,6 +120,7 @@ fn main() {
         })
         .expect("session id");
     let with_session = [
+        auth,
         ("Mcp-Session-Id", session),
         ("MCP-Protocol-Version", "2025-11-25".to_string()),
     ];

@@ -84,7 +84,10 @@ pub const REGISTRY: &[Spec] = &[
         "HOST_SANDBOX_NETWORK",
         "deny",
         "`deny`: no sockets at all. `allow`: outbound TCP/UDP over IP (still no UNIX, \
-         netlink or packet sockets; no network namespace).",
+         netlink or packet sockets; no network namespace). `allow` is the unsafe mode: \
+         the code reaches every service on this machine's loopback and local network \
+         (databases, caches, admin consoles without a password), and whatever it reads \
+         it can send anywhere.",
     ),
     spec(
         "SANDBOX_MEM_LIMIT",
@@ -271,15 +274,19 @@ pub const REGISTRY: &[Spec] = &[
     spec(
         "SANDBOX_HTTP_ADDR",
         "127.0.0.1:8765",
-        "where `serve --http` listens when no address is given (`IP:PORT`). Any address \
-         but loopback requires a bearer token.",
+        "where `serve --http` listens when no address is given: `IP:PORT` (every client \
+         must send the bearer token, loopback included), or `unix:PATH`, a UNIX socket \
+         (mode 0600, in a directory no one else can write) that serves only processes of \
+         the server's own uid, checked on every connection (`SO_PEERCRED`).",
     ),
     computed(
         "SANDBOX_HTTP_TOKEN",
-        "none on loopback; off loopback one is generated and printed at start",
-        "the bearer token HTTP clients must send (`Authorization: Bearer <token>`); when \
-         set it is required on loopback too. Each token is one client scope. Never shown \
-         in `warden://settings`.",
+        "the `http-token` file in the data directory (generated at the first TCP start, \
+         printed once, saved mode 0600)",
+        "the bearer token HTTP clients must send (`Authorization: Bearer <token>`), on \
+         loopback too; requests without it get `401`. On a UNIX socket the peer's uid is \
+         the credential, and a token is required only when this is set. One token is one \
+         client scope. Never shown in `warden://settings`.",
     ),
     computed(
         "SANDBOX_HTTP_ALLOWED_HOSTS",
@@ -413,6 +420,46 @@ impl SandboxMode {
     }
 }
 
+/// Where `serve --http` listens (`SANDBOX_HTTP_ADDR`, `--http ADDR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpBind {
+    /// A TCP address: every client sends the bearer token.
+    Tcp(std::net::SocketAddr),
+    /// A UNIX socket's path: the peer's uid is the credential.
+    Unix(PathBuf),
+}
+
+impl HttpBind {
+    /// `IP:PORT`, or `unix:PATH`. Pure.
+    pub fn parse(text: &str) -> Result<HttpBind, String> {
+        let text = text.trim();
+        if let Some(path) = text.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err("unix: needs a path, such as unix:/run/user/1000/warden.sock".into());
+            }
+            return Ok(HttpBind::Unix(PathBuf::from(path)));
+        }
+        text.parse()
+            .map(HttpBind::Tcp)
+            .map_err(|_| format!("{text:?} is neither IP:PORT (127.0.0.1:8765) nor unix:PATH"))
+    }
+}
+
+impl std::fmt::Display for HttpBind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpBind::Tcp(addr) => write!(f, "{addr}"),
+            HttpBind::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+impl Serialize for HttpBind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// `HOST_SANDBOX_NETWORK`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -490,7 +537,7 @@ pub struct Settings {
     /// `WARDEN_LOG`.
     pub log_filter: String,
     /// `SANDBOX_HTTP_ADDR`: `serve --http`'s default address.
-    pub http_addr: std::net::SocketAddr,
+    pub http_addr: HttpBind,
     /// `SANDBOX_HTTP_TOKEN` (a secret: never serialised).
     #[serde(skip)]
     pub http_token: Option<String>,
@@ -717,11 +764,13 @@ impl Settings {
         let probe_addr = r.value("SANDBOX_PROBE_ADDR", "an IPv4 address", |t| {
             t.parse::<std::net::Ipv4Addr>().ok().map(|a| a.to_string())
         })?;
-        let http_addr = r.value("SANDBOX_HTTP_ADDR", "an IP:PORT address", |t| {
-            t.parse::<std::net::SocketAddr>().ok()
-        })?;
+        let http_addr = r.value(
+            "SANDBOX_HTTP_ADDR",
+            "an IP:PORT address or unix:PATH",
+            |t| HttpBind::parse(t).ok(),
+        )?;
         let http_token = r.optional("SANDBOX_HTTP_TOKEN", "at least 16 characters", |t| {
-            (t.len() >= 16 && !t.contains(char::is_whitespace)).then(|| t.to_string())
+            valid_http_token(t).then(|| t.to_string())
         })?;
         let http_allowed_hosts = r
             .optional(
@@ -1163,6 +1212,11 @@ pub fn load(
     Ok((settings, file, unknown))
 }
 
+/// What a bearer token must be: at least 16 characters, no whitespace. Pure.
+pub fn valid_http_token(text: &str) -> bool {
+    text.len() >= 16 && !text.contains(char::is_whitespace)
+}
+
 /// Where workspaces and the audit log live when `SANDBOX_DATA_DIR` is unset.
 ///
 /// As root the per-user data dir is under `/root`, which no unprivileged sandbox uid can
@@ -1296,6 +1350,31 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{}'s default {v:?}: {e}", spec.name));
             }
         }
+    }
+
+    #[test]
+    fn http_addresses_are_ip_port_or_a_unix_socket_path() {
+        assert_eq!(
+            HttpBind::parse(" 127.0.0.1:8765 "),
+            Ok(HttpBind::Tcp("127.0.0.1:8765".parse().unwrap()))
+        );
+        assert_eq!(
+            HttpBind::parse("unix:/run/user/1000/warden.sock"),
+            Ok(HttpBind::Unix(PathBuf::from("/run/user/1000/warden.sock")))
+        );
+        for bad in ["unix:", "localhost:8765", "8765", ""] {
+            assert!(HttpBind::parse(bad).is_err(), "{bad:?}");
+        }
+        let s = settings(&[("SANDBOX_HTTP_ADDR", "unix:/tmp/w.sock")]).unwrap();
+        assert_eq!(s.http_addr.to_string(), "unix:/tmp/w.sock");
+        assert_eq!(
+            serde_json::to_value(&s).unwrap()["http_addr"],
+            "unix:/tmp/w.sock"
+        );
+        assert!(settings(&[("SANDBOX_HTTP_ADDR", "nowhere")]).is_err());
+        assert!(!valid_http_token("short"));
+        assert!(!valid_http_token("sixteen chars ok"));
+        assert!(valid_http_token("0123456789abcdef"));
     }
 
     /// The README's settings table is the registry's (regenerate it with

@@ -44,8 +44,10 @@ enum Command {
         #[arg(long = "allow-write", value_name = "PATH")]
         allow_write: Vec<String>,
         /// Serve MCP over streamable HTTP at http://ADDR/mcp instead of stdio (ADDR
-        /// defaults to SANDBOX_HTTP_ADDR, 127.0.0.1:8765). Off loopback a bearer token is
-        /// required (SANDBOX_HTTP_TOKEN, or one generated and printed at start).
+        /// defaults to SANDBOX_HTTP_ADDR, 127.0.0.1:8765). Over TCP every client must send
+        /// the bearer token (SANDBOX_HTTP_TOKEN, else the data directory's http-token
+        /// file, generated at the first start). `unix:PATH` serves on a UNIX socket
+        /// (mode 0600) to processes of this uid only, without a token.
         #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "")]
         http: Option<String>,
     },
@@ -188,10 +190,14 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 let pre = pre_approvals(&allow_read, &allow_write, &config);
                 let transport = match http {
                     None => Transport::Stdio,
-                    Some(addr) if addr.trim().is_empty() => Transport::Http(settings.http_addr),
-                    Some(addr) => Transport::Http(addr.trim().parse().with_context(|| {
-                        format!("--http {addr}: give an address such as 127.0.0.1:8765")
-                    })?),
+                    Some(addr) if addr.trim().is_empty() => {
+                        Transport::Http(settings.http_addr.clone())
+                    }
+                    Some(addr) => Transport::Http(
+                        warden::config::HttpBind::parse(&addr)
+                            .map_err(anyhow::Error::msg)
+                            .context("--http")?,
+                    ),
                 };
                 serve(settings, pre, transport)
                     .await
@@ -283,7 +289,7 @@ fn show_settings(settings: &Settings, markdown: bool) -> anyhow::Result<()> {
 /// Where `serve` talks MCP.
 enum Transport {
     Stdio,
-    Http(std::net::SocketAddr),
+    Http(warden::config::HttpBind),
 }
 
 async fn serve(
@@ -317,11 +323,13 @@ async fn serve(
     sessions.start_background();
     let watcher = tokio::spawn(exit_on_signal(sessions.clone()));
     let outcome = match transport {
-        Transport::Stdio => serve_stdio(server).await,
+        Transport::Stdio => serve_stdio(server.on_stdio()).await,
         Transport::Http(addr) => serve_http(server, &settings, addr).await,
     };
     watcher.abort();
     sessions.shutdown().await;
+    #[cfg(unix)]
+    remove_socket();
     outcome
 }
 
@@ -344,44 +352,50 @@ async fn serve_stdio(server: WardenServer) -> anyhow::Result<()> {
     }
 }
 
+/// The data directory: `SANDBOX_DATA_DIR`, else the platform's.
+fn data_dir(settings: &Settings) -> Option<PathBuf> {
+    settings
+        .data_dir
+        .clone()
+        .or_else(|| warden::config::default_data_dir(warden::os::running_as_root()))
+}
+
 /// Serves HTTP until a signal ends the process (see [`exit_on_signal`]). What a person
-/// starting it needs (the URL, and a generated token) goes to stderr whatever the log
-/// level.
+/// starting it needs (the URL, and a token generated now) goes to stderr whatever the
+/// log level.
 async fn serve_http(
     server: WardenServer,
     settings: &Settings,
-    addr: std::net::SocketAddr,
+    bind: warden::config::HttpBind,
 ) -> anyhow::Result<()> {
+    use warden::config::HttpBind;
     use warden::server::http;
-    let (token, generated) = http::token_for(&addr, settings.http_token.clone());
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} (SANDBOX_HTTP_ADDR or --http)"))?;
-    let bound = listener.local_addr().context("no local address")?;
-    if !bound.ip().is_loopback()
-        && settings.http_allowed_hosts.is_empty()
-        && bound.ip().is_unspecified()
-    {
-        tracing::warn!(
-            "listening on {bound}: clients must reach it by a name or address listed in \
-             SANDBOX_HTTP_ALLOWED_HOSTS (loopback names are accepted); other Host headers are refused"
-        );
-    }
-    eprintln!(
-        "warden: MCP over streamable HTTP at http://{bound}{}",
-        http::MCP_PATH
-    );
-    match (&token, generated) {
-        (Some(t), true) => {
-            eprintln!("warden: bearer token (generated; set SANDBOX_HTTP_TOKEN to choose one): {t}")
+    let (listener, tcp, token) = match bind {
+        HttpBind::Tcp(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("cannot listen on {addr} (SANDBOX_HTTP_ADDR or --http)")
+            })?;
+            let bound = listener.local_addr().context("no local address")?;
+            if settings.http_allowed_hosts.is_empty() && bound.ip().is_unspecified() {
+                tracing::warn!(
+                    "listening on {bound}: clients must reach it by a name or address listed in \
+                     SANDBOX_HTTP_ALLOWED_HOSTS (loopback names are accepted); other Host headers are refused"
+                );
+            }
+            eprintln!(
+                "warden: MCP over streamable HTTP at http://{bound}{}",
+                http::MCP_PATH
+            );
+            let token = http_token(settings)?;
+            (http::HttpListener::Tcp(listener), Some(bound), Some(token))
         }
-        (Some(_), false) => {
-            eprintln!("warden: clients must send the SANDBOX_HTTP_TOKEN bearer token")
+        HttpBind::Unix(path) => {
+            let token = settings.http_token.clone();
+            (unix_listener(&path, token.is_some())?, None, token)
         }
-        (None, _) => eprintln!("warden: loopback only, no token required"),
-    }
+    };
     let options = http::HttpOptions {
-        addr: bound,
+        tcp,
         token,
         extra_hosts: settings.http_allowed_hosts.clone(),
         extra_origins: settings.http_allowed_origins.clone(),
@@ -391,6 +405,92 @@ async fn serve_http(
     http::serve(server, options, listener, std::future::pending())
         .await
         .context("the HTTP server failed")
+}
+
+/// The token TCP clients must send: the configured one, else the token file's (made now,
+/// and then printed, the one time it is shown).
+fn http_token(settings: &Settings) -> anyhow::Result<String> {
+    if let Some(token) = &settings.http_token {
+        eprintln!("warden: clients must send the SANDBOX_HTTP_TOKEN bearer token");
+        return Ok(token.clone());
+    }
+    let dir = data_dir(settings).context("no data directory for the HTTP token file")?;
+    let stored = warden::server::auth::load_or_create_token(&dir)?;
+    if let Some(why) = &stored.replaced {
+        eprintln!(
+            "warden: the old token file could not be trusted ({why}); clients need the new token"
+        );
+    }
+    if stored.created {
+        eprintln!(
+            "warden: bearer token (generated; saved mode 0600 in {}; send it as \
+             `Authorization: Bearer <token>`): {}",
+            stored.path.display(),
+            stored.token
+        );
+    } else {
+        eprintln!(
+            "warden: clients must send the bearer token saved in {}",
+            stored.path.display()
+        );
+    }
+    Ok(stored.token)
+}
+
+/// The UNIX socket this server bound (path, device, inode), removed at exit if it is
+/// still that socket.
+#[cfg(unix)]
+static SOCKET: std::sync::OnceLock<(PathBuf, u64, u64)> = std::sync::OnceLock::new();
+
+#[cfg(unix)]
+fn remove_socket() {
+    use std::os::unix::fs::MetadataExt;
+    if let Some((path, dev, ino)) = SOCKET.get()
+        && std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == *dev && m.ino() == *ino)
+    {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(unix)]
+fn unix_listener(
+    path: &std::path::Path,
+    token: bool,
+) -> anyhow::Result<warden::server::http::HttpListener> {
+    use std::os::unix::fs::MetadataExt;
+    let listener = warden::server::auth::bind_private_socket(path)?;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        let _ = SOCKET.set((path.to_path_buf(), meta.dev(), meta.ino()));
+    }
+    listener
+        .set_nonblocking(true)
+        .context("cannot make the socket non-blocking")?;
+    let listener =
+        tokio::net::UnixListener::from_std(listener).context("cannot serve the UNIX socket")?;
+    eprintln!(
+        "warden: MCP over streamable HTTP at http://localhost{} on the UNIX socket {} \
+         (mode 0600; processes of uid {} only; {})",
+        warden::server::http::MCP_PATH,
+        path.display(),
+        rustix::process::geteuid().as_raw(),
+        if token {
+            "they must send the SANDBOX_HTTP_TOKEN bearer token too"
+        } else {
+            "no token needed"
+        }
+    );
+    Ok(warden::server::http::HttpListener::Unix(listener))
+}
+
+#[cfg(not(unix))]
+fn unix_listener(
+    path: &std::path::Path,
+    _token: bool,
+) -> anyhow::Result<warden::server::http::HttpListener> {
+    anyhow::bail!(
+        "--http unix:{}: UNIX sockets need a Unix system; use IP:PORT with the bearer token",
+        path.display()
+    )
 }
 
 #[cfg(not(unix))]
@@ -435,19 +535,17 @@ async fn exit_on_signal(sessions: Arc<SessionManager>) {
             tracing::warn!("the clean-up overran; exiting now");
         }
     }
+    #[cfg(unix)]
+    remove_socket();
     std::process::exit(0);
 }
 
 /// `warden audit-verify [PATH]`: checks every record; exit 0 only when the whole log is
 /// one unbroken chain, 1 when anything was ever broken (each finding is printed).
 fn audit_verify(settings: &Settings, path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let root = warden::os::running_as_root();
     let path = match path {
         Some(p) => p,
-        None => settings
-            .data_dir
-            .clone()
-            .or_else(|| warden::config::default_data_dir(root))
+        None => data_dir(settings)
             .context("no data directory; give the audit directory's path")?
             .join("audit"),
     };

@@ -61,6 +61,34 @@ pub fn private_file(options: &mut std::fs::OpenOptions) -> &mut std::fs::OpenOpt
     }
 }
 
+/// Creates `path` holding `contents`, whole or not at all, and private from its first
+/// byte: written aside (see [`private_file`]), synced, then linked into place, so no one
+/// ever sees it partly written or with wider permissions. Returns `false`, writing
+/// nothing, when `path` already exists (another process linked first: read theirs).
+pub fn create_private_file(path: &Path, contents: &[u8]) -> std::io::Result<bool> {
+    use std::io::Write;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other(format!("{} names no file", path.display())))?;
+    let suffix: String = crate::random_bytes::<6>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let tmp = path.with_file_name(format!(".{}.{suffix}", name.to_string_lossy()));
+    let mut file =
+        private_file(std::fs::OpenOptions::new().write(true).create_new(true)).open(&tmp)?;
+    let linked = file
+        .write_all(contents)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// When a running process started, in a unit of the system's (Linux: clock ticks since
 /// boot, field 22 of `/proc/PID/stat`; macOS: microseconds since the epoch): with the
 /// pid, an identity that survives pid reuse. `None` when there is no such process or the

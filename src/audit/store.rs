@@ -84,21 +84,7 @@ pub fn load_or_create_key(dir: &Path) -> std::io::Result<Key> {
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let tmp = dir.join(format!(
-            "{KEY_FILE}.{}",
-            chain::hex(&crate::random_bytes::<6>())
-        ));
-        let mut f = private().write(true).create_new(true).open(&tmp)?;
-        let written = f
-            .write_all(Key::generate().to_hex().as_bytes())
-            .and_then(|()| f.sync_all());
-        let linked = written.and_then(|()| std::fs::hard_link(&tmp, &path));
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
+        crate::os::create_private_file(&path, Key::generate().to_hex().as_bytes())?;
     }
     read_key(&path)
 }

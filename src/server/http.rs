@@ -4,29 +4,29 @@
 //! live in the shared [`SessionManager`](crate::session::SessionManager), so they
 //! survive).
 //!
-//! The walls here, in order: the listener binds loopback unless told otherwise; a bearer
-//! token is checked (constant time) whenever the address is not loopback or a token is
-//! configured; rmcp refuses a `Host` or `Origin` not on the allow lists (DNS
-//! rebinding); and each client is a scope of its own ([`owner_of`]): an MCP session,
-//! else its token, so clients never see each other's Python sessions, grants or files.
+//! The walls here, in order: every request is authenticated ([`super::auth`]: the bearer
+//! token over TCP, loopback included; the peer's uid on a UNIX socket); rmcp refuses a
+//! `Host` or `Origin` not on the allow lists (DNS rebinding); and each client is a scope
+//! of its own ([`owner_of`]): an MCP session's scope belongs to the handler rmcp made for
+//! that session at `initialize` (its credential and a random id), never to a header, so
+//! a request that names another session's id on the stateless route runs in its own
+//! credential's scope and closes nothing.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::extract::connect_info::Connected;
+use axum::serve::{IncomingStream, Listener};
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use sha2::Digest;
 use tokio_util::sync::CancellationToken;
 
 use super::WardenServer;
+use super::auth::{self, Auth, HttpClient, Peer, Rule};
 use crate::owner::Owner;
 
 /// The path MCP is served at.
@@ -41,8 +41,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How `serve --http` was configured.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
-    pub addr: SocketAddr,
-    /// The bearer token clients must send (`None`: none required, loopback only).
+    /// The TCP address bound; `None` on a UNIX socket.
+    pub tcp: Option<SocketAddr>,
+    /// The bearer token clients must send: always set over TCP; on a UNIX socket only
+    /// when configured.
     pub token: Option<String>,
     /// `Host` values accepted besides loopback names and the bound address.
     pub extra_hosts: Vec<String>,
@@ -50,94 +52,22 @@ pub struct HttpOptions {
     pub extra_origins: Vec<String>,
 }
 
-/// The token rule: a configured token is always required; off loopback one is
-/// generated when none is configured. Returns the token and whether it was generated.
-pub fn token_for(addr: &SocketAddr, configured: Option<String>) -> (Option<String>, bool) {
-    match configured.filter(|t| !t.trim().is_empty()) {
-        Some(t) => (Some(t.trim().to_string()), false),
-        None if addr.ip().is_loopback() => (None, false),
-        None => {
-            let bytes: [u8; 32] = crate::random_bytes();
-            (
-                Some(bytes.iter().map(|b| format!("{b:02x}")).collect()),
-                true,
-            )
-        }
-    }
-}
-
-/// What the auth layer knows of a request's client; handlers read it through
-/// [`owner_of`].
-#[derive(Debug, Clone)]
-pub struct HttpClient {
-    /// The scope of a request without an MCP session: its token's, or the shared
-    /// scope of token-less loopback clients.
-    pub stateless_owner: Owner,
-}
-
-struct Auth {
-    /// SHA-256 of the token: compared digest to digest, so the comparison's time
-    /// depends on neither the token's length nor where a guess first differs.
-    token_digest: Option<[u8; 32]>,
-}
-
-fn digest(text: &str) -> [u8; 32] {
-    sha2::Sha256::digest(text.as_bytes()).into()
-}
-
-/// Constant-time equality of two digests.
-fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
-}
-
-/// The bearer token of a request, if it sent one. Pure.
-pub fn bearer(value: Option<&HeaderValue>) -> Option<&str> {
-    let text = value?.to_str().ok()?.trim();
-    let (scheme, token) = text.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
-}
-
-async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
-    let given = bearer(req.headers().get(header::AUTHORIZATION));
-    let stateless_owner = match (&auth.token_digest, given) {
-        (None, _) => Owner::client_from_secret("loopback", ""),
-        (Some(expected), Some(token)) if same_digest(expected, &digest(token)) => {
-            Owner::client_from_secret("token", token)
-        }
-        (Some(_), given) => {
-            tracing::warn!(
-                sent_token = given.is_some(),
-                "HTTP request refused: missing or wrong bearer token"
-            );
-            let mut response = (
-                StatusCode::UNAUTHORIZED,
-                "Unauthorized: send the server's token as `Authorization: Bearer <token>` \
-                 (SANDBOX_HTTP_TOKEN, or the token warden printed at start)",
-            )
-                .into_response();
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"warden\""),
-            );
-            return response;
-        }
-    };
-    req.extensions_mut().insert(HttpClient { stateless_owner });
-    next.run(req).await
+/// What `serve --http` listens on.
+pub enum HttpListener {
+    Tcp(tokio::net::TcpListener),
+    /// Bound by [`auth::bind_private_socket`].
+    #[cfg(unix)]
+    Unix(tokio::net::UnixListener),
 }
 
 /// `Host` values accepted: loopback names and the bound address, plus the configured
 /// ones. Pure.
-pub fn allowed_hosts(addr: &SocketAddr, extra: &[String]) -> Vec<String> {
+pub fn allowed_hosts(addr: Option<&SocketAddr>, extra: &[String]) -> Vec<String> {
     let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"]
         .iter()
         .map(|h| h.to_string())
         .collect();
-    if !addr.ip().is_unspecified() {
+    if let Some(addr) = addr.filter(|a| !a.ip().is_unspecified()) {
         hosts.push(addr.ip().to_string());
     }
     hosts.extend(
@@ -171,39 +101,45 @@ pub fn allowed_origins(extra: &[String]) -> Vec<String> {
     origins
 }
 
-/// The scope of a request: stdio's is [`Owner::Local`]; over HTTP an MCP session's id,
-/// else the token's (or loopback's shared) scope from the auth layer.
-pub fn owner_of(ctx: &RequestContext<RoleServer>) -> Owner {
-    let Some(parts) = ctx.extensions.get::<axum::http::request::Parts>() else {
-        return Owner::Local;
-    };
-    if let Some(session) = mcp_session_id(parts) {
-        return Owner::client_from_secret("session", session);
-    }
-    parts
+/// The auth layer's mark on an HTTP request (`None` over stdio, or on a route the layer
+/// does not cover).
+pub fn http_client(ctx: &RequestContext<RoleServer>) -> Option<&HttpClient> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()?
         .extensions
         .get::<HttpClient>()
-        .map(|c| c.stateless_owner.clone())
-        // Parts without the auth layer's mark cannot happen (the layer wraps the whole
-        // service); a scope no one else has is the safe answer if it ever does.
+}
+
+fn over_http(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.extensions.get::<axum::http::request::Parts>().is_some()
+}
+
+/// The scope of a request: stdio's is [`Owner::Local`]; over HTTP the MCP session's
+/// (fixed at its `initialize`), else the client's credential's. Headers never choose it.
+pub(crate) fn owner_of(scope: Option<&ScopeGuard>, ctx: &RequestContext<RoleServer>) -> Owner {
+    if !over_http(ctx) {
+        return Owner::Local;
+    }
+    if let Some(owner) = scope.and_then(|s| s.owner.get()) {
+        return owner.clone();
+    }
+    http_client(ctx)
+        .map(HttpClient::stateless_owner)
+        // A request without the auth layer's mark cannot happen (the layer wraps the
+        // whole service); a scope no one else has is the safe answer if it ever does.
         .unwrap_or_else(|| Owner::client_from_secret("unmarked", ""))
 }
 
-fn mcp_session_id(parts: &axum::http::request::Parts) -> Option<&str> {
-    parts
-        .headers
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|s| !s.is_empty())
-}
-
-/// Whether the request came over HTTP, and whether it has an MCP session (and so can
-/// carry server-to-client requests such as elicitation).
-pub fn transport_of(ctx: &RequestContext<RoleServer>) -> Transport {
-    match ctx.extensions.get::<axum::http::request::Parts>() {
-        None => Transport::Stdio,
-        Some(parts) if mcp_session_id(parts).is_some() => Transport::HttpSession,
-        Some(_) => Transport::HttpStateless,
+/// Whether the request came over HTTP, and whether its handler serves an MCP session
+/// (and so can carry server-to-client requests such as elicitation).
+pub(crate) fn transport_of(
+    scope: Option<&ScopeGuard>,
+    ctx: &RequestContext<RoleServer>,
+) -> Transport {
+    match (over_http(ctx), scope.and_then(|s| s.owner.get())) {
+        (false, _) => Transport::Stdio,
+        (true, Some(_)) => Transport::HttpSession,
+        (true, None) => Transport::HttpStateless,
     }
 }
 
@@ -214,8 +150,32 @@ pub enum Transport {
     HttpStateless,
 }
 
-/// Closes an MCP session's Python sessions when rmcp drops that session's handler
-/// (DELETE, idle expiry, shutdown): no one can name them any more.
+/// Whether the one answering a consent prompt on this request's transport can only be
+/// the person: the stdio client that launched the server (`stdio`: the handler was made
+/// for it), or an HTTP client the auth layer authenticated. Anything else (a route
+/// without the auth layer, a handler no one marked) is refused, so no new route can
+/// approve a grant by accident. Returns how the person reached the server.
+pub fn consent_route(stdio: bool, ctx: &RequestContext<RoleServer>) -> Result<String, String> {
+    route_of(stdio, over_http(ctx), http_client(ctx))
+}
+
+/// [`consent_route`]'s rule. Pure.
+fn route_of(stdio: bool, over_http: bool, client: Option<&HttpClient>) -> Result<String, String> {
+    match (over_http, client) {
+        (false, _) if stdio => Ok("over stdio".to_string()),
+        (false, _) => {
+            Err("this request reached warden by no transport the person controls".to_string())
+        }
+        (true, Some(client)) => Ok(client.credential.route()),
+        (true, None) => Err("this HTTP request was not authenticated".to_string()),
+    }
+}
+
+/// One HTTP handler's scope: set at `initialize`, which rmcp sends only to the handler of
+/// an MCP session (a stateless request's handler is never initialised, so it is never
+/// tied to a session, whatever headers it carries). When rmcp drops a session's handler
+/// (DELETE, idle expiry, shutdown) its Python sessions are closed: no one can name them
+/// any more.
 pub(crate) struct ScopeGuard {
     sessions: Arc<crate::session::SessionManager>,
     owner: OnceLock<Owner>,
@@ -229,12 +189,12 @@ impl ScopeGuard {
         }
     }
 
-    /// Ties this handler to the MCP session of a request (the first one wins; a handler
-    /// built per request for a stateless client is never tied).
-    pub(crate) fn note(&self, ctx: &RequestContext<RoleServer>) {
-        if transport_of(ctx) == Transport::HttpSession {
-            let _ = self.owner.set(owner_of(ctx));
-        }
+    /// Makes this handler an MCP session's, scoped to the credential that opened it.
+    pub(crate) fn open_session(&self, ctx: &RequestContext<RoleServer>) {
+        let owner = http_client(ctx)
+            .map(HttpClient::session_owner)
+            .unwrap_or_else(|| Owner::client_from_secret("unmarked", ""));
+        let _ = self.owner.set(owner);
     }
 }
 
@@ -255,12 +215,17 @@ impl Drop for ScopeGuard {
 pub async fn serve(
     server: WardenServer,
     options: HttpOptions,
-    listener: tokio::net::TcpListener,
+    listener: HttpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    if matches!(listener, HttpListener::Tcp(_)) && options.token.is_none() {
+        return Err(std::io::Error::other(
+            "a TCP listener needs a bearer token (SANDBOX_HTTP_TOKEN or the token file)",
+        ));
+    }
     let ct = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(allowed_hosts(&options.addr, &options.extra_hosts))
+        .with_allowed_hosts(allowed_hosts(options.tcp.as_ref(), &options.extra_hosts))
         .with_allowed_origins(allowed_origins(&options.extra_origins))
         .enforce_origin_validation()
         .with_max_request_body_bytes(MAX_BODY)
@@ -273,18 +238,47 @@ pub async fn serve(
         Arc::new(manager),
         config,
     );
+    #[cfg(unix)]
+    let own_uid = Some(rustix::process::geteuid().as_raw());
+    #[cfg(not(unix))]
+    let own_uid = None;
+    let refusals = Arc::new(auth::Refusals::new(server.sessions.clone()));
     let auth = Arc::new(Auth {
-        token_digest: options.token.as_deref().map(digest),
+        rule: Rule::new(options.token.as_deref(), own_uid),
+        refusals: refusals.clone(),
     });
-    let app = axum::Router::new()
-        .nest_service(MCP_PATH, service)
-        .layer(axum::middleware::from_fn_with_state(auth, authenticate));
+    let app = axum::Router::new().nest_service(MCP_PATH, service).layer(
+        axum::middleware::from_fn_with_state(auth, auth::authenticate),
+    );
+    match listener {
+        HttpListener::Tcp(l) => run(l, app, ct, shutdown).await,
+        #[cfg(unix)]
+        HttpListener::Unix(l) => {
+            let uid = rustix::process::geteuid().as_raw();
+            run(auth::PeerListener::new(l, uid, refusals), app, ct, shutdown).await
+        }
+    }
+}
+
+/// Serves `app` on `listener`, each request carrying its [`Peer`], until `shutdown`.
+async fn run<L>(
+    listener: L,
+    app: axum::Router,
+    ct: CancellationToken,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L: Listener,
+    L::Addr: std::fmt::Debug,
+    Peer: for<'a> Connected<IncomingStream<'a, L>>,
+{
     let stop = ct.clone();
     let graceful = async move {
         shutdown.await;
         stop.cancel();
     };
-    let serving = axum::serve(listener, app).with_graceful_shutdown(graceful);
+    let serving = axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
+        .with_graceful_shutdown(graceful);
     tokio::select! {
         r = serving => r,
         // Streams that outlive the grace period (a client holding an SSE stream open)
@@ -298,51 +292,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_token_is_needed_off_loopback_and_whenever_configured() {
-        let lo: SocketAddr = "127.0.0.1:8765".parse().unwrap();
-        let any: SocketAddr = "0.0.0.0:8765".parse().unwrap();
-        assert_eq!(token_for(&lo, None), (None, false));
-        assert_eq!(token_for(&lo, Some("  ".into())), (None, false));
-        assert_eq!(
-            token_for(&lo, Some("t1".into())),
-            (Some("t1".into()), false)
+    fn only_stdio_and_authenticated_http_clients_can_be_asked_for_consent() {
+        let client = HttpClient {
+            credential: auth::Credential::PeerUid(1000),
+        };
+        assert_eq!(route_of(true, false, None), Ok("over stdio".to_string()));
+        assert!(route_of(false, false, None).is_err());
+        assert!(
+            route_of(false, true, Some(&client))
+                .unwrap()
+                .contains("uid 1000")
         );
-        let (token, generated) = token_for(&any, None);
-        assert!(generated);
-        assert_eq!(token.unwrap().len(), 64);
-        assert_eq!(
-            token_for(&any, Some("t2".into())),
-            (Some("t2".into()), false)
-        );
-    }
-
-    #[test]
-    fn bearer_tokens_are_read_leniently_and_nothing_else_is() {
-        let v = |s: &str| HeaderValue::from_str(s).unwrap();
-        assert_eq!(bearer(Some(&v("Bearer abc"))), Some("abc"));
-        assert_eq!(bearer(Some(&v("bearer  abc "))), Some("abc"));
-        assert_eq!(bearer(Some(&v("Basic abc"))), None);
-        assert_eq!(bearer(Some(&v("Bearer "))), None);
-        assert_eq!(bearer(None), None);
-    }
-
-    #[test]
-    fn digests_compare_equal_only_when_equal() {
-        assert!(same_digest(&digest("a"), &digest("a")));
-        assert!(!same_digest(&digest("a"), &digest("b")));
-        assert!(!same_digest(&digest("a"), &digest("a ")));
+        assert!(route_of(true, true, None).is_err());
+        assert!(route_of(false, true, None).is_err());
     }
 
     #[test]
     fn hosts_include_loopback_the_bound_address_and_extras() {
         let addr: SocketAddr = "10.1.2.3:80".parse().unwrap();
-        let hosts = allowed_hosts(&addr, &["warden.lan".into(), " ".into()]);
+        let hosts = allowed_hosts(Some(&addr), &["warden.lan".into(), " ".into()]);
         for h in ["localhost", "127.0.0.1", "::1", "10.1.2.3", "warden.lan"] {
             assert!(hosts.contains(&h.to_string()), "{h} in {hosts:?}");
         }
         assert!(!hosts.contains(&String::new()));
         let any: SocketAddr = "0.0.0.0:80".parse().unwrap();
-        assert!(!allowed_hosts(&any, &[]).contains(&"0.0.0.0".to_string()));
+        assert!(!allowed_hosts(Some(&any), &[]).contains(&"0.0.0.0".to_string()));
+        assert_eq!(allowed_hosts(None, &[]), ["127.0.0.1", "::1", "localhost"]);
         let origins = allowed_origins(&["https://app.example:443".into()]);
         assert!(origins.contains(&"http://localhost:*".to_string()));
         assert!(origins.contains(&"https://app.example:443".to_string()));

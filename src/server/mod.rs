@@ -3,6 +3,7 @@
 //! content plus a provenance-delimited text copy).
 
 mod args;
+pub mod auth;
 mod files;
 pub mod http;
 mod progress;
@@ -134,9 +135,11 @@ pub struct WardenServer {
     last_selftest: Arc<Mutex<Option<SelftestReport>>>,
     tool_router: ToolRouter<Self>,
     prompt_router: PromptRouter<Self>,
-    /// Over HTTP, one per MCP session: closes that session's Python sessions when rmcp
-    /// drops the handler.
+    /// Over HTTP, one per handler: an MCP session's scope, closed when rmcp drops the
+    /// handler.
     scope: Option<Arc<http::ScopeGuard>>,
+    /// Made for the stdio client that launched the server (see [`Self::on_stdio`]).
+    stdio: bool,
 }
 
 #[tool_router]
@@ -148,6 +151,16 @@ impl WardenServer {
             tool_router: Self::tool_router(),
             prompt_router: Self::prompt_router(),
             scope: None,
+            stdio: false,
+        }
+    }
+
+    /// The handler for the stdio client that launched the server: the one transport
+    /// whose client is the person without further proof (see [`http::consent_route`]).
+    pub fn on_stdio(self) -> WardenServer {
+        WardenServer {
+            stdio: true,
+            ..self
         }
     }
 
@@ -155,6 +168,7 @@ impl WardenServer {
     pub fn for_connection(&self) -> WardenServer {
         WardenServer {
             scope: Some(Arc::new(http::ScopeGuard::new(self.sessions.clone()))),
+            stdio: false,
             ..self.clone()
         }
     }
@@ -162,10 +176,11 @@ impl WardenServer {
     /// Whose sessions a request may see: stdio's is [`Owner::Local`]; over HTTP each
     /// client has its own (see [`http::owner_of`]).
     fn owner(&self, ctx: &RequestContext<RoleServer>) -> Owner {
-        if let Some(scope) = &self.scope {
-            scope.note(ctx);
-        }
-        http::owner_of(ctx)
+        http::owner_of(self.scope.as_deref(), ctx)
+    }
+
+    fn transport(&self, ctx: &RequestContext<RoleServer>) -> http::Transport {
+        http::transport_of(self.scope.as_deref(), ctx)
     }
 
     /// Keeps a selftest report for the settings resource.
@@ -496,6 +511,16 @@ impl WardenServer {
             result.message = e.message;
             return result;
         }
+        // Only the person may approve: refused outright on any transport the person does
+        // not control, before anything else is looked at.
+        let route = match http::consent_route(self.stdio, ctx) {
+            Ok(route) => route,
+            Err(why) => {
+                result.message =
+                    format!("refused without asking: {why}, and only the person can grant access");
+                return result;
+            }
+        };
         let resolved = match self.sessions.resolve_grant_path(&args.path) {
             Ok(resolved) => resolved,
             Err(e) => {
@@ -521,7 +546,7 @@ impl WardenServer {
             result.message = format!("refused without asking: {conflict}");
             return result;
         }
-        if http::transport_of(ctx) == http::Transport::HttpStateless {
+        if self.transport(ctx) == http::Transport::HttpStateless {
             result.message = format!(
                 "refused: this client uses MCP's stateless HTTP protocol, in which warden \
                  cannot ask the user for consent during a call, and only the user can grant \
@@ -546,7 +571,9 @@ impl WardenServer {
         let client_name = client
             .as_ref()
             .map(|info| format!("{} {}", info.client_info.name, info.client_info.version))
-            .unwrap_or_else(|| "unknown client".to_string());
+            .unwrap_or_else(|| "unknown client".to_string())
+            + ", "
+            + &route;
         // The model's words go last, on one quoted line of their own, control characters
         // removed and capped, so they can neither run into warden's text nor fake a line of
         // it.
@@ -713,6 +740,20 @@ fn tool_result(source: &str, value: serde_json::Value, is_error: bool) -> CallTo
 #[tool_handler(router = self.tool_router)]
 #[prompt_handler(router = self.prompt_router)]
 impl ServerHandler for WardenServer {
+    /// Only an MCP session's handler is initialised (rmcp answers a stateless request
+    /// without a handshake): this is where an HTTP handler becomes a session's.
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, McpError> {
+        if let Some(scope) = &self.scope {
+            scope.open_session(&context);
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
@@ -804,7 +845,7 @@ impl ServerHandler for WardenServer {
             ));
         }
         let mut document = self.settings_document(&self.owner(&context));
-        if http::transport_of(&context) != http::Transport::Stdio {
+        if self.transport(&context) != http::Transport::Stdio {
             redact_host_paths(&mut document, &self.host_paths());
         }
         let text = serde_json::to_string_pretty(&document)

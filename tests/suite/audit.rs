@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::{BIN, Net, Server, Tmpfs, server_command};
 
 /// The live segments' records, in order.
-pub(super) fn records(data: &Path) -> Vec<Value> {
+pub fn records(data: &Path) -> Vec<Value> {
     let dir = data.join("audit");
     let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()

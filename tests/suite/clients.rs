@@ -1,7 +1,8 @@
 //! Real MCP clients from npm against the real binary: the MCP Inspector CLI lists and
-//! calls every tool over stdio and over HTTP (arguments given as `--tool-arg` strings,
-//! which it converts by the schema's types), and Claude Code's `claude mcp list` health
-//! check reports warden connected. No schema warnings from either.
+//! calls every tool over stdio and over HTTP with the bearer token (arguments given as
+//! `--tool-arg` strings, which it converts by the schema's types), and gets nowhere
+//! without it; Claude Code's `claude mcp list` health check reports warden connected,
+//! over HTTP with the token as a header. No schema warnings from either.
 //!
 //! The clients come from `.ci/run` (pinned in tests/clients/package.json, installed into
 //! target/ci-npm), which exports `WARDEN_TEST_NPM_BIN`. Under CI=true a missing client is
@@ -62,7 +63,8 @@ fn run(cmd: &mut Command) -> Output {
 /// The server part of an Inspector command line: a stdio command, or an HTTP URL.
 enum Target<'a> {
     Stdio(&'a std::path::Path),
-    Http(&'a str),
+    /// The URL, and the bearer token.
+    Http(&'a str, &'a str),
 }
 
 fn inspector(
@@ -79,8 +81,9 @@ fn inspector(
                 .args(["-e", "SANDBOX_PYTHON=/usr/bin/python3"])
                 .args([BIN, "serve"]);
         }
-        Target::Http(url) => {
-            cmd.arg(url);
+        Target::Http(url, token) => {
+            cmd.arg(url)
+                .args(["--header", &format!("Authorization: Bearer {token}")]);
         }
     }
     cmd.args(args);
@@ -208,7 +211,16 @@ fn the_inspector_cli_lists_and_calls_every_tool_over_stdio_and_http() {
     every_tool_through_the_inspector(&bin, &Target::Stdio(data.path()));
     let server = HttpServer::start("127.0.0.1:0", &[]);
     let url = format!("http://{}/mcp", server.addr);
-    every_tool_through_the_inspector(&bin, &Target::Http(&url));
+    let token = server.token.clone().unwrap();
+    every_tool_through_the_inspector(&bin, &Target::Http(&url, &token));
+    // Without the token it gets nowhere.
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = client(&bin, "inspector", home.path());
+    let out = run(cmd.args(["--cli", &url, "--method", "tools/list"]));
+    assert!(
+        !out.status.success(),
+        "tools/list without the token succeeded"
+    );
     server.stop();
 }
 
@@ -232,6 +244,7 @@ fn claude_code_reports_warden_connected_over_stdio_and_http() {
         "serve",
     ]));
     assert!(out.status.success());
+    let header = format!("Authorization: Bearer {}", server.token.clone().unwrap());
     let out = run(client(&bin, "claude", home.path()).args([
         "mcp",
         "add",
@@ -239,6 +252,8 @@ fn claude_code_reports_warden_connected_over_stdio_and_http() {
         "http",
         "warden-http",
         &url,
+        "--header",
+        &header,
     ]));
     assert!(out.status.success());
     let out = run(client(&bin, "claude", home.path()).args(["mcp", "list"]));

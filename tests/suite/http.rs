@@ -4,6 +4,8 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,10 +17,12 @@ use super::*;
 /// A `warden serve --http` process and what it printed at start.
 pub struct HttpServer {
     child: Child,
-    /// `127.0.0.1:PORT`, where the test connects.
+    /// `127.0.0.1:PORT`, where the test connects, or `unix:PATH`.
     pub addr: String,
     /// The token the server printed, when it generated one.
     pub printed_token: Option<String>,
+    /// The token clients send: the printed one, or the configured one.
+    pub token: Option<String>,
     pub data_dir: tempfile::TempDir,
     stderr: Arc<Mutex<String>>,
 }
@@ -29,21 +33,19 @@ impl HttpServer {
         self.child.id()
     }
 
-    /// Starts on `bind` (port 0: any free port) with extra settings.
+    /// Starts on `bind` (port 0: any free port; or `unix:PATH`) with extra settings.
     pub fn start(bind: &str, env: &[(&str, &str)]) -> HttpServer {
-        let data_dir = data_dir();
-        let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--http", bind])
-            .env("SANDBOX_DATA_DIR", data_dir.path())
-            .env("WARDEN_LOG", "warn")
-            .env("SANDBOX_PYTHON", "/usr/bin/python3")
-            .env("CODEGUARD", "off")
-            .stdin(Stdio::null())
+        HttpServer::start_as(As::Root, bind, env)
+    }
+
+    /// The same, the server running as `who`.
+    pub fn start_as(who: As, bind: &str, env: &[(&str, &str)]) -> HttpServer {
+        let data_dir = data_dir_for(who);
+        let mut cmd =
+            server_command_as(who, Net::Host, env, &["--http", bind], data_dir.path()).into_std();
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
         let mut child = cmd.spawn().expect("spawn warden serve --http");
         let stderr = child.stderr.take().unwrap();
         let seen = Arc::new(Mutex::new(String::new()));
@@ -58,11 +60,16 @@ impl HttpServer {
         });
         let mut addr = None;
         let mut printed_token = None;
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(20 * slowdown());
         while Instant::now() < deadline {
             let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) else {
                 continue;
             };
+            if let Some(rest) = line.split("on the UNIX socket ").nth(1) {
+                let path = rest.split(" (").next().unwrap();
+                addr = Some(format!("unix:{path}"));
+                break;
+            }
             if let Some(rest) = line.split("http://").nth(1) {
                 let bound = rest.trim_end_matches("/mcp").to_string();
                 let port = bound.rsplit(':').next().unwrap().to_string();
@@ -76,25 +83,40 @@ impl HttpServer {
             }
         }
         let addr = addr.unwrap_or_else(|| panic!("no address printed: {}", seen.lock().unwrap()));
+        let configured = env
+            .iter()
+            .find(|(k, _)| *k == "SANDBOX_HTTP_TOKEN")
+            .map(|(_, v)| v.to_string());
         HttpServer {
             child,
             addr,
+            token: printed_token.clone().or(configured),
             printed_token,
             data_dir,
             stderr: seen,
         }
     }
 
+    /// A client with the server's token, if it has one.
     pub fn client(&self) -> McpHttp {
+        let client = McpHttp::new(&self.addr);
+        match &self.token {
+            Some(t) => client.with_token(t),
+            None => client,
+        }
+    }
+
+    /// A client without any token.
+    pub fn anonymous_client(&self) -> McpHttp {
         McpHttp::new(&self.addr)
     }
 
     /// SIGTERM, then the process must exit on its own, having killed its workers and
-    /// removed its workspaces.
-    pub fn stop(mut self) {
+    /// removed its workspaces (and its socket). Returns the data directory.
+    pub fn stop(mut self) -> tempfile::TempDir {
         // SAFETY: kill on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + Duration::from_secs(15 * slowdown());
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 assert!(
@@ -112,6 +134,11 @@ impl HttpServer {
             .map(|mut d| d.next().is_none())
             .unwrap_or(true);
         assert!(empty, "workspaces left in {}", sessions.display());
+        if let Some(path) = self.addr.strip_prefix("unix:") {
+            assert!(!Path::new(path).exists(), "the socket {path} was left");
+        }
+        let dir = data_dir();
+        std::mem::replace(&mut self.data_dir, dir)
     }
 }
 
@@ -150,6 +177,31 @@ impl Reply {
     }
 }
 
+/// A byte stream to the server: TCP, or a UNIX socket.
+pub trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
+/// A fresh connection to `addr` (`IP:PORT` or `unix:PATH`), reads bounded at 60 s.
+pub fn connect(addr: &str) -> std::io::Result<Box<dyn Stream>> {
+    if let Some(path) = addr.strip_prefix("unix:") {
+        let s = std::os::unix::net::UnixStream::connect(path)?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))?;
+        return Ok(Box::new(s));
+    }
+    let s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    Ok(Box::new(s))
+}
+
+/// The `Host` header for `addr`.
+fn host_of(addr: &str) -> &str {
+    if addr.starts_with("unix:") {
+        "localhost"
+    } else {
+        addr
+    }
+}
+
 /// POSTs `body` to `/mcp` over a fresh connection and reads the whole reply; `on_event`
 /// sees each SSE message as it arrives (e.g. to cancel the call midway).
 pub fn post(
@@ -158,10 +210,7 @@ pub fn post(
     body: &Value,
     mut on_event: impl FnMut(&Value),
 ) -> Reply {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
+    let mut stream = connect(addr).expect("connect");
     let payload = serde_json::to_vec(body).unwrap();
     let mut request = format!(
         "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\n\
@@ -169,7 +218,7 @@ pub fn post(
         payload.len()
     );
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        request.push_str(&format!("Host: {addr}\r\n"));
+        request.push_str(&format!("Host: {}\r\n", host_of(addr)));
     }
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
@@ -262,6 +311,8 @@ pub struct McpHttp {
     pub session: Option<String>,
     pub token: Option<String>,
     pub stateless: bool,
+    /// An `Mcp-Session-Id` a stateless client sends anyway (someone else's).
+    pub named_session: Option<String>,
     next_id: u64,
 }
 
@@ -272,6 +323,7 @@ impl McpHttp {
             session: None,
             token: None,
             stateless: false,
+            named_session: None,
             next_id: 1,
         }
     }
@@ -281,7 +333,7 @@ impl McpHttp {
         self
     }
 
-    fn headers(&self, method: &str, name: Option<&str>) -> Vec<(&'static str, String)> {
+    pub fn headers(&self, method: &str, name: Option<&str>) -> Vec<(&'static str, String)> {
         let mut h = Vec::new();
         if let Some(t) = &self.token {
             h.push(("Authorization", format!("Bearer {t}")));
@@ -289,6 +341,9 @@ impl McpHttp {
         if let Some(s) = &self.session {
             h.push(("Mcp-Session-Id", s.clone()));
             h.push(("MCP-Protocol-Version", "2025-11-25".to_string()));
+        }
+        if let Some(s) = &self.named_session {
+            h.push(("Mcp-Session-Id", s.clone()));
         }
         if self.stateless {
             h.push(("MCP-Protocol-Version", "2026-07-28".to_string()));
@@ -446,12 +501,19 @@ fn two_clients_with_the_same_session_name_see_different_workspaces() {
 }
 
 /// Ends an MCP session (`DELETE /mcp`); returns the HTTP status.
-fn delete_session(addr: &str, session: &str) -> u16 {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    let request = format!(
-        "DELETE /mcp HTTP/1.1\r\nHost: {addr}\r\nMcp-Session-Id: {session}\r\n\
-         MCP-Protocol-Version: 2025-11-25\r\nConnection: close\r\n\r\n"
+fn delete_session(client: &McpHttp) -> u16 {
+    let addr = &client.addr;
+    let mut stream = connect(addr).expect("connect");
+    let mut request = format!(
+        "DELETE /mcp HTTP/1.1\r\nHost: {}\r\nMcp-Session-Id: {}\r\n\
+         MCP-Protocol-Version: 2025-11-25\r\nConnection: close\r\n",
+        host_of(addr),
+        client.session.as_deref().unwrap()
     );
+    if let Some(t) = &client.token {
+        request.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    request.push_str("\r\n");
     stream.write_all(request.as_bytes()).unwrap();
     let mut reply = String::new();
     let _ = stream.read_to_string(&mut reply);
@@ -483,7 +545,7 @@ fn ending_an_mcp_session_closes_its_python_sessions() {
         .collect();
     assert!(!b_workers.is_empty(), "no worker for B");
 
-    let status = delete_session(&server.addr, a.session.as_deref().unwrap());
+    let status = delete_session(&a);
     assert!(status < 300, "DELETE answered {status}");
     // A's interpreter is killed; B's lives on and still has its file.
     let gone = (0..100).any(|_| {
@@ -559,44 +621,109 @@ fn a_stateless_client_keeps_its_python_variables_across_requests() {
     server.stop();
 }
 
+/// A session id is no credential: a stateless request that names another client's MCP
+/// session runs in its own scope, sees nothing of that session's Python sessions, cannot
+/// be asked for consent on its stream, and closes nothing when it ends.
 #[test]
-fn a_missing_or_wrong_token_is_refused_off_loopback() {
-    // Bound to every address, so not loopback: a token is generated and printed. The
-    // test still connects over loopback only.
-    let server = HttpServer::start("0.0.0.0:0", &[]);
-    let token = server.printed_token.clone().expect("a generated token");
-    assert_eq!(token.len(), 64);
+fn another_clients_session_id_on_the_stateless_route_reaches_none_of_its_sessions() {
+    let server = HttpServer::start("127.0.0.1:0", &[("SANDBOX_WARM_WORKERS", "0")]);
+    let mut a = server.client();
+    a.initialize(json!({"elicitation": {"form": {}}}));
+    let r = a.run(
+        "default",
+        "secret = 'A only'\nopen('a.txt', 'w').write('A')",
+    );
+    assert_eq!(r["status"], "ok", "{r}");
+    let a_workers = super::workers_of(server.pid());
+    assert!(!a_workers.is_empty(), "no worker for A");
+    let a_session = a.session.clone().unwrap();
+
+    // Without the token, A's id gets B nothing at all.
+    let mut anonymous = server.anonymous_client().stateless();
+    anonymous.named_session = Some(a_session.clone());
+    let (_, reply) = anonymous.request_with("tools/list", json!({}), |_| {});
+    assert_eq!(reply.status, 401, "{reply:?}");
+
+    // With the token (one per server), on the stateless route, naming A's session.
+    let mut b = server.client().stateless();
+    b.named_session = Some(a_session.clone());
+    let r = b.run("default", "secret");
+    assert_eq!(r["error"]["type"], "NameError", "B saw A's variables: {r}");
+    let r = b.run("default", "print(open('a.txt').read())");
+    assert_eq!(
+        r["error"]["type"], "FileNotFoundError",
+        "B saw A's files: {r}"
+    );
+    let listed = b.request("resources/list", json!({}));
+    assert!(!listed.to_string().contains("a.txt"), "{listed}");
+    // A grant request there is a stateless one: refused at once, never put to A's
+    // stream.
+    let target = tempfile::tempdir().unwrap();
+    let r = b.call(
+        "request_grant",
+        json!({"path": target.path(), "access": "read", "reason": "r"}),
+    );
+    let message = r["structuredContent"]["message"].as_str().unwrap();
+    assert!(message.contains("stateless"), "{message}");
+
+    // A's interpreter lived through all of it: same workers, same variables, same file.
+    let r = a.run("default", "print(secret, open('a.txt').read())");
+    assert_eq!(stdout(&r), "A only A\n", "{r}");
+    assert_eq!(r["worker_restarted"], false, "{r}");
+    assert!(
+        a_workers.iter().all(|p| super::is_alive(*p)),
+        "A's workers died: {a_workers:?}"
+    );
+    let listed = a.request("resources/list", json!({}));
+    assert!(listed.to_string().contains("a.txt"), "{listed}");
+    server.stop();
+}
+
+#[test]
+fn a_missing_or_wrong_token_is_refused_on_loopback_and_off() {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"}}});
-    let wrong_same_length = "0".repeat(64);
-    for auth in [
-        None,
-        Some("Bearer nope".to_string()),
-        Some(format!("Bearer {wrong_same_length}")),
-        Some(format!("Basic {token}")),
-        Some(format!("Bearer {token}x")),
-    ] {
-        let headers: Vec<(&str, String)> =
-            auth.iter().map(|a| ("Authorization", a.clone())).collect();
-        let reply = post(&server.addr, &headers, &init, |_| {});
-        assert_eq!(reply.status, 401, "{auth:?}: {reply:?}");
-        assert!(reply.header("www-authenticate").is_some(), "{reply:?}");
-        assert!(reply.body.contains("Authorization: Bearer"), "{reply:?}");
+    // Loopback, and every address (not loopback; the test still connects over loopback
+    // only): a token is generated, printed, and saved 0600 in the data directory.
+    for bind in ["127.0.0.1:0", "0.0.0.0:0"] {
+        let server = HttpServer::start(bind, &[]);
+        let token = server.printed_token.clone().expect("a generated token");
+        assert_eq!(token.len(), 64);
+        let file = server.data_dir.path().join("http-token");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), token);
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{bind}");
+        let wrong_same_length = "0".repeat(64);
+        for auth in [
+            None,
+            Some("Bearer nope".to_string()),
+            Some(format!("Bearer {wrong_same_length}")),
+            Some(format!("Basic {token}")),
+            Some(format!("Bearer {token}x")),
+        ] {
+            let headers: Vec<(&str, String)> =
+                auth.iter().map(|a| ("Authorization", a.clone())).collect();
+            let reply = post(&server.addr, &headers, &init, |_| {});
+            assert_eq!(reply.status, 401, "{bind} {auth:?}: {reply:?}");
+            assert!(reply.header("www-authenticate").is_some(), "{reply:?}");
+            assert!(reply.body.contains("Authorization: Bearer"), "{reply:?}");
+        }
+        let mut c = server.client();
+        c.initialize(json!({}));
+        let r = c.run("default", "print('authorised')");
+        assert_eq!(stdout(&r), "authorised\n", "{r}");
+        server.stop();
     }
-    let mut c = server.client().with_token(&token);
-    c.initialize(json!({}));
-    let r = c.run("default", "print('authorised')");
-    assert_eq!(stdout(&r), "authorised\n", "{r}");
-    server.stop();
 
-    // A configured token is required on loopback too.
+    // A configured token is the one required; none is generated.
     let configured = "a-configured-token-0123456789";
     let server = HttpServer::start("127.0.0.1:0", &[("SANDBOX_HTTP_TOKEN", configured)]);
     assert!(server.printed_token.is_none());
+    assert!(!server.data_dir.path().join("http-token").exists());
     let reply = post(&server.addr, &[], &init, |_| {});
     assert_eq!(reply.status, 401, "{reply:?}");
-    let mut c = server.client().with_token(configured);
+    let mut c = server.client();
     c.initialize(json!({}));
     // The token never shows in the settings resource.
     let settings = c.request("resources/read", json!({"uri": "warden://settings"}));
@@ -605,8 +732,51 @@ fn a_missing_or_wrong_token_is_refused_off_loopback() {
 }
 
 #[test]
+fn the_token_file_is_kept_across_restarts_and_printed_only_when_made() {
+    let server = HttpServer::start("127.0.0.1:0", &[]);
+    let token = server.token.clone().unwrap();
+    let data = server.stop();
+    // The same data directory again: the same token, not printed this time.
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--http", "127.0.0.1:0"])
+        .env("SANDBOX_DATA_DIR", data.path())
+        .env("SANDBOX_PYTHON", "/usr/bin/python3")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    let mut addr = None;
+    for line in lines.by_ref().map_while(Result::ok) {
+        seen.push_str(&line);
+        seen.push('\n');
+        if let Some(rest) = line.split("http://").nth(1) {
+            addr = Some(rest.trim_end_matches("/mcp").to_string());
+        }
+        if line.contains("saved in") {
+            break;
+        }
+    }
+    assert!(
+        !seen.contains(&token),
+        "the token was printed again: {seen}"
+    );
+    assert!(seen.contains("http-token"), "{seen}");
+    let mut c = McpHttp::new(&addr.unwrap()).with_token(&token);
+    c.initialize(json!({}));
+    // SAFETY: SIGTERM to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
 fn a_bad_origin_or_host_is_refused() {
     let server = HttpServer::start("127.0.0.1:0", &[]);
+    let auth = (
+        "Authorization",
+        format!("Bearer {}", server.token.clone().unwrap()),
+    );
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"}}});
@@ -617,7 +787,8 @@ fn a_bad_origin_or_host_is_refused() {
         ("Host", "evil.example"),
         ("Host", "rebound.example:8765"),
     ] {
-        let reply = post(&server.addr, &[(name, value.to_string())], &init, |_| {});
+        let headers = [(name, value.to_string()), auth.clone()];
+        let reply = post(&server.addr, &headers, &init, |_| {});
         assert_eq!(reply.status, 403, "{name}: {value}: {reply:?}");
     }
     // A page served from this machine's loopback, or no Origin at all (not a browser).
@@ -626,7 +797,8 @@ fn a_bad_origin_or_host_is_refused() {
         format!("http://localhost:{port}"),
         "http://127.0.0.1:3000".to_string(),
     ] {
-        let reply = post(&server.addr, &[("Origin", origin.clone())], &init, |_| {});
+        let headers = [("Origin", origin.clone()), auth.clone()];
+        let reply = post(&server.addr, &headers, &init, |_| {});
         assert_eq!(reply.status, 200, "{origin}: {reply:?}");
     }
     server.stop();

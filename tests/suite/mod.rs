@@ -4,6 +4,7 @@ pub mod args;
 pub mod audit;
 pub mod benign;
 pub mod clients;
+pub mod consent;
 pub mod docker;
 pub mod exhaustion;
 pub mod fail_closed;
