@@ -81,6 +81,7 @@ impl Backend for HostBackend {
             workspace_quota_bytes: None,
             protected_paths: Vec::new(),
             processes_limit: None,
+            grant_walls: crate::grants::GrantWalls::PathsOnly,
             launcher: None,
             gaps: platform::host_capabilities(HostOs::current()),
         }

@@ -164,6 +164,9 @@ pub struct Enforcement {
     pub protected_paths: Vec<PathBuf>,
     /// Processes (tasks) per worker, when a limit is in force.
     pub processes_limit: Option<u64>,
+    /// What this backend's sandbox can hide in, or leave out of, a granted directory.
+    #[serde(skip)]
+    pub grant_walls: crate::grants::GrantWalls,
     /// The Docker backend's in-container launcher, as resolved (`SANDBOX_LAUNCHER`):
     /// this server's binary bound read-only, or the image's, with its version.
     #[serde(skip_serializing_if = "Option::is_none")]

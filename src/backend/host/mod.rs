@@ -228,6 +228,16 @@ impl Backend for HostBackend {
                 .then_some(self.settings.disk_limit_bytes),
             protected_paths: self.protected_paths(),
             processes_limit: self.uid_base.map(|_| self.settings.pids_limit),
+            // A world is certain only where the workspace keeper runs (the helper joins
+            // its namespaces or refuses); without it the helper may fall back to host
+            // paths, where nothing can be hidden.
+            grant_walls: if self.settings.host_sandbox != SandboxMode::Off
+                && self.store.has_quota()
+            {
+                crate::grants::GrantWalls::World
+            } else {
+                crate::grants::GrantWalls::PathsOnly
+            },
             launcher: None,
             gaps: self.gaps(),
         }
