@@ -11,6 +11,12 @@
 //! that one ([`check_still_approved`]; the sandbox helper checks again, race-free, on the
 //! descriptor it binds). Grants that would let one rewrite another are refused
 //! ([`conflict`]), as are grants covering the runtime, the binary or warden's data.
+//!
+//! What may never be granted is data ([`rules`]: `policies/never-grant.toml`). What a
+//! granted directory holds that no grant gives is found by [`scan`] (entries to hide:
+//! `.git`, credentials, shell start-up files, git directories) and [`mountinfo`] (other
+//! file systems mounted inside it); [`judge_inside`] decides, for what the backend can
+//! do ([`GrantWalls`]), whether they are hidden, left out, or the grant refused.
 
 #[cfg(unix)]
 use std::os::fd::{AsFd, OwnedFd};
@@ -249,12 +255,9 @@ impl ForbiddenPaths {
         }
         canonical.components().find_map(|c| {
             let name = c.as_os_str();
-            self.rules.name_reason(name).map(|why| {
-                format!(
-                    "it is or lies inside a {} ({why})",
-                    name.to_string_lossy()
-                )
-            })
+            self.rules
+                .name_reason(name)
+                .map(|why| format!("it is or lies inside a {} ({why})", name.to_string_lossy()))
         })
     }
 
@@ -372,7 +375,10 @@ pub fn judge_inside(
         .iter()
         .map(|m| (dir.join(&m.rel), m.why.clone()))
         .collect();
-    let names: Vec<String> = hidden.iter().map(|(p, _)| p.display().to_string()).collect();
+    let names: Vec<String> = hidden
+        .iter()
+        .map(|(p, _)| p.display().to_string())
+        .collect();
     if walls == GrantWalls::PathsOnly && !hidden.is_empty() {
         return Err(format!(
             "it holds what must never be reached ({}: {}), and this sandbox cannot hide it \
@@ -417,9 +423,8 @@ pub fn inspect(
     rules: &NeverGrant,
     walls: GrantWalls,
 ) -> Result<Inside, String> {
-    let table = mountinfo::read_self().map_err(|e| {
-        format!("cannot tell which other file systems are mounted inside it ({e})")
-    })?;
+    let table = mountinfo::read_self()
+        .map_err(|e| format!("cannot tell which other file systems are mounted inside it ({e})"))?;
     let under = mountinfo::beneath(&table, canonical);
     let skip: Vec<PathBuf> = under
         .iter()
@@ -436,24 +441,35 @@ pub fn inspect(
 /// # Errors
 /// Never.
 #[cfg(not(unix))]
-pub fn check_inside(_grant: &Grant, _rules: &NeverGrant, _walls: GrantWalls) -> Result<(), String> {
+pub fn check_inside(
+    _grant: &Grant,
+    _rules: &NeverGrant,
+    _walls: GrantWalls,
+    _starting: bool,
+) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether a granted directory may still be bound with `walls` (checked before every
-/// worker start): no other file system mounted inside it since, where none can be
-/// left out, and nothing to hide, where nothing can be hidden. (In a world, what is to
-/// be hidden is found again at the bind; in a container, at the container's creation.)
+/// Whether a granted directory may still be given with `walls` (checked before every
+/// call): no other file system mounted inside it since, where none can be left out,
+/// and, when a worker is about to start (`starting`), nothing to hide where nothing can
+/// be hidden. (In a world, what is to be hidden is found again at the bind; in a
+/// container, at the container's creation.)
 ///
 /// # Errors
 /// What changed, for the result's warning.
 #[cfg(unix)]
-pub fn check_inside(grant: &Grant, rules: &NeverGrant, walls: GrantWalls) -> Result<(), String> {
+pub fn check_inside(
+    grant: &Grant,
+    rules: &NeverGrant,
+    walls: GrantWalls,
+    starting: bool,
+) -> Result<(), String> {
     if grant.kind != PathKind::Directory || walls == GrantWalls::Container {
         return Ok(());
     }
     let what = |why: String| format!("{}: {why}", grant.path.display());
-    if walls == GrantWalls::World {
+    if walls == GrantWalls::World || !starting {
         let under = mountinfo::mounts_beneath(&grant.path).map_err(what)?;
         return judge_inside(walls, &grant.path, &[], &under)
             .map(drop)
@@ -777,7 +793,9 @@ mod tests {
             ("/data/proj/.git/config", ".git"),
             ("/mnt/chroot/home/x/.bash_login", ".bash_login"),
         ] {
-            let reason = f.reason(Path::new(p)).unwrap_or_else(|| panic!("{p} must be refused"));
+            let reason = f
+                .reason(Path::new(p))
+                .unwrap_or_else(|| panic!("{p} must be refused"));
             assert!(reason.contains(why), "{p}: {reason}");
         }
         assert_eq!(f.reason(Path::new("/home/ana/projects/report")), None);
@@ -789,7 +807,9 @@ mod tests {
         let err = resolve("/home/ana/.zshrc", &forbidden(), WORLD).unwrap_err();
         assert!(err.to_string().contains("shell start-up file"), "{err}");
         let err = resolve("/data/x/../../home/ana/.ssh/id", &forbidden(), WORLD).unwrap_err();
-        assert!(matches!(err, GrantError::Forbidden { ref path, .. } if path == Path::new("/home/ana/.ssh/id")));
+        assert!(
+            matches!(err, GrantError::Forbidden { ref path, .. } if path == Path::new("/home/ana/.ssh/id"))
+        );
         assert_eq!(lexical(Path::new("/a/./b/../c/..")), Path::new("/a"));
         assert_eq!(lexical(Path::new("/../x")), Path::new("/x"));
     }
@@ -797,8 +817,20 @@ mod tests {
     #[test]
     fn the_settings_document_shows_the_rules_and_what_they_resolved_to() {
         let doc = forbidden().document();
-        assert!(doc["rules"]["tree"].as_array().unwrap().iter().any(|t| t["path"] == "~/.ssh"));
-        assert!(doc["rules"]["name"].as_array().unwrap().iter().any(|n| n["name"] == ".git"));
+        assert!(
+            doc["rules"]["tree"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["path"] == "~/.ssh")
+        );
+        assert!(
+            doc["rules"]["name"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["name"] == ".git")
+        );
         let resolved = doc["resolved"].as_array().unwrap();
         assert!(resolved.iter().any(|r| r["path"] == "/srv/bob/.bashrc"));
         assert!(resolved.iter().any(|r| r["path"] == "/opt/conf/warden.toml"
@@ -817,18 +849,30 @@ mod tests {
         let dir = Path::new("/d");
         // Hidden in a world and in a container; nothing can be hidden by paths alone.
         let inside = judge_inside(GrantWalls::World, dir, &masks, &[]).unwrap();
-        assert_eq!(inside.hidden, [(PathBuf::from("/d/.git"), "git".to_string())]);
+        assert_eq!(
+            inside.hidden,
+            [(PathBuf::from("/d/.git"), "git".to_string())]
+        );
         assert!(judge_inside(GrantWalls::Container, dir, &masks, &[]).is_ok());
         let err = judge_inside(GrantWalls::PathsOnly, dir, &masks, &[]).unwrap_err();
-        assert!(err.contains("/d/.git") && err.contains("cannot hide"), "{err}");
+        assert!(
+            err.contains("/d/.git") && err.contains("cannot hide"),
+            "{err}"
+        );
         // Other mounts: left out of a container; refused in a world and by paths alone.
         let inside = judge_inside(GrantWalls::Container, dir, &[], &mounts).unwrap();
         assert_eq!(inside.left_out, mounts);
         for walls in [GrantWalls::World, GrantWalls::PathsOnly] {
             let err = judge_inside(walls, dir, &[], &mounts).unwrap_err();
-            assert!(err.contains("/d/proc (proc)") && err.contains("cannot be left out"), "{err}");
+            assert!(
+                err.contains("/d/proc (proc)") && err.contains("cannot be left out"),
+                "{err}"
+            );
         }
-        assert_eq!(judge_inside(GrantWalls::PathsOnly, dir, &[], &[]), Ok(Inside::default()));
+        assert_eq!(
+            judge_inside(GrantWalls::PathsOnly, dir, &[], &[]),
+            Ok(Inside::default())
+        );
         let many: Vec<String> = (0..10).map(|i| i.to_string()).collect();
         assert_eq!(some_of(&many), "0, 1, 2, 3, 4, 5, 6, 7 and 2 more");
     }
@@ -852,8 +896,8 @@ mod tests {
         // A git directory itself, whatever its name, and anything in it.
         std::fs::rename(proj.join(".git"), dir.path().join("bare.git")).unwrap();
         for p in ["bare.git", "bare.git/config", "bare.git/refs"] {
-            let err = resolve(dir.path().join(p).to_str().unwrap(), &forbidden(), WORLD)
-                .unwrap_err();
+            let err =
+                resolve(dir.path().join(p).to_str().unwrap(), &forbidden(), WORLD).unwrap_err();
             assert!(err.to_string().contains("git directory"), "{p}: {err}");
         }
     }

@@ -33,7 +33,9 @@ pub fn unescape(field: &[u8]) -> Vec<u8> {
     while i < field.len() {
         if field[i] == b'\\'
             && i + 3 < field.len()
-            && field[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b))
+            && field[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
         {
             let value = field[i + 1..i + 4]
                 .iter()
@@ -143,7 +145,9 @@ pub fn read_self() -> Result<Vec<MountEntry>, String> {
     unsafe { table.set_len(filled.min(table.capacity())) };
     let text = |field: &[libc::c_char]| {
         // SAFETY: the kernel NUL-terminates these fixed-size fields.
-        unsafe { std::ffi::CStr::from_ptr(field.as_ptr()) }.to_bytes().to_vec()
+        unsafe { std::ffi::CStr::from_ptr(field.as_ptr()) }
+            .to_bytes()
+            .to_vec()
     };
     Ok(table
         .iter()

@@ -178,12 +178,28 @@ mod tests {
     #[test]
     fn a_broken_rules_file_is_refused_with_what_is_wrong() {
         let base = "[repository]\nwhy = \"r\"\n[computed]\nconfig_file = \"a\"\nconfig_dir = \"b\"\ndata_dir = \"c\"\nruntime = \"d\"\nprogram = \"e\"\n";
-        let ok = format!("{base}[[tree]]\npath = \"/x\"\nwhy = \"y\"\n[[name]]\nname = \".n\"\nwhy = \"w\"\n");
+        let ok = format!(
+            "{base}[[tree]]\npath = \"/x\"\nwhy = \"y\"\n[[name]]\nname = \".n\"\nwhy = \"w\"\n"
+        );
         assert!(NeverGrant::parse(&ok).is_ok());
-        let relative = format!("{base}[[tree]]\npath = \"x\"\nwhy = \"y\"\n[[name]]\nname = \".n\"\nwhy = \"w\"\n");
-        assert!(NeverGrant::parse(&relative).unwrap_err().to_string().contains("\"x\""));
-        let nested = format!("{base}[[tree]]\npath = \"/x\"\nwhy = \"y\"\n[[name]]\nname = \"a/b\"\nwhy = \"w\"\n");
-        assert!(NeverGrant::parse(&nested).unwrap_err().to_string().contains("a/b"));
+        let relative = format!(
+            "{base}[[tree]]\npath = \"x\"\nwhy = \"y\"\n[[name]]\nname = \".n\"\nwhy = \"w\"\n"
+        );
+        assert!(
+            NeverGrant::parse(&relative)
+                .unwrap_err()
+                .to_string()
+                .contains("\"x\"")
+        );
+        let nested = format!(
+            "{base}[[tree]]\npath = \"/x\"\nwhy = \"y\"\n[[name]]\nname = \"a/b\"\nwhy = \"w\"\n"
+        );
+        assert!(
+            NeverGrant::parse(&nested)
+                .unwrap_err()
+                .to_string()
+                .contains("a/b")
+        );
         assert!(NeverGrant::parse("[[tree]]\npath = 1\n").is_err());
     }
 

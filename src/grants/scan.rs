@@ -270,7 +270,7 @@ impl ListError {
 fn list(dir: &OwnedFd, seen: &mut usize, limits: &Limits) -> Result<Vec<Entry>, ListError> {
     let mut entries = Vec::new();
     let mut reader = rustix::fs::Dir::read_from(dir).map_err(|e| ListError::Io(e.to_string()))?;
-    while let Some(entry) = reader.next() {
+    for entry in reader.by_ref() {
         let entry = entry.map_err(|e| ListError::Io(e.to_string()))?;
         let name = entry.file_name().to_bytes();
         if name == b"." || name == b".." {
@@ -348,11 +348,19 @@ mod tests {
 
     #[test]
     fn a_git_file_is_hidden_and_a_git_link_refused() {
-        let (masks, _) =
-            judge_listing(Path::new("sub"), &[entry(".git", EntryKind::Other)], &rules()).unwrap();
+        let (masks, _) = judge_listing(
+            Path::new("sub"),
+            &[entry(".git", EntryKind::Other)],
+            &rules(),
+        )
+        .unwrap();
         assert_eq!(masks[0].kind, MaskKind::File);
         assert_eq!(
-            judge_listing(Path::new("sub"), &[entry(".git", EntryKind::Symlink)], &rules()),
+            judge_listing(
+                Path::new("sub"),
+                &[entry(".git", EntryKind::Symlink)],
+                &rules()
+            ),
             Err(ScanError::GitLink("sub/.git".into()))
         );
     }
@@ -372,7 +380,10 @@ mod tests {
         ];
         assert!(is_repository(&worktree));
         assert!(!is_repository(&bare[1..]));
-        assert!(!is_repository(&[entry("HEAD", EntryKind::Other), entry("refs", EntryKind::Dir)]));
+        assert!(!is_repository(&[
+            entry("HEAD", EntryKind::Other),
+            entry("refs", EntryKind::Dir)
+        ]));
     }
 
     fn tree() -> tempfile::TempDir {
@@ -391,7 +402,11 @@ mod tests {
         }
         std::fs::write(p.join("proj/.git/config"), "[core]\n").unwrap();
         std::fs::write(p.join("proj/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
-        std::fs::write(p.join("proj/vendor/lib/.git"), "gitdir: ../../.git/modules/lib\n").unwrap();
+        std::fs::write(
+            p.join("proj/vendor/lib/.git"),
+            "gitdir: ../../.git/modules/lib\n",
+        )
+        .unwrap();
         std::fs::write(p.join("srv/repo.git/HEAD"), "ref: x\n").unwrap();
         std::fs::write(p.join("home/bob/.bashrc"), "").unwrap();
         std::fs::write(p.join("proj/src/deep/data.csv"), "a").unwrap();
@@ -437,7 +452,10 @@ mod tests {
     fn a_link_named_git_is_refused_and_other_links_are_not_followed() {
         let dir = tree();
         std::os::unix::fs::symlink("/etc", dir.path().join("proj/src/etc")).unwrap();
-        assert_eq!(hidden(&dir.path().join("proj/src"), &[], &LIMITS).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            hidden(&dir.path().join("proj/src"), &[], &LIMITS).unwrap(),
+            Vec::<String>::new()
+        );
         std::os::unix::fs::symlink("../.git", dir.path().join("proj/src/.git")).unwrap();
         assert_eq!(
             hidden(&dir.path().join("proj"), &[], &LIMITS),
@@ -459,6 +477,9 @@ mod tests {
             Err(ScanError::TooDeep(_, 2))
         ));
         let few = Limits { masks: 2, ..LIMITS };
-        assert_eq!(hidden(dir.path(), &[], &few), Err(ScanError::TooManyMasks(2)));
+        assert_eq!(
+            hidden(dir.path(), &[], &few),
+            Err(ScanError::TooManyMasks(2))
+        );
     }
 }

@@ -28,8 +28,12 @@ pub(super) fn forbidden_paths(
     if let Ok(passwd) = std::fs::read_to_string("/etc/passwd") {
         homes.extend(crate::grants::rules::login_homes(&passwd));
     }
-    homes.retain(|h| h.is_absolute() && h != Path::new("/"));
-    homes.dedup();
+    let mut seen: Vec<PathBuf> = Vec::new();
+    homes.retain(|h| {
+        let fresh = h.is_absolute() && h != Path::new("/") && !seen.contains(h);
+        seen.push(h.clone());
+        fresh
+    });
     let warden = WardenPaths {
         config_file: settings.config_file.clone(),
         config_dir: crate::config::config_dir(),
@@ -136,17 +140,32 @@ impl SessionManager {
     }
 
     /// The live grants a new worker of `session` binds: only those whose path still
-    /// holds the object the person approved. A session grant whose object changed is
-    /// revoked, an operator grant skipped, each with a warning.
+    /// holds the object the person approved, and, where nothing can be hidden in it or
+    /// left out of it, nothing more. A session grant that fails is revoked, an operator
+    /// grant skipped, each with a warning. The second value says why a running worker
+    /// must not go on: by host paths alone (no world of its own), it reaches whatever
+    /// was mounted inside a granted directory since it started.
     pub(super) fn approved_grants(
         &self,
         session: &Session,
+        starting: bool,
         warnings: &mut Vec<String>,
-    ) -> Vec<Grant> {
+    ) -> (Vec<Grant>, Option<String>) {
         let mut out = Vec::new();
+        let mut withdrawn = None;
         for grant in self.effective_grants(session) {
             let checked = crate::grants::check_still_approved(&grant).and_then(|()| {
-                crate::grants::check_inside(&grant, &self.forbidden.rules, self.grant_walls)
+                crate::grants::check_inside(
+                    &grant,
+                    &self.forbidden.rules,
+                    self.grant_walls,
+                    starting,
+                )
+                .inspect_err(|why| {
+                    if self.grant_walls == crate::grants::GrantWalls::PathsOnly {
+                        withdrawn = Some(format!("a grant was withdrawn ({why})"));
+                    }
+                })
             });
             match checked {
                 Ok(()) => out.push(grant),
@@ -167,7 +186,7 @@ impl SessionManager {
                 }
             }
         }
-        out
+        (out, withdrawn)
     }
 
     /// The operator's grants whose objects are still the approved ones: what a new
@@ -177,7 +196,7 @@ impl SessionManager {
             .iter()
             .filter(|g| {
                 crate::grants::check_still_approved(g).is_ok()
-                    && crate::grants::check_inside(g, &self.forbidden.rules, self.grant_walls)
+                    && crate::grants::check_inside(g, &self.forbidden.rules, self.grant_walls, true)
                         .is_ok()
             })
             .cloned()

@@ -626,10 +626,11 @@ mod tests {
         assert_eq!(mounts[2].target.as_deref(), Some("/data/in"));
         assert_eq!(mounts[2].read_only, Some(true));
         assert_eq!(mounts[3].read_only, Some(false));
-        assert!(mounts.iter().all(|m| m
-            .bind_options
-            .as_ref()
-            .is_some_and(|b| b.non_recursive == Some(true))));
+        assert!(mounts.iter().all(|m| {
+            m.bind_options
+                .as_ref()
+                .is_some_and(|b| b.non_recursive == Some(true))
+        }));
     }
 
     #[test]
@@ -651,7 +652,10 @@ mod tests {
         assert_eq!(dir.read_only, Some(true));
         let file = &mounts[4];
         assert_eq!(file.typ, Some(MountType::BIND));
-        assert_eq!(file.source.as_deref(), Some("/var/lib/warden/sessions/1-aa/empty"));
+        assert_eq!(
+            file.source.as_deref(),
+            Some("/var/lib/warden/sessions/1-aa/empty")
+        );
         assert_eq!(file.target.as_deref(), Some("/data/proj/lib/.git"));
         assert_eq!(file.read_only, Some(true));
         // A recursive bind would bring the source's submounts along: refused.
@@ -661,7 +665,11 @@ mod tests {
             .as_mut()
             .unwrap()
             .non_recursive = None;
-        assert!(refused(&cfg).contains("must not be recursive"), "{}", refused(&cfg));
+        assert!(
+            refused(&cfg).contains("must not be recursive"),
+            "{}",
+            refused(&cfg)
+        );
     }
 
     #[test]

@@ -426,7 +426,10 @@ fn hidden_in(dir: &Path) -> Result<Vec<(PathBuf, crate::grants::MaskKind)>, Stri
     let fd = crate::grants::open_no_symlinks(dir).map_err(|e| e.to_string())?;
     let masks = crate::grants::scan::scan(fd.as_fd(), &rules, &skip, &crate::grants::scan::LIMITS)
         .map_err(|e| e.to_string())?;
-    Ok(masks.into_iter().map(|m| (dir.join(m.rel), m.kind)).collect())
+    Ok(masks
+        .into_iter()
+        .map(|m| (dir.join(m.rel), m.kind))
+        .collect())
 }
 
 /// Grants exist only on Unix servers (they are pinned by descriptor at consent).
@@ -463,7 +466,9 @@ fn bind_grants(grants: &[Grant], empty_file: &Path) -> Result<Vec<BoundGrant>, S
                 })?,
                 PathKind::File => Vec::new(),
             };
-            if hidden.iter().any(|(_, k)| *k == crate::grants::MaskKind::File)
+            if hidden
+                .iter()
+                .any(|(_, k)| *k == crate::grants::MaskKind::File)
                 && !empty_file.is_file()
             {
                 return Err(StartError::Refused {

@@ -231,8 +231,7 @@ impl Backend for HostBackend {
             // A world is certain only where the workspace keeper runs (the helper joins
             // its namespaces or refuses); without it the helper may fall back to host
             // paths, where nothing can be hidden.
-            grant_walls: if self.settings.host_sandbox != SandboxMode::Off
-                && self.store.has_quota()
+            grant_walls: if self.settings.host_sandbox != SandboxMode::Off && self.store.has_quota()
             {
                 crate::grants::GrantWalls::World
             } else {

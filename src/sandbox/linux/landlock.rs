@@ -204,12 +204,17 @@ fn open_rule_path(view: &FsView, path: &std::path::Path) -> Result<OwnedFd, Refu
     {
         // By host paths a rule reaches through every mount inside the directory, and
         // nothing in it can be hidden: such a directory is not granted.
-        let rules = crate::grants::NeverGrant::embedded()
-            .map_err(|e| Refused::Changed(e.to_string()))?;
-        crate::grants::inspect(path, fd.as_fd(), &rules, crate::grants::GrantWalls::PathsOnly)
-            .map_err(|e| {
-                Refused::Changed(format!("grant {}: {e}; it is not granted", path.display()))
-            })?;
+        let rules =
+            crate::grants::NeverGrant::embedded().map_err(|e| Refused::Changed(e.to_string()))?;
+        crate::grants::inspect(
+            path,
+            fd.as_fd(),
+            &rules,
+            crate::grants::GrantWalls::PathsOnly,
+        )
+        .map_err(|e| {
+            Refused::Changed(format!("grant {}: {e}; it is not granted", path.display()))
+        })?;
     }
     Ok(fd)
 }

@@ -145,7 +145,8 @@ fn bind_grant(
     };
     restrict(&at, mode).map_err(|e| format!("grant {}: {e}", source.display()))?;
     if kind == Kind::Dir {
-        hide_inside(&at).map_err(|e| format!("grant {}: {e}; it is not bound", source.display()))?;
+        hide_inside(&at)
+            .map_err(|e| format!("grant {}: {e}; it is not bound", source.display()))?;
     }
     Ok(())
 }
@@ -165,8 +166,7 @@ fn hide_inside(at: &Path) -> Result<(), String> {
     let masks = crate::grants::scan::scan(dir.as_fd(), &rules, &[], &crate::grants::scan::LIMITS)
         .map_err(|e| e.to_string())?;
     for mask in &masks {
-        hide(dir.as_fd(), mask)
-            .map_err(|e| format!("hiding {}: {e}", mask.rel.display()))?;
+        hide(dir.as_fd(), mask).map_err(|e| format!("hiding {}: {e}", mask.rel.display()))?;
     }
     Ok(())
 }
@@ -187,7 +187,9 @@ fn hide(dir: std::os::fd::BorrowedFd<'_>, mask: &crate::grants::scan::Mask) -> R
     )
     .map_err(|e| e.to_string())?;
     let is_dir = rustix::fs::FileType::from_raw_mode(
-        rustix::fs::fstat(&target).map_err(|e| e.to_string())?.st_mode,
+        rustix::fs::fstat(&target)
+            .map_err(|e| e.to_string())?
+            .st_mode,
     ) == rustix::fs::FileType::Directory;
     if is_dir != (mask.kind == MaskKind::Dir) {
         return Err("it changed while it was being hidden".to_string());
@@ -218,7 +220,10 @@ fn hide(dir: std::os::fd::BorrowedFd<'_>, mask: &crate::grants::scan::Mask) -> R
     )
     .map_err(|e| e.to_string())?;
     // The clone is attached now: its descriptor names exactly the new mount.
-    restrict(Path::new(&format!("/proc/self/fd/{}", null.as_raw_fd())), BindMode::ReadOnly)
+    restrict(
+        Path::new(&format!("/proc/self/fd/{}", null.as_raw_fd())),
+        BindMode::ReadOnly,
+    )
 }
 
 /// Remounts the bind at `at` with the flags its [`BindMode`] asks for, always

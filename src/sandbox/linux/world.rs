@@ -157,7 +157,9 @@ pub enum MountStep {
         mode: BindMode,
     },
     /// A grant: `source` is opened without following any symlink, must still be the
-    /// object the person approved, and exactly that object is bound.
+    /// object the person approved, and exactly that object is bound, not recursively
+    /// (no other file system mounted inside it comes along); inside a directory, what
+    /// the never-grant rules name is covered by empty read-only mounts.
     BindGrant {
         source: PathBuf,
         kind: Kind,
