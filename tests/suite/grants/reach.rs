@@ -372,6 +372,11 @@ async fn a_granted_git_project_never_gives_its_git_directories() {
     for who in both_modes() {
         let (_keep, root) = shared_dir("x");
         let proj = git_project(&root);
+        // Root's, enterable but not listable by the code: what is inside it cannot be
+        // checked, so it is hidden whole (the code could otherwise open a name it knows).
+        std::fs::create_dir(proj.join("locked")).unwrap();
+        std::fs::write(proj.join("locked/known.txt"), "known").unwrap();
+        chmod(&proj.join("locked"), 0o711);
         let before = snapshot(&proj);
         let h = Harness::start_as(who, Answer::Approve, &[], "off").await;
         let (is_error, r) = h.grant(&proj, "write").await;
@@ -438,6 +443,10 @@ async fn a_granted_git_project_never_gives_its_git_directories() {
                 ),
             ),
             (
+                "locked",
+                format!("open({:?}).read()", at("locked/known.txt")),
+            ),
+            (
                 "data",
                 format!("open({:?}, 'w').write('result')", at("result.txt")),
             ),
@@ -451,7 +460,7 @@ async fn a_granted_git_project_never_gives_its_git_directories() {
                 assert!(line.contains(" denied "), "{who:?}: {line}\n{r}");
             }
         }
-        assert_eq!(out.lines().count(), 11, "{who:?}: {r}");
+        assert_eq!(out.lines().count(), 12, "{who:?}: {r}");
         assert_eq!(
             std::fs::read_to_string(proj.join("result.txt")).unwrap(),
             "result"
