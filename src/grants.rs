@@ -11,6 +11,12 @@
 //! that one ([`check_still_approved`]; the sandbox helper checks again, race-free, on the
 //! descriptor it binds). Grants that would let one rewrite another are refused
 //! ([`conflict`]), as are grants covering the runtime, the binary or warden's data.
+//!
+//! What may never be granted is data ([`rules`]: `policies/never-grant.toml`). What a
+//! granted directory holds that no grant gives is found by [`scan`] (entries to hide:
+//! `.git`, credentials, shell start-up files, git directories) and [`mountinfo`] (other
+//! file systems mounted inside it); [`judge_inside`] decides, for what the backend can
+//! do ([`GrantWalls`]), whether they are hidden, left out, or the grant refused.
 
 #[cfg(unix)]
 use std::os::fd::{AsFd, OwnedFd};
@@ -20,6 +26,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+#[cfg(unix)]
+pub mod mountinfo;
+pub mod rules;
+#[cfg(unix)]
+pub mod scan;
+
+pub use rules::NeverGrant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -130,71 +144,67 @@ pub enum GrantError {
     },
 }
 
-/// The places that stay closed whatever anyone approves.
-#[derive(Debug, Clone, Default)]
+/// The places that stay closed whatever anyone approves: the rules of
+/// `policies/never-grant.toml` ([`rules`]) expanded for this server, and what it found
+/// at start-up (its configuration, its data, the runtime).
+#[derive(Debug, Clone)]
 pub struct ForbiddenPaths {
     /// Exact paths that may not be granted (but their descendants may).
     pub exact: Vec<PathBuf>,
     /// Trees that may not be granted, nor any path inside them, nor any ancestor of them
     /// (granting an ancestor would expose them too).
-    pub trees: Vec<(PathBuf, &'static str)>,
+    pub trees: Vec<(PathBuf, String)>,
     /// The same trees by identity, so that one reached under another name (a bind
     /// mount, a second mount of the same file system) is recognised too.
     pub objects: Vec<(ObjectKey, PathBuf)>,
+    /// The rules as written: names that matter anywhere, git directories, the reasons.
+    pub rules: Arc<NeverGrant>,
 }
 
-/// Directory names that hold credentials wherever they are.
-const CREDENTIAL_DIRS: &[&str] = &[".ssh", ".aws", ".gnupg", ".config", ".kube", ".docker"];
+/// What one server found at start-up that no grant may reach.
+#[derive(Debug, Clone, Default)]
+pub struct WardenPaths {
+    /// The configuration file in use (`WARDEN_CONFIG`), if any.
+    pub config_file: Option<PathBuf>,
+    /// The default configuration directory (its `config.toml` is read when
+    /// `WARDEN_CONFIG` is unset).
+    pub config_dir: Option<PathBuf>,
+    pub data_dir: PathBuf,
+}
 
 impl ForbiddenPaths {
-    /// The standard list for this server: system trees, the server user's credential
-    /// directories, the Docker socket, and warden's own data and config directories
-    /// (which hold every session's workspace).
-    pub fn standard(home: Option<&Path>, warden_dirs: &[PathBuf]) -> ForbiddenPaths {
-        let mut trees: Vec<(PathBuf, &'static str)> = vec![
-            ("/etc".into(), "system configuration and password files"),
-            (
-                "/proc".into(),
-                "other processes' memory, environment and files",
-            ),
-            ("/sys".into(), "kernel interfaces"),
-            ("/dev".into(), "devices"),
-            ("/boot".into(), "kernel images"),
-            ("/root".into(), "the administrator's home"),
-            (
-                "/var/run/docker.sock".into(),
-                "the Docker socket is root on the host",
-            ),
-            (
-                "/run/docker.sock".into(),
-                "the Docker socket is root on the host",
-            ),
-        ];
-        if let Some(home) = home {
-            for dir in CREDENTIAL_DIRS {
-                trees.push((home.join(dir), "credentials"));
-            }
-        }
-        for dir in warden_dirs {
-            trees.push((
-                dir.clone(),
-                "warden's own data (every session's workspace) and configuration",
-            ));
-        }
+    /// The list for this server: every tree rule (those under `~/` in each of `homes`),
+    /// its configuration file and directory (the one in use and the default one), and
+    /// its data directory (every session's workspace, the audit log).
+    pub fn standard(rules: NeverGrant, homes: &[PathBuf], warden: &WardenPaths) -> ForbiddenPaths {
         let mut forbidden = ForbiddenPaths {
             exact: vec![PathBuf::from("/")],
             trees: Vec::new(),
             objects: Vec::new(),
+            rules: Arc::new(rules),
         };
-        for (path, why) in trees {
-            forbidden.add_tree(path, why);
+        let rules = forbidden.rules.clone();
+        for tree in &rules.trees {
+            for path in rules::expand_tree(&tree.path, homes) {
+                forbidden.add_tree(path, &tree.why);
+            }
         }
+        let computed = &rules.computed;
+        let default_file = warden.config_dir.as_ref().map(|d| d.join("config.toml"));
+        for file in warden.config_file.iter().chain(default_file.iter()) {
+            let file = std::path::absolute(file).unwrap_or_else(|_| file.clone());
+            if let Some(dir) = file.parent() {
+                forbidden.add_tree(dir.to_path_buf(), &computed.config_dir);
+            }
+            forbidden.add_tree(file, &computed.config_file);
+        }
+        forbidden.add_tree(warden.data_dir.clone(), &computed.data_dir);
         forbidden
     }
 
     /// Adds a tree (compared in canonical form, so that /var/run → /run style links
     /// cannot slip by, and by identity).
-    pub fn add_tree(&mut self, path: PathBuf, why: &'static str) {
+    pub fn add_tree(&mut self, path: PathBuf, why: &str) {
         let canonical = std::fs::canonicalize(&path).unwrap_or(path);
         if let Ok(meta) = std::fs::metadata(&canonical) {
             let (dev, ino) = crate::os::file_identity(&meta);
@@ -202,7 +212,7 @@ impl ForbiddenPaths {
             self.objects.push((key, canonical.clone()));
         }
         if !self.trees.iter().any(|(t, _)| t == &canonical) {
-            self.trees.push((canonical, why));
+            self.trees.push((canonical, why.to_string()));
         }
     }
 
@@ -210,17 +220,12 @@ impl ForbiddenPaths {
     /// prefix or read roots could change what every later worker loads, one covering the
     /// binary what every later worker runs as its helper.
     pub fn add_runtime(&mut self, read_roots: &[PathBuf], programs: &[PathBuf]) {
+        let rules = self.rules.clone();
         for root in read_roots {
-            self.add_tree(
-                root.clone(),
-                "the Python runtime the sandbox runs (a grant could change what it loads)",
-            );
+            self.add_tree(root.clone(), &rules.computed.runtime);
         }
         for program in programs {
-            self.add_tree(
-                program.clone(),
-                "a program the sandbox runs (the interpreter or warden itself)",
-            );
+            self.add_tree(program.clone(), &rules.computed.program);
         }
     }
 
@@ -243,20 +248,237 @@ impl ForbiddenPaths {
             }
             if tree.starts_with(canonical) {
                 return Some(format!(
-                    "it contains {} ({why}), which a grant cannot exclude",
+                    "it contains {} ({why}), which a grant cannot leave out",
                     tree.display()
                 ));
             }
         }
-        if let Some(name) = canonical
-            .components()
-            .filter_map(|c| c.as_os_str().to_str())
-            .find(|c| CREDENTIAL_DIRS.contains(c))
-        {
-            return Some(format!("{name} directories hold credentials"));
-        }
-        None
+        canonical.components().find_map(|c| {
+            let name = c.as_os_str();
+            self.rules
+                .name_reason(name)
+                .map(|why| format!("it is or lies inside a {} ({why})", name.to_string_lossy()))
+        })
     }
+
+    /// The list as `warden://settings` shows it: the rules as written, and the paths
+    /// they resolved to on this machine.
+    pub fn document(&self) -> serde_json::Value {
+        serde_json::json!({
+            "rules": &*self.rules,
+            "resolved": self
+                .exact
+                .iter()
+                .map(|p| serde_json::json!({"path": p, "why": "the whole filesystem", "covers": "exactly"}))
+                .chain(self.trees.iter().map(|(p, why)| {
+                    serde_json::json!({"path": p, "why": why, "covers": "the path, what is inside it, and what holds it"})
+                }))
+                .collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Why `path` lies inside a git directory (found by its content, whatever its name),
+/// if it does: such a path is never granted.
+pub fn repository_reason(path: &Path, rules: &NeverGrant) -> Option<String> {
+    path.ancestors().find_map(|dir| {
+        let has = |name: &str| std::fs::symlink_metadata(dir.join(name)).is_ok();
+        (has("HEAD") && (has("objects") && has("refs") || has("commondir"))).then(|| {
+            format!(
+                "it is or lies inside the git directory {} ({})",
+                dir.display(),
+                rules.repository.why
+            )
+        })
+    })
+}
+
+/// `path` with `.` and `..` taken lexically (no file system access): the form the
+/// rules are checked in before a path that does not exist is refused for that. Pure.
+pub fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// How an entry inside a granted directory is hidden: an empty read-only directory over
+/// a directory, an empty file that cannot be opened over anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MaskKind {
+    Dir,
+    File,
+}
+
+/// What the backend's sandbox can do about what a granted directory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantWalls {
+    /// The worker's private world: entries that must not be reached are hidden by
+    /// empty read-only mounts; other file systems mounted inside cannot be left out (the
+    /// kernel binds such a directory, in an unprivileged namespace, only with them).
+    World,
+    /// Containers: entries hidden by mounts, other file systems left out (the bind is
+    /// not recursive).
+    Container,
+    /// Host paths only (Landlock without a mount namespace, or no sandbox): nothing can
+    /// be hidden or left out.
+    PathsOnly,
+}
+
+/// What a granted directory holds that the grant does not give.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inside {
+    /// Entries hidden from the code (absolute paths), each with why.
+    pub hidden: Vec<(PathBuf, String)>,
+    /// Other file systems mounted inside it, left out of the grant.
+    pub left_out: Vec<String>,
+}
+
+/// At most this many entries are named in a message; the rest are counted.
+const NAMED: usize = 8;
+
+/// `items` as one phrase, the first [`NAMED`] named and the rest counted. Pure.
+pub fn some_of(items: &[String]) -> String {
+    let mut text = items
+        .iter()
+        .take(NAMED)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > NAMED {
+        text.push_str(&format!(" and {} more", items.len() - NAMED));
+    }
+    text
+}
+
+/// Whether a directory holding `masks` (relative to `dir`) and the other mounts
+/// `submounts` can be granted with `walls`, and what the person must be told. Pure.
+///
+/// # Errors
+/// Why not, as the refusal's reason.
+#[cfg(unix)]
+pub fn judge_inside(
+    walls: GrantWalls,
+    dir: &Path,
+    masks: &[scan::Mask],
+    submounts: &[String],
+) -> Result<Inside, String> {
+    let hidden: Vec<(PathBuf, String)> = masks
+        .iter()
+        .map(|m| (dir.join(&m.rel), m.why.clone()))
+        .collect();
+    let names: Vec<String> = hidden
+        .iter()
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    if walls == GrantWalls::PathsOnly && !hidden.is_empty() {
+        return Err(format!(
+            "it holds what must never be reached ({}: {}), and this sandbox cannot hide it \
+             (without a private mount namespace, or with the sandbox off, a grant is the \
+             whole directory); grant a directory without them",
+            some_of(&names),
+            hidden[0].1
+        ));
+    }
+    if walls != GrantWalls::Container && !submounts.is_empty() {
+        let why = if walls == GrantWalls::World {
+            "the kernel lets the sandbox bind a directory only together with the file \
+             systems mounted inside it"
+        } else {
+            "without a private mount namespace, Landlock's rules would reach through them"
+        };
+        return Err(format!(
+            "other file systems are mounted inside it ({}), and they cannot be left out: \
+             {why}; grant a directory that holds no other mount",
+            some_of(submounts)
+        ));
+    }
+    Ok(Inside {
+        hidden,
+        left_out: if walls == GrantWalls::Container {
+            submounts.to_vec()
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// What a directory grant of `canonical` (opened as `fd`) holds, judged for `walls`:
+/// the other mounts inside it (this process's mount table) and the entries to hide.
+///
+/// # Errors
+/// Why it cannot be granted.
+#[cfg(unix)]
+pub fn inspect(
+    canonical: &Path,
+    fd: std::os::fd::BorrowedFd<'_>,
+    rules: &NeverGrant,
+    walls: GrantWalls,
+) -> Result<Inside, String> {
+    let table = mountinfo::read_self()
+        .map_err(|e| format!("cannot tell which other file systems are mounted inside it ({e})"))?;
+    let under = mountinfo::beneath(&table, canonical);
+    let skip: Vec<PathBuf> = under
+        .iter()
+        .filter_map(|m| m.mount_point.strip_prefix(canonical).ok())
+        .map(Path::to_path_buf)
+        .collect();
+    let submounts: Vec<String> = under.iter().map(|m| m.describe()).collect();
+    let masks = scan::scan(fd, rules, &skip, &scan::LIMITS).map_err(|e| e.to_string())?;
+    judge_inside(walls, canonical, &masks, &submounts)
+}
+
+/// Without a Unix host there are no grants to check (they cannot be made).
+///
+/// # Errors
+/// Never.
+#[cfg(not(unix))]
+pub fn check_inside(
+    _grant: &Grant,
+    _rules: &NeverGrant,
+    _walls: GrantWalls,
+    _starting: bool,
+) -> Result<(), String> {
+    Ok(())
+}
+
+/// Whether a granted directory may still be given with `walls` (checked before every
+/// call): no other file system mounted inside it since, where none can be left out,
+/// and, when a worker is about to start (`starting`), nothing to hide where nothing can
+/// be hidden. (In a world, what is to be hidden is found again at the bind; in a
+/// container, at the container's creation.)
+///
+/// # Errors
+/// What changed, for the result's warning.
+#[cfg(unix)]
+pub fn check_inside(
+    grant: &Grant,
+    rules: &NeverGrant,
+    walls: GrantWalls,
+    starting: bool,
+) -> Result<(), String> {
+    if grant.kind != PathKind::Directory || walls == GrantWalls::Container {
+        return Ok(());
+    }
+    let what = |why: String| format!("{}: {why}", grant.path.display());
+    if walls == GrantWalls::World || !starting {
+        let under = mountinfo::mounts_beneath(&grant.path).map_err(what)?;
+        return judge_inside(walls, &grant.path, &[], &under)
+            .map(drop)
+            .map_err(what);
+    }
+    let fd = open_no_symlinks(&grant.path).map_err(|e| what(e.to_string()))?;
+    inspect(&grant.path, fd.as_fd(), rules, walls)
+        .map(drop)
+        .map_err(what)
 }
 
 /// A path resolved and opened at consent: what a [`Grant`] records.
@@ -266,6 +488,8 @@ pub struct Resolved {
     pub kind: PathKind,
     pub object: ObjectKey,
     pub pin: Pin,
+    /// What a directory holds that the grant does not give (hidden, left out).
+    pub inside: Inside,
 }
 
 impl Resolved {
@@ -342,13 +566,24 @@ fn identify(fd: impl AsFd) -> std::io::Result<(ObjectKey, PathKind, u64)> {
 
 /// Resolves a requested path (symlinks, `..`), checks it against the forbidden list,
 /// then opens exactly the resolved path (no symlink followed past what the person will
-/// be shown) and checks the opened object again: its real path, its identity, and for a
-/// file that no other name reaches it.
-pub fn resolve(raw: &str, forbidden: &ForbiddenPaths) -> Result<Resolved, GrantError> {
+/// be shown) and checks the opened object again: its real path, its identity, for a
+/// file that no other name reaches it, and for a directory what it holds (`walls`: what
+/// the sandbox can hide or leave out of it).
+pub fn resolve(
+    raw: &str,
+    forbidden: &ForbiddenPaths,
+    walls: GrantWalls,
+) -> Result<Resolved, GrantError> {
     if !raw.starts_with('/') {
         return Err(GrantError::NotAbsolute {
             path: raw.to_string(),
         });
+    }
+    // The rules first, as written: a path that may never be granted is refused for that
+    // reason whether or not it exists.
+    let written = lexical(Path::new(raw));
+    if let Some(why) = forbidden.reason(&written) {
+        return Err(GrantError::Forbidden { path: written, why });
     }
     let canonical = std::fs::canonicalize(raw).map_err(|e| GrantError::Unresolvable {
         path: raw.to_string(),
@@ -358,15 +593,22 @@ pub fn resolve(raw: &str, forbidden: &ForbiddenPaths) -> Result<Resolved, GrantE
         path: canonical.clone(),
         why,
     };
-    if let Some(why) = forbidden.reason(&canonical) {
+    if let Some(why) = forbidden
+        .reason(&canonical)
+        .or_else(|| repository_reason(&canonical, &forbidden.rules))
+    {
         return Err(forbid(why));
     }
-    pin_object(canonical, forbidden)
+    pin_object(canonical, forbidden, walls)
 }
 
 /// Grants need a descriptor pinned at consent and checked by identity: a Unix host.
 #[cfg(not(unix))]
-fn pin_object(canonical: PathBuf, _forbidden: &ForbiddenPaths) -> Result<Resolved, GrantError> {
+fn pin_object(
+    canonical: PathBuf,
+    _forbidden: &ForbiddenPaths,
+    _walls: GrantWalls,
+) -> Result<Resolved, GrantError> {
     Err(GrantError::Unresolvable {
         path: canonical.display().to_string(),
         reason: "grants need a Unix host (the host backend does not run on this system)".into(),
@@ -376,7 +618,11 @@ fn pin_object(canonical: PathBuf, _forbidden: &ForbiddenPaths) -> Result<Resolve
 /// Opens exactly `canonical` (no symlink followed) and checks the opened object again:
 /// its real path, its identity, and for a file that no other name reaches it.
 #[cfg(unix)]
-fn pin_object(canonical: PathBuf, forbidden: &ForbiddenPaths) -> Result<Resolved, GrantError> {
+fn pin_object(
+    canonical: PathBuf,
+    forbidden: &ForbiddenPaths,
+    walls: GrantWalls,
+) -> Result<Resolved, GrantError> {
     let forbid = |why: String| GrantError::Forbidden {
         path: canonical.clone(),
         why,
@@ -402,11 +648,18 @@ fn pin_object(canonical: PathBuf, forbidden: &ForbiddenPaths) -> Result<Resolved
             "the file has {links} hard links, so the same content is reachable under other              names that were not shown; grant a copy of it, or its directory"
         )));
     }
+    let inside = match kind {
+        PathKind::Directory => {
+            inspect(&canonical, fd.as_fd(), &forbidden.rules, walls).map_err(&forbid)?
+        }
+        PathKind::File => Inside::default(),
+    };
     Ok(Resolved {
         path: canonical,
         kind,
         object,
         pin: Pin(Some(Arc::new(fd))),
+        inside,
     })
 }
 
@@ -479,10 +732,17 @@ mod tests {
 
     fn forbidden() -> ForbiddenPaths {
         ForbiddenPaths::standard(
-            Some(Path::new("/home/ana")),
-            &[PathBuf::from("/var/lib/warden")],
+            NeverGrant::embedded().unwrap(),
+            &[PathBuf::from("/home/ana"), PathBuf::from("/srv/bob")],
+            &WardenPaths {
+                config_file: Some("/opt/conf/warden.toml".into()),
+                config_dir: Some("/home/ana/.config/warden".into()),
+                data_dir: "/var/lib/warden".into(),
+            },
         )
     }
+
+    const WORLD: GrantWalls = GrantWalls::World;
 
     #[test]
     fn system_and_credential_paths_are_never_grantable() {
@@ -504,8 +764,141 @@ mod tests {
             "/var/lib/warden",
             "/var/lib/warden/sessions/1/other/workspace",
             "/home/bob/.ssh",
+            "/var/spool/cron/crontabs/ana",
+            "/etc/cron.d",
         ] {
             assert!(f.reason(Path::new(p)).is_some(), "{p} must be refused");
+        }
+    }
+
+    #[test]
+    fn the_config_file_its_directory_and_start_up_files_are_never_grantable() {
+        let f = forbidden();
+        for (p, why) in [
+            ("/opt/conf/warden.toml", "configuration file"),
+            ("/opt/conf", "configuration file"),
+            ("/opt", "configuration"),
+            ("/home/ana/.config/warden/config.toml", "configuration"),
+            ("/home/ana/.bashrc", "shell start-up file"),
+            ("/home/ana/.zshenv", "shell start-up file"),
+            ("/home/ana/.config/fish/config.fish", "fish"),
+            ("/home/ana/.config/autostart/x.desktop", "desktop"),
+            ("/home/ana/.config/systemd/user/x.service", "systemd"),
+            ("/home/ana/.local/share/systemd/user", "systemd"),
+            ("/home/ana/.local", "systemd"),
+            ("/srv/bob/.profile", "shell start-up file"),
+            ("/srv/bob", "SSH keys"),
+            ("/srv", "SSH keys"),
+            ("/data/proj/.git", ".git"),
+            ("/data/proj/.git/config", ".git"),
+            ("/mnt/chroot/home/x/.bash_login", ".bash_login"),
+        ] {
+            let reason = f
+                .reason(Path::new(p))
+                .unwrap_or_else(|| panic!("{p} must be refused"));
+            assert!(reason.contains(why), "{p}: {reason}");
+        }
+        assert_eq!(f.reason(Path::new("/home/ana/projects/report")), None);
+        assert_eq!(f.reason(Path::new("/data/proj/.gitignore")), None);
+    }
+
+    #[test]
+    fn a_path_that_may_never_be_granted_is_refused_for_that_even_if_it_does_not_exist() {
+        let err = resolve("/home/ana/.zshrc", &forbidden(), WORLD).unwrap_err();
+        assert!(err.to_string().contains("shell start-up file"), "{err}");
+        let err = resolve("/data/x/../../home/ana/.ssh/id", &forbidden(), WORLD).unwrap_err();
+        assert!(
+            matches!(err, GrantError::Forbidden { ref path, .. } if path == Path::new("/home/ana/.ssh/id"))
+        );
+        assert_eq!(lexical(Path::new("/a/./b/../c/..")), Path::new("/a"));
+        assert_eq!(lexical(Path::new("/../x")), Path::new("/x"));
+    }
+
+    #[test]
+    fn the_settings_document_shows_the_rules_and_what_they_resolved_to() {
+        let doc = forbidden().document();
+        assert!(
+            doc["rules"]["tree"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["path"] == "~/.ssh")
+        );
+        assert!(
+            doc["rules"]["name"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["name"] == ".git")
+        );
+        let resolved = doc["resolved"].as_array().unwrap();
+        assert!(resolved.iter().any(|r| r["path"] == "/srv/bob/.bashrc"));
+        assert!(resolved.iter().any(|r| r["path"] == "/opt/conf/warden.toml"
+            && r["why"].as_str().unwrap().contains("WARDEN_CONFIG")));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn what_a_directory_holds_is_hidden_left_out_or_refused_by_what_the_sandbox_can_do() {
+        let masks = [scan::Mask {
+            rel: ".git".into(),
+            kind: scan::MaskKind::Dir,
+            why: "git".into(),
+        }];
+        let mounts = ["/d/proc (proc)".to_string()];
+        let dir = Path::new("/d");
+        // Hidden in a world and in a container; nothing can be hidden by paths alone.
+        let inside = judge_inside(GrantWalls::World, dir, &masks, &[]).unwrap();
+        assert_eq!(
+            inside.hidden,
+            [(PathBuf::from("/d/.git"), "git".to_string())]
+        );
+        assert!(judge_inside(GrantWalls::Container, dir, &masks, &[]).is_ok());
+        let err = judge_inside(GrantWalls::PathsOnly, dir, &masks, &[]).unwrap_err();
+        assert!(
+            err.contains("/d/.git") && err.contains("cannot hide"),
+            "{err}"
+        );
+        // Other mounts: left out of a container; refused in a world and by paths alone.
+        let inside = judge_inside(GrantWalls::Container, dir, &[], &mounts).unwrap();
+        assert_eq!(inside.left_out, mounts);
+        for walls in [GrantWalls::World, GrantWalls::PathsOnly] {
+            let err = judge_inside(walls, dir, &[], &mounts).unwrap_err();
+            assert!(
+                err.contains("/d/proc (proc)") && err.contains("cannot be left out"),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            judge_inside(GrantWalls::PathsOnly, dir, &[], &[]),
+            Ok(Inside::default())
+        );
+        let many: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+        assert_eq!(some_of(&many), "0, 1, 2, 3, 4, 5, 6, 7 and 2 more");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_repository_in_a_directory_is_hidden_in_a_world_and_refused_by_paths_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let proj = dir.path().join("proj");
+        for d in [".git/objects", ".git/refs", "src"] {
+            std::fs::create_dir_all(proj.join(d)).unwrap();
+        }
+        std::fs::write(proj.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(proj.join(".git/config"), "[core]\n").unwrap();
+        let raw = proj.to_str().unwrap();
+        let r = resolve(raw, &forbidden(), WORLD).unwrap();
+        let canon = std::fs::canonicalize(&proj).unwrap();
+        assert_eq!(r.inside.hidden[0].0, canon.join(".git"));
+        let err = resolve(raw, &forbidden(), GrantWalls::PathsOnly).unwrap_err();
+        assert!(err.to_string().contains(".git"), "{err}");
+        // A git directory itself, whatever its name, and anything in it.
+        std::fs::rename(proj.join(".git"), dir.path().join("bare.git")).unwrap();
+        for p in ["bare.git", "bare.git/config", "bare.git/refs"] {
+            let err =
+                resolve(dir.path().join(p).to_str().unwrap(), &forbidden(), WORLD).unwrap_err();
+            assert!(err.to_string().contains("git directory"), "{p}: {err}");
         }
     }
 
@@ -542,22 +935,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let link = dir.path().join("innocent");
         std::os::unix::fs::symlink("/etc", &link).unwrap();
-        let err = resolve(link.to_str().unwrap(), &forbidden()).unwrap_err();
+        let err = resolve(link.to_str().unwrap(), &forbidden(), WORLD).unwrap_err();
         assert!(matches!(err, GrantError::Forbidden { ref path, .. } if path == Path::new("/etc")));
         let dotted = format!("{}/../../etc", dir.path().display());
         assert!(matches!(
-            resolve(&dotted, &forbidden()),
+            resolve(&dotted, &forbidden(), WORLD),
             Err(GrantError::Forbidden { .. })
         ));
         assert!(matches!(
-            resolve("relative/x", &forbidden()),
+            resolve("relative/x", &forbidden(), WORLD),
             Err(GrantError::NotAbsolute { .. })
         ));
         assert!(matches!(
-            resolve("/definitely/not/here", &forbidden()),
+            resolve("/definitely/not/here", &forbidden(), WORLD),
             Err(GrantError::Unresolvable { .. })
         ));
-        let r = resolve(dir.path().to_str().unwrap(), &forbidden()).unwrap();
+        let r = resolve(dir.path().to_str().unwrap(), &forbidden(), WORLD).unwrap();
         assert_eq!(r.kind, PathKind::Directory);
         assert_eq!(r.path, std::fs::canonicalize(dir.path()).unwrap());
     }
@@ -582,7 +975,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("data.csv");
         std::fs::write(&file, "a,b").unwrap();
-        let g = resolve(file.to_str().unwrap(), &forbidden())
+        let g = resolve(file.to_str().unwrap(), &forbidden(), WORLD)
             .unwrap()
             .into_grant(Access::Read, "user".into(), String::new());
         assert_eq!(g.kind, PathKind::File);
@@ -610,7 +1003,7 @@ mod tests {
         let file = dir.path().join("report.csv");
         std::fs::write(&file, "x").unwrap();
         std::fs::hard_link(&file, dir.path().join("other-name")).unwrap();
-        let err = resolve(file.to_str().unwrap(), &forbidden()).unwrap_err();
+        let err = resolve(file.to_str().unwrap(), &forbidden(), WORLD).unwrap_err();
         assert!(err.to_string().contains("hard links"), "{err}");
         let mut f = forbidden();
         let protected = dir.path().join("protected");
@@ -626,7 +1019,7 @@ mod tests {
             },
             "/elsewhere/protected".into(),
         ));
-        let err = resolve(protected.to_str().unwrap(), &f).unwrap_err();
+        let err = resolve(protected.to_str().unwrap(), &f, WORLD).unwrap_err();
         assert!(err.to_string().contains("under another name"), "{err}");
     }
 

@@ -82,6 +82,7 @@ impl Backend for HostBackend {
             protected_paths: Vec::new(),
             processes_limit: None,
             processes_counted_by: "no host worker on this platform".into(),
+            grant_walls: crate::grants::GrantWalls::PathsOnly,
             launcher: None,
             gaps: platform::host_capabilities(HostOs::current()),
         }

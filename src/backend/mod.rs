@@ -167,6 +167,9 @@ pub struct Enforcement {
     /// What holds that limit (an rlimit in the worker's own user namespace, a uid of its
     /// own, a container's pids cgroup), or why there is none.
     pub processes_counted_by: String,
+    /// What this backend's sandbox can hide in, or leave out of, a granted directory.
+    #[serde(skip)]
+    pub grant_walls: crate::grants::GrantWalls,
     /// The Docker backend's in-container launcher, as resolved (`SANDBOX_LAUNCHER`):
     /// this server's binary bound read-only, or the image's, with its version.
     #[serde(skip_serializing_if = "Option::is_none")]

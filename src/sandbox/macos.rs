@@ -292,6 +292,7 @@ pub fn resolve_view(view: &FsView, resolve: &dyn Fn(&Path) -> Option<PathBuf>) -
         workspace: one(&view.workspace),
         tmp: one(&view.tmp),
         checked: view.checked.iter().map(|(p, id)| (one(p), *id)).collect(),
+        unmasked_grants: view.unmasked_grants,
     }
 }
 

@@ -137,7 +137,10 @@ impl WorkerPolicy {
             WorkspaceSource::Keeper { dir } => (dir.join("workspace"), dir.join("tmp")),
             WorkspaceSource::HostDirs { workspace, tmp, .. } => (workspace.clone(), tmp.clone()),
         };
-        let host_view = host_view(inputs.runtime, &host_workspace, &host_tmp, inputs.grants);
+        let host_view = FsView {
+            unmasked_grants: true,
+            ..host_view(inputs.runtime, &host_workspace, &host_tmp, inputs.grants)
+        };
         let host_env = worker_env(
             &host_workspace,
             &host_tmp,
@@ -211,6 +214,7 @@ pub fn host_view(
         workspace: workspace.to_path_buf(),
         tmp: tmp.to_path_buf(),
         checked: Vec::new(),
+        unmasked_grants: false,
     };
     if let Some(loader) = &runtime.elf_interpreter {
         view.executables.push(loader.clone());
@@ -307,6 +311,7 @@ pub(crate) fn example_policy(network: NetworkMode) -> WorkerPolicy {
             workspace: PathBuf::from("/w/workspace"),
             tmp: PathBuf::from("/w/tmp"),
             checked: vec![],
+            unmasked_grants: false,
         },
         host_env: vec![],
         world: None,

@@ -74,6 +74,14 @@ pub struct GrantResult {
     pub worker_restarted: bool,
     pub message: String,
     pub warnings: Vec<String>,
+    /// Entries inside the granted directory that the code can never reach (an empty,
+    /// read-only mount covers each): `.git`, credentials, shell start-up files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<String>,
+    /// Other file systems mounted inside the granted directory, which the grant does
+    /// not include.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts_left_out: Vec<String>,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -214,6 +222,7 @@ impl WardenServer {
                 "audit_log": self.sessions.audit().status(),
                 "guard_policy": self.sessions.guard_summary(),
             },
+            "never_grantable": self.sessions.never_grantable(),
             "workers": self.sessions.workers_report(),
             "sessions": self.sessions.sessions_report(owner),
             "last_selftest": last,
@@ -289,6 +298,8 @@ impl WardenServer {
                     "refused without asking: {e}; every grant request is recorded before the user is asked"
                 ),
                 warnings: audit.warnings(),
+                hidden: Vec::new(),
+                mounts_left_out: Vec::new(),
             };
             return wrapped("request_grant", &refused, true);
         }
@@ -506,6 +517,8 @@ impl WardenServer {
             worker_restarted: false,
             message: String::new(),
             warnings: Vec::new(),
+            hidden: Vec::new(),
+            mounts_left_out: Vec::new(),
         };
         if let Err(e) = validate_session_name(&session) {
             result.message = e.message;
@@ -521,15 +534,31 @@ impl WardenServer {
                 return result;
             }
         };
-        let resolved = match self.sessions.resolve_grant_path(&args.path) {
-            Ok(resolved) => resolved,
-            Err(e) => {
+        // Off the runtime's threads: a directory is walked for what it must not give.
+        let sessions = self.sessions.clone();
+        let raw = args.path.clone();
+        let resolving =
+            tokio::task::spawn_blocking(move || sessions.resolve_grant_path(&raw)).await;
+        let resolved = match resolving {
+            Ok(Ok(resolved)) => resolved,
+            Ok(Err(e)) => {
                 result.message = format!("refused without asking: {e}");
+                return result;
+            }
+            Err(e) => {
+                result.message = format!("refused without asking: checking the path failed ({e})");
                 return result;
             }
         };
         let (path, kind) = (resolved.path.clone(), resolved.kind);
         result.path = path.display().to_string();
+        result.hidden = resolved
+            .inside
+            .hidden
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        result.mounts_left_out = resolved.inside.left_out.clone();
         if let Some(existing) = self.sessions.covering_grant(&key, &path, args.access) {
             result.granted = true;
             result.expires_at = existing.expires_at;
@@ -589,12 +618,13 @@ impl WardenServer {
             crate::grants::PathKind::File => "file",
         };
         let question = format!(
-            "warden: the AI agent asks for {what} access to the {noun}\n\n    {shown}\n\nfor the Python sandbox of session \"{session}\". Approve only if code written by the agent should be able to {} it. The session's interpreter restarts; its variables are cleared.\n\n---- the agent's stated reason: its own words, not warden's, shown as one quoted line ----\n{quoted}",
+            "warden: the AI agent asks for {what} access to the {noun}\n\n    {shown}\n\nfor the Python sandbox of session \"{session}\". Approve only if code written by the agent should be able to {} it.{} The session's interpreter restarts; its variables are cleared.\n\n---- the agent's stated reason: its own words, not warden's, shown as one quoted line ----\n{quoted}",
             if args.access == Access::Write {
                 "read and change"
             } else {
                 "read"
             },
+            inside_notice(&resolved.inside),
         );
         let answer = ctx
             .peer
@@ -655,6 +685,18 @@ impl WardenServer {
                 } else {
                     "granted. The next call starts a worker with the wider sandbox.".to_string()
                 };
+                if !result.hidden.is_empty() {
+                    result.message.push_str(&format!(
+                        " Hidden from the code inside it (empty, read-only): {}.",
+                        crate::grants::some_of(&result.hidden)
+                    ));
+                }
+                if !result.mounts_left_out.is_empty() {
+                    result.message.push_str(&format!(
+                        " Other file systems mounted inside it are not included: {}.",
+                        crate::grants::some_of(&result.mounts_left_out)
+                    ));
+                }
                 if let Some(w) = self.sessions.permission_warning(&path, kind, args.access) {
                     result.warnings.push(w);
                 }
@@ -663,6 +705,36 @@ impl WardenServer {
         }
         result
     }
+}
+
+/// What the person is told of a directory's contents that the grant does not give: the
+/// entries hidden from the code and the other mounts left out. Empty when there are
+/// none. Pure.
+fn inside_notice(inside: &crate::grants::Inside) -> String {
+    let mut text = String::new();
+    if !inside.hidden.is_empty() {
+        let names: Vec<String> = inside
+            .hidden
+            .iter()
+            .map(|(p, _)| crate::text::display_path(p))
+            .collect();
+        text.push_str(&format!(
+            "\n\nInside it, warden hides from the code (an empty, read-only mount covers each, so it can neither read nor change them): {}.",
+            crate::grants::some_of(&names)
+        ));
+        if inside.hidden.iter().any(|(p, _)| p.ends_with(".git")) {
+            text.push_str(
+                " A .git directory is never given: git runs the commands its configuration and hooks name.",
+            );
+        }
+    }
+    if !inside.left_out.is_empty() {
+        text.push_str(&format!(
+            "\n\nOther file systems mounted inside it are not included (the code sees their empty mount points): {}.",
+            crate::grants::some_of(&inside.left_out)
+        ));
+    }
+    text
 }
 
 /// What a remote client sees instead of a host path.

@@ -3,13 +3,44 @@
 //! worker, since a sealed sandbox (a Landlock ruleset, a container's mounts) cannot be
 //! widened in place.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{PreApproval, Session, SessionError, SessionManager};
 use crate::execution::ErrorInfo;
-use crate::grants::{Access, ForbiddenPaths, Grant, GrantError, PathKind, Resolved};
+use crate::grants::{
+    Access, ForbiddenPaths, Grant, GrantError, GrantWalls, NeverGrant, PathKind, Resolved,
+    WardenPaths,
+};
 use crate::owner::{Owner, SessionKey};
+
+/// The never-grant list of this server: `policies/never-grant.toml` for the server
+/// user's home and every login user's, its configuration file and directory, its data.
+pub(super) fn forbidden_paths(
+    settings: &crate::config::Settings,
+    data_dir: &Path,
+) -> Result<ForbiddenPaths, SessionError> {
+    let rules = NeverGrant::embedded()?;
+    let mut homes: Vec<PathBuf> = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
+    if let Ok(passwd) = std::fs::read_to_string("/etc/passwd") {
+        homes.extend(crate::grants::rules::login_homes(&passwd));
+    }
+    let mut seen: Vec<PathBuf> = Vec::new();
+    homes.retain(|h| {
+        let fresh = h.is_absolute() && h != Path::new("/") && !seen.contains(h);
+        seen.push(h.clone());
+        fresh
+    });
+    let warden = WardenPaths {
+        config_file: settings.config_file.clone(),
+        config_dir: crate::config::config_dir(),
+        data_dir: data_dir.to_path_buf(),
+    };
+    Ok(ForbiddenPaths::standard(rules, &homes, &warden))
+}
 
 /// Resolves the operator's pre-approved paths at start; one that can never be granted,
 /// or that could rewrite another, stops the server with the reason.
@@ -17,6 +48,7 @@ pub(super) fn operator_grants(
     pre_approved: &[PreApproval],
     forbidden: &ForbiddenPaths,
     in_world: bool,
+    walls: GrantWalls,
 ) -> Result<Vec<Grant>, SessionError> {
     let mut out: Vec<Grant> = Vec::new();
     for pre in pre_approved {
@@ -24,7 +56,13 @@ pub(super) fn operator_grants(
             origin: pre.source.clone(),
             error,
         };
-        let resolved = resolve_in_world(&pre.path, forbidden, in_world).map_err(refuse)?;
+        let resolved = resolve_in_world(&pre.path, forbidden, in_world, walls).map_err(refuse)?;
+        for (path, why) in &resolved.inside.hidden {
+            tracing::warn!(grant = %resolved.path.display(), hidden = %path.display(), %why, "hidden inside a pre-approved grant");
+        }
+        for mount in &resolved.inside.left_out {
+            tracing::warn!(grant = %resolved.path.display(), %mount, "another mount, left out of a pre-approved grant");
+        }
         let grant = resolved.into_grant(
             pre.access,
             format!("operator ({})", pre.source),
@@ -49,8 +87,9 @@ fn resolve_in_world(
     raw: &str,
     forbidden: &ForbiddenPaths,
     in_world: bool,
+    walls: GrantWalls,
 ) -> Result<Resolved, GrantError> {
-    let resolved = crate::grants::resolve(raw, forbidden)?;
+    let resolved = crate::grants::resolve(raw, forbidden, walls)?;
     if in_world && let Some(what) = crate::sandbox::linux::world::reserved_in_world(&resolved.path)
     {
         return Err(GrantError::Forbidden {
@@ -80,7 +119,14 @@ impl SessionManager {
     /// that can never be granted (nor land on the world's own places).
     pub fn resolve_grant_path(&self, raw: &str) -> Result<Resolved, GrantError> {
         let in_world = self.settings.host_sandbox != crate::config::SandboxMode::Off;
-        resolve_in_world(raw, &self.forbidden, in_world)
+        resolve_in_world(raw, &self.forbidden, in_world, self.grant_walls)
+    }
+
+    /// The never-grant list as `warden://settings` shows it.
+    pub fn never_grantable(&self) -> serde_json::Value {
+        let mut doc = self.forbidden.document();
+        doc["grant_walls"] = serde_json::json!(self.grant_walls);
+        doc
     }
 
     /// Why `grant` may not join the grants `session` already has (the operator's
@@ -94,16 +140,34 @@ impl SessionManager {
     }
 
     /// The live grants a new worker of `session` binds: only those whose path still
-    /// holds the object the person approved. A session grant whose object changed is
-    /// revoked, an operator grant skipped, each with a warning.
+    /// holds the object the person approved, and, where nothing can be hidden in it or
+    /// left out of it, nothing more. A session grant that fails is revoked, an operator
+    /// grant skipped, each with a warning. The second value says why a running worker
+    /// must not go on: by host paths alone (no world of its own), it reaches whatever
+    /// was mounted inside a granted directory since it started.
     pub(super) fn approved_grants(
         &self,
         session: &Session,
+        starting: bool,
         warnings: &mut Vec<String>,
-    ) -> Vec<Grant> {
+    ) -> (Vec<Grant>, Option<String>) {
         let mut out = Vec::new();
+        let mut withdrawn = None;
         for grant in self.effective_grants(session) {
-            match crate::grants::check_still_approved(&grant) {
+            let checked = crate::grants::check_still_approved(&grant).and_then(|()| {
+                crate::grants::check_inside(
+                    &grant,
+                    &self.forbidden.rules,
+                    self.grant_walls,
+                    starting,
+                )
+                .inspect_err(|why| {
+                    if self.grant_walls == crate::grants::GrantWalls::PathsOnly {
+                        withdrawn = Some(format!("a grant was withdrawn ({why})"));
+                    }
+                })
+            });
+            match checked {
                 Ok(()) => out.push(grant),
                 Err(why) => {
                     tracing::warn!(session = %session.key, path = %grant.path.display(), %why, "grant not bound");
@@ -122,7 +186,7 @@ impl SessionManager {
                 }
             }
         }
-        out
+        (out, withdrawn)
     }
 
     /// The operator's grants whose objects are still the approved ones: what a new
@@ -130,7 +194,11 @@ impl SessionManager {
     pub(super) fn approved_operator_grants(&self) -> Vec<Grant> {
         self.operator_grants
             .iter()
-            .filter(|g| crate::grants::check_still_approved(g).is_ok())
+            .filter(|g| {
+                crate::grants::check_still_approved(g).is_ok()
+                    && crate::grants::check_inside(g, &self.forbidden.rules, self.grant_walls, true)
+                        .is_ok()
+            })
             .cloned()
             .collect()
     }

@@ -73,6 +73,8 @@ pub enum SessionError {
     },
     #[error("pre-approved grant from {origin}: {error}")]
     PreApproval { origin: String, error: GrantError },
+    #[error(transparent)]
+    NeverGrant(#[from] crate::grants::rules::RulesError),
 }
 
 pub struct SessionManager {
@@ -106,6 +108,8 @@ pub struct SessionManager {
     gate: Mutex<Option<String>>,
     /// Paths no grant may ever reach.
     forbidden: ForbiddenPaths,
+    /// What the backend can hide in, or leave out of, a granted directory.
+    grant_walls: crate::grants::GrantWalls,
     /// Grants the operator approved at start (CLI flags, config file): every session.
     operator_grants: Vec<Grant>,
     audit: crate::audit::AuditLog,
@@ -232,16 +236,13 @@ impl SessionManager {
             }
         };
         let audit = crate::audit::AuditLog::open(&data_dir.join("audit"), &instance);
-        let mut warden_dirs = vec![data_dir.clone()];
-        if let Some(config) = crate::config::config_dir() {
-            warden_dirs.push(config);
-        }
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let mut forbidden = ForbiddenPaths::standard(home.as_deref(), &warden_dirs);
         let enforcement = resolution.backend.enforcement();
+        let mut forbidden = grants::forbidden_paths(&settings, &data_dir)?;
         forbidden.add_runtime(&enforcement.protected_paths, &[]);
         let in_world = settings.host_sandbox != crate::config::SandboxMode::Off;
-        let operator_grants = grants::operator_grants(pre_approved, &forbidden, in_world)?;
+        let grant_walls = enforcement.grant_walls;
+        let operator_grants =
+            grants::operator_grants(pre_approved, &forbidden, in_world, grant_walls)?;
         // One warm pool for every backend; its size depends on what a warm worker is
         // (SANDBOX_POOL_SIZE for containers when set, else SANDBOX_WARM_WORKERS).
         let warm_target = settings.warm_target(resolution.backend.kind());
@@ -281,6 +282,7 @@ impl SessionManager {
             verdicts: Arc::new(VerdictCache::default()),
             gate: Mutex::new(None),
             forbidden,
+            grant_walls,
             operator_grants,
             audit,
             watcher,

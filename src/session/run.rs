@@ -94,7 +94,13 @@ impl Session {
         }
         let mut warnings = Vec::new();
         self.drop_expired_grants(state);
-        let grants = manager.approved_grants(self, &mut warnings);
+        let starting = state.worker.is_none();
+        let (grants, withdrawn) = manager.approved_grants(self, starting, &mut warnings);
+        if let Some(why) = withdrawn
+            && self.drop_worker(state).is_some()
+        {
+            state.lost_worker = Some(why);
+        }
         let (mut verdict, pending) = match self
             .verdict_first(manager, state, code, &grants, &mut warnings)
             .await

@@ -21,7 +21,7 @@ pub fn image() -> String {
 }
 
 /// Whether the engine and the image are here; fails the test when they must be.
-fn docker_ready() -> bool {
+pub fn docker_ready() -> bool {
     let ok = Command::new("docker")
         .args(["image", "inspect", &image()])
         .output()
@@ -38,7 +38,7 @@ fn docker_ready() -> bool {
 }
 
 /// Settings for a Docker-backed server (guard off unless a test says otherwise).
-fn docker_env<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, String)> {
+pub fn docker_env<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, String)> {
     let mut env = vec![
         ("EXECUTION_BACKEND", "docker".to_string()),
         ("SANDBOX_IMAGE", image()),

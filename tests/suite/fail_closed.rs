@@ -12,7 +12,8 @@ use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
 
 use super::{As, Net, Server, both_modes, data_dir_for, server_command_as, stdout};
 
-fn no_unshare_filter() -> BpfProgram {
+/// A seccomp filter under which unshare(2) fails with EPERM: no namespace can be made.
+pub fn no_unshare_filter() -> BpfProgram {
     let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
         [(libc::SYS_unshare, vec![])].into_iter().collect();
     SeccompFilter::new(

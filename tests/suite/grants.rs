@@ -1,6 +1,10 @@
 //! request_grant with real clients that answer elicitation: accept gives exactly the
 //! approved access, decline gives none, a client without elicitation gets the refusal
-//! that explains pre-approval, and a forbidden path is refused without asking.
+//! that explains pre-approval, and a forbidden path is refused without asking. What a
+//! granted directory holds that no grant gives (the never-grant list, `.git`, other
+//! mounts) is in [`reach`].
+
+mod reach;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -94,6 +98,15 @@ impl Harness {
             args,
             data.path(),
         );
+        Harness::start_command(cmd, data, answer).await
+    }
+
+    /// The server a test built itself, with its data directory.
+    async fn start_command(
+        cmd: tokio::process::Command,
+        data: tempfile::TempDir,
+        answer: Answer,
+    ) -> Harness {
         let person = Person {
             answer: Arc::new(Mutex::new(answer)),
             asked: Arc::new(Mutex::new(Vec::new())),

@@ -95,7 +95,10 @@ async fn a_custom_policy_file_is_used() {
 async fn config_file_grants_are_pre_approved() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let shared = dir.path().join("shared");
+    // Apart from the config file: its directory is never grantable.
+    let data = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let shared = data.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(shared.join("in.txt"), "from-config-grant").unwrap();

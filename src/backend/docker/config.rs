@@ -9,11 +9,11 @@ use std::path::{Component, Path, PathBuf};
 
 use bollard::models::{
     ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
-    MountBindOptionsPropagationEnum, MountType,
+    MountBindOptionsPropagationEnum, MountTmpfsOptions, MountType,
 };
 
 use crate::config::NetworkMode;
-use crate::grants::Access;
+use crate::grants::{Access, MaskKind};
 
 /// Where the launcher (a Linux warden binary: the server's own, bound read-only, or the
 /// image's) sits in every container.
@@ -52,11 +52,13 @@ impl Owner {
     }
 }
 
-/// One approved object bound into the container at its own path.
+/// One approved object bound into the container at its own path, without the other
+/// file systems mounted inside it, and the entries inside it to hide (absolute paths).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BoundGrant {
     pub path: PathBuf,
     pub access: Access,
+    pub hidden: Vec<(PathBuf, MaskKind)>,
 }
 
 /// Everything one worker container is made of.
@@ -73,6 +75,8 @@ pub struct ContainerPlan<'a> {
     /// The session's (or the pooled container's) workspace on this machine.
     pub workspace: &'a Path,
     pub grants: &'a [BoundGrant],
+    /// An empty read-only file of the server's, bound over each file a grant hides.
+    pub empty_file: &'a Path,
     pub memory_bytes: u64,
     pub pids_limit: u64,
     pub tmp_bytes: u64,
@@ -87,9 +91,32 @@ fn bind(source: &Path, target: &str, read_only: bool) -> Mount {
         read_only: Some(read_only),
         bind_options: Some(MountBindOptions {
             propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+            // Exactly one file system: what is mounted inside the source stays out.
+            non_recursive: Some(true),
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// What covers an entry a grant hides: an empty read-only tmpfs over a directory, the
+/// empty file over anything else. (The engine mounts shallower targets first, so each
+/// lands on its grant.)
+fn hide(path: &Path, kind: MaskKind, empty_file: &Path) -> Mount {
+    let target = path.display().to_string();
+    match kind {
+        MaskKind::Dir => Mount {
+            target: Some(target),
+            typ: Some(MountType::TMPFS),
+            read_only: Some(true),
+            tmpfs_options: Some(MountTmpfsOptions {
+                size_bytes: Some(4096),
+                mode: Some(0o555),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        MaskKind::File => bind(empty_file, &target, true),
     }
 }
 
@@ -104,6 +131,11 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
     for g in plan.grants {
         let target = g.path.display().to_string();
         mounts.push(bind(&g.path, &target, g.access == Access::Read));
+        mounts.extend(
+            g.hidden
+                .iter()
+                .map(|(path, kind)| hide(path, *kind, plan.empty_file)),
+        );
     }
     let memory = i64::try_from(plan.memory_bytes).unwrap_or(i64::MAX);
     let network_mode = match plan.network {
@@ -294,6 +326,13 @@ fn check_mounts(hc: &HostConfig, is_socket: &dyn Fn(&Path) -> bool) -> Result<()
                 ) {
                     return Err(Refused("bind mounts must be private".into()));
                 }
+                if m.bind_options.as_ref().and_then(|b| b.non_recursive) != Some(true) {
+                    return Err(Refused(format!(
+                        "the bind of {} must not be recursive: other file systems mounted \
+                         inside it would come along",
+                        m.source.as_deref().unwrap_or_default()
+                    )));
+                }
             }
             Some(MountType::TMPFS) => {}
             other => return Err(Refused(format!("mount type {other:?} is not allowed"))),
@@ -470,6 +509,7 @@ mod tests {
             launcher: Some(Path::new("/usr/local/bin/warden")),
             workspace: Path::new("/var/lib/warden/sessions/1-aa/s/workspace"),
             grants,
+            empty_file: Path::new("/var/lib/warden/sessions/1-aa/empty"),
             memory_bytes: 2 << 30,
             pids_limit: 256,
             tmp_bytes: 64 << 20,
@@ -553,6 +593,7 @@ mod tests {
             launcher: None,
             workspace: Path::new("/var/lib/warden/sessions/1-aa/s/workspace"),
             grants: &[],
+            empty_file: Path::new("/var/lib/warden/sessions/1-aa/empty"),
             memory_bytes: 2 << 30,
             pids_limit: 256,
             tmp_bytes: 64 << 20,
@@ -571,10 +612,12 @@ mod tests {
             BoundGrant {
                 path: "/data/in".into(),
                 access: Access::Read,
+                hidden: Vec::new(),
             },
             BoundGrant {
                 path: "/data/out.csv".into(),
                 access: Access::Write,
+                hidden: Vec::new(),
             },
         ]);
         validate_container_config(&cfg, &no_sockets).unwrap();
@@ -583,6 +626,50 @@ mod tests {
         assert_eq!(mounts[2].target.as_deref(), Some("/data/in"));
         assert_eq!(mounts[2].read_only, Some(true));
         assert_eq!(mounts[3].read_only, Some(false));
+        assert!(mounts.iter().all(|m| {
+            m.bind_options
+                .as_ref()
+                .is_some_and(|b| b.non_recursive == Some(true))
+        }));
+    }
+
+    #[test]
+    fn what_a_grant_hides_is_covered_and_other_mounts_stay_out() {
+        let cfg = good(&[BoundGrant {
+            path: "/data/proj".into(),
+            access: Access::Write,
+            hidden: vec![
+                ("/data/proj/.git".into(), MaskKind::Dir),
+                ("/data/proj/lib/.git".into(), MaskKind::File),
+            ],
+        }]);
+        validate_container_config(&cfg, &no_sockets).unwrap();
+        let mounts = cfg.host_config.clone().unwrap().mounts.unwrap();
+        assert_eq!(mounts.len(), 5, "{mounts:?}");
+        let dir = &mounts[3];
+        assert_eq!(dir.typ, Some(MountType::TMPFS));
+        assert_eq!(dir.target.as_deref(), Some("/data/proj/.git"));
+        assert_eq!(dir.read_only, Some(true));
+        let file = &mounts[4];
+        assert_eq!(file.typ, Some(MountType::BIND));
+        assert_eq!(
+            file.source.as_deref(),
+            Some("/var/lib/warden/sessions/1-aa/empty")
+        );
+        assert_eq!(file.target.as_deref(), Some("/data/proj/lib/.git"));
+        assert_eq!(file.read_only, Some(true));
+        // A recursive bind would bring the source's submounts along: refused.
+        let mut cfg = cfg;
+        hc(&mut cfg).mounts.as_mut().unwrap()[2]
+            .bind_options
+            .as_mut()
+            .unwrap()
+            .non_recursive = None;
+        assert!(
+            refused(&cfg).contains("must not be recursive"),
+            "{}",
+            refused(&cfg)
+        );
     }
 
     #[test]
@@ -608,6 +695,7 @@ mod tests {
             let cfg = good(&[BoundGrant {
                 path: path.into(),
                 access: Access::Read,
+                hidden: Vec::new(),
             }]);
             let why = refused(&cfg);
             assert!(why.contains("refused"), "{path}: {why}");
@@ -616,6 +704,7 @@ mod tests {
         let cfg = good(&[BoundGrant {
             path: "/srv/app/control".into(),
             access: Access::Read,
+            hidden: Vec::new(),
         }]);
         let err = validate_container_config(&cfg, &|p| p == Path::new("/srv/app/control"));
         assert!(err.unwrap_err().to_string().contains("socket"));
@@ -627,6 +716,7 @@ mod tests {
         let cfg = good(&[BoundGrant {
             path: "/home/alice/data".into(),
             access: Access::Read,
+            hidden: Vec::new(),
         }]);
         validate_container_config(&cfg, &no_sockets).unwrap();
     }

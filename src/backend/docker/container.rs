@@ -510,6 +510,7 @@ mod tests {
             let grants = [BoundGrant {
                 path: bad.into(),
                 access: crate::grants::Access::Read,
+                hidden: Vec::new(),
             }];
             let cfg = container_config(&ContainerPlan {
                 image: "warden-sandbox:latest",
@@ -519,6 +520,7 @@ mod tests {
                 launcher: Some(Path::new("/usr/local/bin/warden")),
                 workspace: dir.path(),
                 grants: &grants,
+                empty_file: dir.path(),
                 memory_bytes: 1 << 30,
                 pids_limit: 64,
                 tmp_bytes: 1 << 20,

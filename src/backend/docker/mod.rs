@@ -236,6 +236,13 @@ impl DockerBackend {
             quota: Quota::Unavailable(String::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
         };
+        make_empty_file(instance_dir).map_err(|e| {
+            Unavailable(format!(
+                "cannot make {} in {}: {e}",
+                EMPTY_FILE,
+                instance_dir.display()
+            ))
+        })?;
         let (runtime, quota) = query::query_image(&inner).await.map_err(Unavailable)?;
         if let Quota::Unavailable(why) = &quota {
             tracing::warn!(reason = %why, "no per-session disk quota in the Docker backend");
@@ -308,6 +315,7 @@ impl Inner {
         workspace: &'a Path,
         user: (u32, u32),
         grants: &'a [BoundGrant],
+        empty_file: &'a Path,
     ) -> ContainerPlan<'a> {
         ContainerPlan {
             image: &self.settings.docker.image,
@@ -320,6 +328,7 @@ impl Inner {
             },
             workspace,
             grants,
+            empty_file,
             memory_bytes: self.settings.mem_limit_bytes,
             pids_limit: self.settings.pids_limit,
             tmp_bytes: self.settings.docker.tmp_size_bytes,
@@ -340,8 +349,15 @@ impl Inner {
         if closing() {
             return Err(shutting_down());
         }
-        let bound = bind_grants(grants)?;
-        let config = config::container_config(&self.plan(role, &slot.workspace, slot.user, &bound));
+        let empty_file = self.instance_dir.join(EMPTY_FILE);
+        let bound = bind_grants(grants, &empty_file)?;
+        let config = config::container_config(&self.plan(
+            role,
+            &slot.workspace,
+            slot.user,
+            &bound,
+            &empty_file,
+        ));
         let policy = serde_json::to_vec(&self.policy(grants))
             .map_err(|e| StartError::Protocol(format!("policy: {e}")))?;
         let name = container::container_name(&self.owner.instance, role);
@@ -431,9 +447,48 @@ impl Inner {
     }
 }
 
+/// The empty read-only file of the instance that covers each file a grant hides.
+const EMPTY_FILE: &str = "hidden-empty";
+
+/// Makes the instance's [`EMPTY_FILE`] (read-only for everyone: the container user
+/// reads it as nothing).
+fn make_empty_file(instance_dir: &Path) -> std::io::Result<()> {
+    let path = instance_dir.join(EMPTY_FILE);
+    std::fs::File::create(&path)?;
+    crate::os::set_mode(&path, 0o444)
+}
+
+/// What a granted directory holds that the container must not reach, found again just
+/// before the container is made: each entry the never-grant rules name, not walking
+/// into the other file systems mounted inside it (the bind leaves them out).
+#[cfg(unix)]
+fn hidden_in(dir: &Path) -> Result<Vec<(PathBuf, crate::grants::MaskKind)>, String> {
+    use std::os::fd::AsFd;
+    let rules = crate::grants::NeverGrant::embedded().map_err(|e| e.to_string())?;
+    let table = crate::grants::mountinfo::read_self()?;
+    let skip: Vec<PathBuf> = crate::grants::mountinfo::beneath(&table, dir)
+        .iter()
+        .filter_map(|m| m.mount_point.strip_prefix(dir).ok().map(Path::to_path_buf))
+        .collect();
+    let fd = crate::grants::open_no_symlinks(dir).map_err(|e| e.to_string())?;
+    let masks = crate::grants::scan::scan(fd.as_fd(), &rules, &skip, &crate::grants::scan::LIMITS)
+        .map_err(|e| e.to_string())?;
+    Ok(masks
+        .into_iter()
+        .map(|m| (dir.join(m.rel), m.kind))
+        .collect())
+}
+
+/// Grants exist only on Unix servers (they are pinned by descriptor at consent).
+#[cfg(not(unix))]
+fn hidden_in(_dir: &Path) -> Result<Vec<(PathBuf, crate::grants::MaskKind)>, String> {
+    Ok(Vec::new())
+}
+
 /// Each grant, re-checked just before it is bound: it must still resolve to itself (no
-/// symlink put in its place since consent) and be the same kind of object.
-fn bind_grants(grants: &[Grant]) -> Result<Vec<BoundGrant>, StartError> {
+/// symlink put in its place since consent) and be the same kind of object; what a
+/// directory holds that must be hidden is found again.
+fn bind_grants(grants: &[Grant], empty_file: &Path) -> Result<Vec<BoundGrant>, StartError> {
     grants
         .iter()
         .map(|g| {
@@ -451,9 +506,31 @@ fn bind_grants(grants: &[Grant]) -> Result<Vec<BoundGrant>, StartError> {
                     ),
                 });
             }
+            let hidden = match g.kind {
+                PathKind::Directory => hidden_in(&g.path).map_err(|e| StartError::Refused {
+                    wall: "grants".into(),
+                    message: format!("{}: {e}; it is not bound", g.path.display()),
+                })?,
+                PathKind::File => Vec::new(),
+            };
+            if hidden
+                .iter()
+                .any(|(_, k)| *k == crate::grants::MaskKind::File)
+                && !empty_file.is_file()
+            {
+                return Err(StartError::Refused {
+                    wall: "grants".into(),
+                    message: format!(
+                        "{}: {} is missing, so what the grant hides cannot be covered",
+                        g.path.display(),
+                        empty_file.display()
+                    ),
+                });
+            }
             Ok(BoundGrant {
                 path: g.path.clone(),
                 access: g.access,
+                hidden,
             })
         })
         .collect()
@@ -589,6 +666,7 @@ impl Backend for DockerBackend {
             },
             processes_limit: Some(inner.settings.pids_limit),
             processes_counted_by: "the container's pids cgroup (SANDBOX_PIDS_LIMIT)".into(),
+            grant_walls: crate::grants::GrantWalls::Container,
             launcher: Some(inner.launcher.describe()),
             gaps,
         }

@@ -73,7 +73,8 @@ async fn query_in(
         Err("the server is not root: only root can mount a size-capped tmpfs that the engine sees, so workspaces are plain host directories (run the server as root for a per-session disk quota)".to_string())
     };
     let marked = std::fs::write(dir.join(MARKER), &nonce);
-    let mut cfg = config::container_config(&inner.plan("query", &dir, user, &[]));
+    let empty_file = inner.instance_dir.join(super::EMPTY_FILE);
+    let mut cfg = config::container_config(&inner.plan("query", &dir, user, &[], &empty_file));
     cfg.cmd = Some(vec![super::route::QUERY_SUBCOMMAND.to_string()]);
     cfg.open_stdin = Some(false);
     cfg.stdin_once = Some(false);

@@ -220,6 +220,15 @@ impl Backend for HostBackend {
             processes_counted_by: self
                 .task_count()
                 .map_or_else(|| self.no_task_limit(), |how| how.describe().to_string()),
+            // A world is certain only where the workspace keeper runs (the helper joins
+            // its namespaces or refuses); without it the helper may fall back to host
+            // paths, where nothing can be hidden.
+            grant_walls: if self.settings.host_sandbox != SandboxMode::Off && self.store.has_quota()
+            {
+                crate::grants::GrantWalls::World
+            } else {
+                crate::grants::GrantWalls::PathsOnly
+            },
             launcher: None,
             gaps: self.gaps(),
         }

@@ -3,7 +3,7 @@
 //! [`restrict_current_thread`] applies it in the single-threaded helper, and reports the
 //! enforcement status instead of silently accepting a partial ruleset.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
 use landlock::{
@@ -198,6 +198,23 @@ fn open_rule_path(view: &FsView, path: &std::path::Path) -> Result<OwnedFd, Refu
             "grant {}: the object there is no longer the one the person approved",
             path.display()
         )));
+    }
+    if view.unmasked_grants
+        && rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+    {
+        // By host paths a rule reaches through every mount inside the directory, and
+        // nothing in it can be hidden: such a directory is not granted.
+        let rules =
+            crate::grants::NeverGrant::embedded().map_err(|e| Refused::Changed(e.to_string()))?;
+        crate::grants::inspect(
+            path,
+            fd.as_fd(),
+            &rules,
+            crate::grants::GrantWalls::PathsOnly,
+        )
+        .map_err(|e| {
+            Refused::Changed(format!("grant {}: {e}; it is not granted", path.display()))
+        })?;
     }
     Ok(fd)
 }

@@ -1,12 +1,18 @@
 //! Applies a [`WorldPlan`]: the only code that mounts anything. Runs in the helper's
 //! child, PID 1 of its PID namespace, holding capabilities in its user namespace.
 //!
-//! Every bind is recursive (mounts that came from a more privileged namespace are
-//! locked and can only be bound whole) and is then remounted with the flags it must
-//! have: read-only unless writable, always `nosuid` and `nodev`, `noexec` on everything
-//! the code can write; the flags the kernel locked on the source are carried over (a
-//! remount in a user namespace may not clear them), as bubblewrap does.
+//! Every bind of the runtime and the session's own places is recursive (mounts that
+//! came from a more privileged namespace are locked and can only be bound whole); a
+//! grant's is not: it brings in exactly one file system, and when other file systems
+//! are mounted inside it the kernel refuses (EINVAL), so the grant is not bound. Each
+//! bind is then remounted with the flags it must have: read-only unless writable,
+//! always `nosuid` and `nodev`, `noexec` on everything the code can write; the flags
+//! the kernel locked on the source are carried over (a remount in a user namespace may
+//! not clear them), as bubblewrap does. Inside a granted directory, every entry the
+//! never-grant rules name (`.git`, credentials, shell start-up files, git directories
+//! by content) is covered by an empty, read-only mount.
 
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::StatVfsMountFlags;
@@ -123,14 +129,101 @@ fn bind_grant(
     let at = inside(root, source);
     mount_point(&at, kind)?;
     let by_fd = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
-    rustix::mount::mount_bind_recursive(by_fd.as_str(), &at)
-        .map_err(|e| format!("binding grant {}: {e}", source.display()))?;
+    rustix::mount::mount_bind(by_fd.as_str(), &at).map_err(|e| match e {
+        rustix::io::Errno::INVAL => format!(
+            "grant {}: other file systems are mounted inside it, and the kernel binds it \
+             only together with them; it is not bound (ask for a directory that holds no \
+             other mount)",
+            source.display()
+        ),
+        e => format!("binding grant {}: {e}", source.display()),
+    })?;
     let mode = if writable {
         BindMode::ReadWrite
     } else {
         BindMode::ReadOnly
     };
-    restrict(&at, mode).map_err(|e| format!("grant {}: {e}", source.display()))
+    restrict(&at, mode).map_err(|e| format!("grant {}: {e}", source.display()))?;
+    if kind == Kind::Dir {
+        hide_inside(&at)
+            .map_err(|e| format!("grant {}: {e}; it is not bound", source.display()))?;
+    }
+    Ok(())
+}
+
+/// Covers every entry of the bound directory `at` that the never-grant rules name with
+/// an empty, read-only mount, found by walking the bound tree itself (so what appeared
+/// since consent is covered too).
+fn hide_inside(at: &Path) -> Result<(), String> {
+    use rustix::fs::{Mode, OFlags};
+    let rules = crate::grants::NeverGrant::embedded().map_err(|e| e.to_string())?;
+    let dir = rustix::fs::open(
+        at,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("opening the bound directory: {e}"))?;
+    let masks = crate::grants::scan::scan(dir.as_fd(), &rules, &[], &crate::grants::scan::LIMITS)
+        .map_err(|e| e.to_string())?;
+    for mask in &masks {
+        hide(dir.as_fd(), mask).map_err(|e| format!("hiding {}: {e}", mask.rel.display()))?;
+    }
+    Ok(())
+}
+
+/// Mounts over one entry beneath `dir`, reached without following any link or leaving
+/// the grant's file system: a read-only tmpfs over a directory; over anything else a
+/// read-only, `nodev` bind of `/dev/null`, which can then not be opened at all.
+fn hide(dir: std::os::fd::BorrowedFd<'_>, mask: &crate::grants::scan::Mask) -> Result<(), String> {
+    use crate::grants::scan::MaskKind;
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    use rustix::mount::{MoveMountFlags, OpenTreeFlags};
+    let target = rustix::fs::openat2(
+        dir,
+        &mask.rel,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV,
+    )
+    .map_err(|e| e.to_string())?;
+    let is_dir = rustix::fs::FileType::from_raw_mode(
+        rustix::fs::fstat(&target)
+            .map_err(|e| e.to_string())?
+            .st_mode,
+    ) == rustix::fs::FileType::Directory;
+    if is_dir != (mask.kind == MaskKind::Dir) {
+        return Err("it changed while it was being hidden".to_string());
+    }
+    let at = format!("/proc/self/fd/{}", target.as_raw_fd());
+    if is_dir {
+        return rustix::mount::mount(
+            "tmpfs",
+            at.as_str(),
+            "tmpfs",
+            MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            Some(c"size=4k,nr_inodes=2,mode=0555"),
+        )
+        .map_err(|e| e.to_string());
+    }
+    let null = rustix::mount::open_tree(
+        rustix::fs::CWD,
+        "/dev/null",
+        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+    )
+    .map_err(|e| format!("cloning /dev/null: {e}"))?;
+    rustix::mount::move_mount(
+        &null,
+        "",
+        &target,
+        "",
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+    )
+    .map_err(|e| e.to_string())?;
+    // The clone is attached now: its descriptor names exactly the new mount.
+    restrict(
+        Path::new(&format!("/proc/self/fd/{}", null.as_raw_fd())),
+        BindMode::ReadOnly,
+    )
 }
 
 /// Remounts the bind at `at` with the flags its [`BindMode`] asks for, always

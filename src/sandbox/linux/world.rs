@@ -157,7 +157,9 @@ pub enum MountStep {
         mode: BindMode,
     },
     /// A grant: `source` is opened without following any symlink, must still be the
-    /// object the person approved, and exactly that object is bound.
+    /// object the person approved, and exactly that object is bound, not recursively
+    /// (no other file system mounted inside it comes along); inside a directory, what
+    /// the never-grant rules name is covered by empty read-only mounts.
     BindGrant {
         source: PathBuf,
         kind: Kind,
@@ -193,6 +195,12 @@ pub struct FsView {
     /// checked them).
     #[serde(default)]
     pub checked: Vec<(PathBuf, ObjectId)>,
+    /// The grants in `checked` are reached by host paths with nothing hidden in them or
+    /// left out of them (the host's fallback without a world): a granted directory that
+    /// holds another mount, or an entry the never-grant rules name, is not granted.
+    /// (Inside a container, its mounts did both.)
+    #[serde(default)]
+    pub unmasked_grants: bool,
 }
 
 /// The world of one worker: how to build it, and what the code sees in it.

@@ -36,6 +36,7 @@ fn view() -> FsView {
                 ObjectId { dev: 1, ino: 4 },
             ),
         ],
+        unmasked_grants: false,
     }
 }
 
@@ -352,6 +353,7 @@ fn the_profile_is_well_formed_and_every_parameter_is_defined_once() {
         workspace: PathBuf::from("/w"),
         tmp: PathBuf::from("/t"),
         checked: vec![],
+        unmasked_grants: false,
     };
     let p = profile(&empty, &[], NetworkMode::Deny);
     assert!(referenced_params(&p.text).is_empty());
