@@ -18,6 +18,13 @@ pub struct HostSlot {
     dir: std::path::PathBuf,
 }
 
+impl HostSlot {
+    /// What the session's results say about its workspace: nothing, no quota here.
+    pub fn workspace_notice(&self) -> Option<String> {
+        None
+    }
+}
+
 pub struct HostBackend {
     settings: Arc<Settings>,
 }
