@@ -350,7 +350,15 @@ async fn churn(base: Stats, native: f64) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(n(10_000, 300));
-    let server = Client::warden(&[("SANDBOX_SESSION_IDLE_S", "2")]).await;
+    // Names arrive faster than they expire: the session cap is raised so that what is
+    // measured is the churn, not `TooManySessions`; small quotas keep the disk total out
+    // of it too.
+    let server = Client::warden(&[
+        ("SANDBOX_SESSION_IDLE_S", "2"),
+        ("SANDBOX_MAX_SESSIONS", "4096"),
+        ("SANDBOX_DISK_LIMIT", "16m"),
+    ])
+    .await;
     server.call("first", PRINT).await;
     let rss0 = support::rss_kib(server.pid);
     let mut took = Vec::new();
