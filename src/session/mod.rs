@@ -112,6 +112,8 @@ pub struct SessionManager {
     grant_walls: crate::grants::GrantWalls,
     /// Grants the operator approved at start (CLI flags, config file): every session.
     operator_grants: Vec<Grant>,
+    /// Operator's grants left out at start: another one already gives them.
+    dropped_grants: Vec<crate::grants::Dropped>,
     audit: crate::audit::AuditLog,
     /// One inotify instance for every session's workspace tracker.
     watcher: Arc<crate::workspace::Watcher>,
@@ -241,7 +243,7 @@ impl SessionManager {
         forbidden.add_runtime(&enforcement.protected_paths, &[]);
         let in_world = settings.host_sandbox != crate::config::SandboxMode::Off;
         let grant_walls = enforcement.grant_walls;
-        let operator_grants =
+        let (operator_grants, dropped_grants) =
             grants::operator_grants(pre_approved, &forbidden, in_world, grant_walls)?;
         // One warm pool for every backend; its size depends on what a warm worker is
         // (SANDBOX_POOL_SIZE for containers when set, else SANDBOX_WARM_WORKERS).
@@ -284,6 +286,7 @@ impl SessionManager {
             forbidden,
             grant_walls,
             operator_grants,
+            dropped_grants,
             audit,
             watcher,
         };
