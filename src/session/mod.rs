@@ -175,14 +175,7 @@ struct SessionState {
 /// `<pid>-<8 hex digits>`: unique per server instance.
 fn instance_name() -> String {
     let suffix: [u8; 4] = crate::random_bytes();
-    format!(
-        "{}-{}",
-        std::process::id(),
-        suffix
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    )
+    format!("{}-{}", std::process::id(), crate::hex(&suffix))
 }
 
 impl SessionManager {
@@ -619,13 +612,7 @@ impl SessionManager {
     /// A throwaway session (own directory, own backend slot) whose workers get exactly
     /// what a real session's worker gets. Removed when dropped.
     pub fn ephemeral(&self, label: &str) -> Result<Ephemeral<'_>, ErrorInfo> {
-        let name: String = format!(
-            "{label}-{}",
-            crate::random_bytes::<6>()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        );
+        let name: String = format!("{label}-{}", crate::hex(&crate::random_bytes::<6>()));
         let dir = self.instance_dir.join(&name);
         let (slot, paths) = self.backend.open_session(&dir).map_err(|e| {
             ErrorInfo::new(
