@@ -31,10 +31,6 @@ impl Owner {
         let hex: String = crate::hex(&digest[..8]);
         Owner::Client(hex)
     }
-
-    pub fn is_local(&self) -> bool {
-        matches!(self, Owner::Local)
-    }
 }
 
 impl fmt::Display for Owner {

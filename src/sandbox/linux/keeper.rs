@@ -119,7 +119,6 @@ pub struct Keeper {
     socket: Mutex<Channel>,
     child: Mutex<std::process::Child>,
     pid: u32,
-    stage: PathBuf,
     /// The keeper's user namespace (only when the server is not root).
     user_ns: Option<OwnedFd>,
     mount_ns: OwnedFd,
@@ -211,7 +210,6 @@ impl Keeper {
             }),
             child: Mutex::new(child),
             pid,
-            stage: stage.to_path_buf(),
             user_ns,
             mount_ns,
         })
@@ -228,11 +226,6 @@ impl Keeper {
             let _ = child.kill();
             let _ = child.wait();
         }
-    }
-
-    /// Where workspace `id` is, in the keeper's mount namespace.
-    pub fn dir_of(&self, id: &str) -> PathBuf {
-        self.stage.join(id)
     }
 
     pub fn namespaces(&self) -> JoinNamespaces<'_> {
