@@ -654,11 +654,6 @@ impl Reader<'_> {
 }
 
 impl Settings {
-    /// Reads every setting from the process environment alone (no flags, no file).
-    pub fn from_env() -> Result<Settings, ConfigError> {
-        Settings::from_lookup(|name| std::env::var(name).ok())
-    }
-
     /// Reads every setting through `lookup` as if it were the environment (tests).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
         let env = REGISTRY

@@ -10,7 +10,8 @@
 //! reused). Every later worker start binds the object at that path only if it is still
 //! that one ([`check_still_approved`]; the sandbox helper checks again, race-free, on the
 //! descriptor it binds). Grants that would let one rewrite another are refused
-//! ([`conflict`]), as are grants covering the runtime, the binary or warden's data.
+//! ([`conflict`]), as are grants covering the runtime, the binary or warden's data; an
+//! operator grant that another already gives is dropped instead ([`combine_operator`]).
 //!
 //! What may never be granted is data ([`rules`]: `policies/never-grant.toml`). What a
 //! granted directory holds that no grant gives is found by [`scan`] (entries to hide:
@@ -726,6 +727,115 @@ pub fn conflict(existing: &[Grant], new: &Grant) -> Option<GrantError> {
     None
 }
 
+/// A pre-approved grant left out at start because another pre-approved grant already
+/// gives everything it would (shown in `warden://settings`, logged as a warning).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Dropped {
+    pub path: PathBuf,
+    pub access: Access,
+    /// Who asked for it, e.g. "operator (--allow-read)".
+    pub approved_by: String,
+    /// The grant that gives it.
+    pub covered_by: PathBuf,
+    pub covered_by_access: Access,
+    pub why: String,
+}
+
+/// Why `wide` (with what it hides or leaves out, `inside`) already gives all of
+/// `narrow`, if it does: the same path with at least the access, or a directory on the
+/// same device that holds it with at least the access, and neither hides it nor leaves
+/// out a mount (a mount left out could be what holds it). Pure.
+fn covered_by(wide: &Grant, inside: &Inside, narrow: &Grant) -> Option<String> {
+    let access_ok = wide.access == Access::Write || narrow.access == Access::Read;
+    if !access_ok {
+        return None;
+    }
+    if wide.path == narrow.path {
+        return Some(match (wide.access, narrow.access) {
+            (Access::Write, Access::Read) => "the same path is also granted for writing".into(),
+            _ => "the same path is granted twice".into(),
+        });
+    }
+    let holds = wide.kind == PathKind::Directory
+        && narrow.path.starts_with(&wide.path)
+        && wide.object.dev == narrow.object.dev
+        && inside.left_out.is_empty()
+        && !inside
+            .hidden
+            .iter()
+            .any(|(p, _)| narrow.path.starts_with(p));
+    holds.then(|| {
+        let verb = match wide.access {
+            Access::Write => "write",
+            Access::Read => "read",
+        };
+        format!(
+            "it lies inside {}, which the code may already {verb}",
+            wide.path.display()
+        )
+    })
+}
+
+/// The operator's grants as they are kept: each grant that another already gives is
+/// dropped (it would add nothing), and what remains must not be able to rewrite one
+/// another ([`conflict`]). Of two grants that give each other (the same path, the same
+/// access), the first is kept. Pure.
+///
+/// # Errors
+/// The index (in `candidates`) of the first grant that conflicts with one kept before
+/// it, and why: a combination that would widen something.
+pub fn combine_operator(
+    candidates: Vec<(Grant, Inside)>,
+) -> Result<(Vec<Grant>, Vec<Dropped>), (usize, GrantError)> {
+    let mut dropped = Vec::new();
+    let mut kept: Vec<usize> = Vec::new();
+    for (i, (grant, _)) in candidates.iter().enumerate() {
+        // A wider grant that is itself kept: covering is transitive, so the widest
+        // (the one nothing else covers) always exists.
+        let cover = candidates
+            .iter()
+            .enumerate()
+            .find_map(|(j, (wide, inside))| {
+                let wider = (i != j)
+                    && (wide.path != grant.path || wide.access != grant.access || j < i)
+                    && !is_covered(&candidates, j);
+                wider
+                    .then(|| covered_by(wide, inside, grant).map(|why| (wide, why)))
+                    .flatten()
+            });
+        match cover {
+            Some((wide, why)) => dropped.push(Dropped {
+                path: grant.path.clone(),
+                access: grant.access,
+                approved_by: grant.approved_by.clone(),
+                covered_by: wide.path.clone(),
+                covered_by_access: wide.access,
+                why,
+            }),
+            None => kept.push(i),
+        }
+    }
+    let mut out: Vec<Grant> = Vec::new();
+    for i in kept {
+        let grant = &candidates[i].0;
+        if let Some(error) = conflict(&out, grant) {
+            return Err((i, error));
+        }
+        out.push(grant.clone());
+    }
+    Ok((out, dropped))
+}
+
+/// Whether candidate `j` is given by another candidate (see [`combine_operator`]).
+fn is_covered(candidates: &[(Grant, Inside)], j: usize) -> bool {
+    let narrow = &candidates[j].0;
+    candidates.iter().enumerate().any(|(k, (wide, inside))| {
+        k != j
+            && (wide.path != narrow.path || wide.access != narrow.access || k < j)
+            && covered_by(wide, inside, narrow).is_some()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1060,6 +1170,86 @@ mod tests {
         // Siblings never conflict.
         let other = grant("/database", PathKind::Directory, Access::Write);
         assert_eq!(conflict(std::slice::from_ref(&dir_write), &other), None);
+    }
+
+    fn plain(grants: &[&Grant]) -> Vec<(Grant, Inside)> {
+        grants
+            .iter()
+            .map(|g| ((*g).clone(), Inside::default()))
+            .collect()
+    }
+
+    fn paths(grants: &[Grant]) -> Vec<(&Path, Access)> {
+        grants
+            .iter()
+            .map(|g| (g.path.as_path(), g.access))
+            .collect()
+    }
+
+    #[test]
+    fn an_operator_grant_another_already_gives_is_dropped_in_either_order() {
+        let file_read = grant("/data/input.csv", PathKind::File, Access::Read);
+        let dir_write = grant("/data", PathKind::Directory, Access::Write);
+        for order in [[&dir_write, &file_read], [&file_read, &dir_write]] {
+            let (kept, dropped) = combine_operator(plain(&order)).unwrap();
+            assert_eq!(paths(&kept), [(Path::new("/data"), Access::Write)]);
+            assert_eq!(dropped.len(), 1);
+            assert_eq!(dropped[0].path, Path::new("/data/input.csv"));
+            assert_eq!(dropped[0].covered_by, Path::new("/data"));
+            assert!(dropped[0].why.contains("may already write"), "{dropped:?}");
+        }
+        // A read grant inside a read directory, a writable directory inside a writable
+        // one, the same path twice: the narrower goes, the widest stays.
+        let dir_read = grant("/data", PathKind::Directory, Access::Read);
+        let sub_write = grant("/data/out", PathKind::Directory, Access::Write);
+        let (kept, dropped) = combine_operator(plain(&[&file_read, &dir_read])).unwrap();
+        assert_eq!(paths(&kept), [(Path::new("/data"), Access::Read)]);
+        assert_eq!(dropped[0].path, Path::new("/data/input.csv"));
+        let (kept, _) = combine_operator(plain(&[&sub_write, &dir_write, &file_read])).unwrap();
+        assert_eq!(paths(&kept), [(Path::new("/data"), Access::Write)]);
+        let (kept, dropped) = combine_operator(plain(&[&dir_read, &dir_write])).unwrap();
+        assert_eq!(paths(&kept), [(Path::new("/data"), Access::Write)]);
+        assert!(dropped[0].why.contains("also granted for writing"));
+        let (kept, dropped) = combine_operator(plain(&[&dir_read, &dir_read])).unwrap();
+        assert_eq!((kept.len(), dropped.len()), (1, 1));
+    }
+
+    #[test]
+    fn operator_grants_that_widen_something_are_kept_or_refused_never_dropped() {
+        let dir_read = grant("/data", PathKind::Directory, Access::Read);
+        let file_write = grant("/data/out.csv", PathKind::File, Access::Write);
+        let sub_write = grant("/data/out", PathKind::Directory, Access::Write);
+        // Writing inside a read-only directory adds something: both are kept.
+        let (kept, dropped) =
+            combine_operator(plain(&[&dir_read, &file_write, &sub_write])).unwrap();
+        assert_eq!(kept.len(), 3);
+        assert!(dropped.is_empty());
+        // A file on another device (a mount inside the directory) is not what the
+        // directory's grant gives: still refused beside a writable directory.
+        let dir_write = grant("/data", PathKind::Directory, Access::Write);
+        let mut mounted = grant("/data/mnt/x.csv", PathKind::File, Access::Read);
+        mounted.object.dev = 9;
+        let (i, err) = combine_operator(plain(&[&dir_write, &mounted])).unwrap_err();
+        assert_eq!(i, 1);
+        assert!(matches!(err, GrantError::Conflict { .. }), "{err}");
+        // Nor what the directory hides, nor anything when it leaves a mount out.
+        let file_read = grant("/data/private/x.csv", PathKind::File, Access::Read);
+        for inside in [
+            Inside {
+                hidden: vec![("/data/private".into(), "unlistable".into())],
+                left_out: vec![],
+            },
+            Inside {
+                hidden: vec![],
+                left_out: vec!["/data/elsewhere (nfs)".into()],
+            },
+        ] {
+            let candidates = vec![
+                (dir_write.clone(), inside),
+                (file_read.clone(), Inside::default()),
+            ];
+            assert!(combine_operator(candidates).is_err());
+        }
     }
 
     #[test]

@@ -35,6 +35,17 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
     buf
 }
 
+/// `bytes` in lower-case hexadecimal, two digits a byte: digests, keys and random names.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
 /// The global allocator on Linux: mimalloc (plain mode, no huge-page advice: with it the
 /// idle server's RSS was 32 MB instead of 19). The guard's parser builds a syntax tree a
 /// node at a time, and under glibc's malloc allocating and freeing those nodes took
@@ -43,3 +54,13 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
 #[cfg(target_os = "linux")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hex_is_two_lower_case_digits_a_byte() {
+        assert_eq!(super::hex(&[]), "");
+        assert_eq!(super::hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
+        assert_eq!(super::hex(&super::random_bytes::<6>()).len(), 12);
+    }
+}

@@ -70,10 +70,7 @@ pub fn create_private_file(path: &Path, contents: &[u8]) -> std::io::Result<bool
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::other(format!("{} names no file", path.display())))?;
-    let suffix: String = crate::random_bytes::<6>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let suffix: String = crate::hex(&crate::random_bytes::<6>());
     let tmp = path.with_file_name(format!(".{}.{suffix}", name.to_string_lossy()));
     let mut file =
         private_file(std::fs::OpenOptions::new().write(true).create_new(true)).open(&tmp)?;

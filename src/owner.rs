@@ -28,12 +28,8 @@ impl Owner {
         hasher.update([0u8]);
         hasher.update(secret.as_bytes());
         let digest = hasher.finalize();
-        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let hex: String = crate::hex(&digest[..8]);
         Owner::Client(hex)
-    }
-
-    pub fn is_local(&self) -> bool {
-        matches!(self, Owner::Local)
     }
 }
 

@@ -39,7 +39,7 @@ impl Key {
     }
 
     pub fn to_hex(&self) -> String {
-        hex(&self.0)
+        crate::hex(&self.0)
     }
 
     /// HMAC-SHA256 of `body`, in hex.
@@ -56,18 +56,8 @@ impl Key {
         for p in parts {
             m.update(p);
         }
-        hex(&m.finalize().into_bytes())
+        crate::hex(&m.finalize().into_bytes())
     }
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
 }
 
 /// A record without its MAC: what the MAC covers.

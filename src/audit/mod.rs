@@ -113,7 +113,7 @@ fn bound(field: &mut String) {
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    chain::hex(&Sha256::digest(bytes))
+    crate::hex(&Sha256::digest(bytes))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -296,7 +296,7 @@ impl AuditLog {
                 let aside = self.dir.join(format!(
                     "{}.broken.{}",
                     store::KEY_FILE,
-                    chain::hex(&crate::random_bytes::<4>())
+                    crate::hex(&crate::random_bytes::<4>())
                 ));
                 std::fs::rename(self.dir.join(store::KEY_FILE), &aside)?;
                 let key = store::load_or_create_key(&self.dir)?;

@@ -211,7 +211,7 @@ pub fn write_checkpoint(dir: &Path, key: &Key, cp: &Checkpoint) -> std::io::Resu
     let text = chain::seal_checkpoint(key, cp).map_err(std::io::Error::other)?;
     let tmp: PathBuf = dir.join(format!(
         "{CHECKPOINT_FILE}.{}",
-        chain::hex(&crate::random_bytes::<6>())
+        crate::hex(&crate::random_bytes::<6>())
     ));
     let result = private()
         .write(true)

@@ -343,7 +343,7 @@ impl Channel {
         let id = self.next_id;
         self.next_id += 1;
         let nonce_bytes: [u8; 16] = crate::random_bytes();
-        let nonce: String = nonce_bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let nonce: String = crate::hex(&nonce_bytes);
         let mut out = StreamCollector::new(output_cap, Markers::for_nonce(&nonce));
         out.tap = self.stdout_tap.take();
         let mut err = StreamCollector::new(output_cap, Markers::for_nonce(&nonce));

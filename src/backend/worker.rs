@@ -231,7 +231,6 @@ pub struct Worker {
     channel: Channel,
     process: WorkerProcessKind,
     report: SandboxReport,
-    frozen: bool,
 }
 
 impl Worker {
@@ -240,19 +239,12 @@ impl Worker {
             channel,
             process,
             report,
-            frozen: false,
         }
     }
 
     /// Stops the worker until its next call (warm workers wait frozen).
     pub fn freeze(&mut self) {
         self.process.freeze();
-        self.frozen = true;
-    }
-
-    /// Whether the worker is frozen between calls.
-    pub fn is_frozen(&self) -> bool {
-        self.frozen
     }
 
     pub fn usage_probe(&self) -> UsageProbe {
@@ -334,7 +326,6 @@ impl Worker {
             armed: true,
         };
         self.process.thaw();
-        self.frozen = false;
         let output = self
             .channel
             .execute(&mut self.process, code, inputs, timeout, output_cap, gate)

@@ -94,14 +94,14 @@ const BASE: &str = r#"(version 1)
   (literal "/dev"))
 "#;
 
-/// Rules when `SANDBOX_NETWORK=allow`: outbound IP and name resolution through
+/// Rules when `HOST_SANDBOX_NETWORK=allow`: outbound IP and name resolution through
 /// mDNSResponder; never inbound.
 const NETWORK_ALLOW: &str = r#"(allow network-outbound (remote ip))
 (allow network-outbound (literal "/private/var/run/mDNSResponder"))
 (allow mach-lookup (global-name "com.apple.dnssd.service"))
 "#;
 
-/// Rules when `SANDBOX_NETWORK=deny` (the default): stated, though deny-default already
+/// Rules when `HOST_SANDBOX_NETWORK=deny` (the default): stated, though deny-default already
 /// denies it, so that the profile says so.
 const NETWORK_DENY: &str = "(deny network*)\n";
 
@@ -335,7 +335,7 @@ pub fn walls(
     };
     let net = match network {
         NetworkMode::Deny => "no network",
-        NetworkMode::Allow => "outbound network allowed (SANDBOX_NETWORK=allow)",
+        NetworkMode::Allow => "outbound network allowed (HOST_SANDBOX_NETWORK=allow)",
     };
     let wall = |name: &str, detail: String| WallStatus {
         name: name.into(),

@@ -128,13 +128,7 @@ impl WorkspaceStore {
     /// [`StoreError::Budget`] when not even the smallest quota fits in
     /// `SANDBOX_DISK_TOTAL`; else the keeper's or the file system's refusal.
     pub fn create(&self, run_as: Option<RunAs>) -> Result<Workspace, StoreError> {
-        let id = format!(
-            "w{}",
-            crate::random_bytes::<6>()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        );
+        let id = format!("w{}", crate::hex(&crate::random_bytes::<6>()));
         let dir = self.base.join(&id);
         if let Some(keeper) = &self.keeper {
             let (quota, notice) = self.admit()?;

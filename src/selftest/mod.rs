@@ -45,13 +45,6 @@ impl Drop for Fixtures {
     }
 }
 
-fn hex<const N: usize>() -> String {
-    crate::random_bytes::<N>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 impl Fixtures {
     /// The UNIX listener saw a connection.
     fn unix_accepted(&self) -> bool {
@@ -67,12 +60,15 @@ impl Fixtures {
 }
 
 fn make_fixtures(base: &Path) -> std::io::Result<Fixtures> {
-    let dir = base.join(format!("selftest-fixtures-{}", hex::<6>()));
+    let dir = base.join(format!(
+        "selftest-fixtures-{}",
+        crate::hex(&crate::random_bytes::<6>())
+    ));
     crate::os::create_dir(&dir, 0o755, false)?;
     crate::os::set_mode(&dir, 0o755)?;
     // Readable and writable by anyone: only the sandbox, not file permissions, may stop
     // the probes.
-    let canary = format!("warden-canary-{}", hex::<16>());
+    let canary = format!("warden-canary-{}", crate::hex(&crate::random_bytes::<16>()));
     let canary_path = dir.join("canary.txt");
     std::fs::write(&canary_path, &canary)?;
     crate::os::set_mode(&canary_path, 0o644)?;
@@ -428,7 +424,7 @@ async fn memfd_probe(
     worker: &mut Worker,
     eph: &crate::session::Ephemeral<'_>,
 ) -> (ProbeResult, bool) {
-    let marker = format!("selftest-memfd-{}", hex::<6>());
+    let marker = format!("selftest-memfd-{}", crate::hex(&crate::random_bytes::<6>()));
     let code = format!("{PROBES_SOURCE}\nmemfd_exec({marker:?})\n");
     let run = worker.execute(&code, &[], PROBE_TIMEOUT, 1 << 16).await;
     let text = stdout_text(&run);

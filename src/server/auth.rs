@@ -91,10 +91,7 @@ impl HttpClient {
     /// The scope of an MCP session this client opens: its credential's and a random id
     /// of the session's own, so no header a request carries can name it.
     pub fn session_owner(&self) -> Owner {
-        let nonce: String = crate::random_bytes::<16>()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let nonce: String = crate::hex(&crate::random_bytes::<16>());
         Owner::client_from_secret("session", &format!("{}\0{nonce}", self.credential.id()))
     }
 }
@@ -362,10 +359,7 @@ pub struct StoredToken {
 }
 
 fn generate_token() -> String {
-    crate::random_bytes::<32>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::hex(&crate::random_bytes::<32>())
 }
 
 /// The token of `data_dir`'s [`TOKEN_FILE`], created when there is none. A file that is
@@ -587,10 +581,7 @@ pub fn bind_private_socket(path: &Path) -> Result<std::os::unix::net::UnixListen
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(e.to_string())),
     }
-    let suffix: String = crate::random_bytes::<6>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let suffix: String = crate::hex(&crate::random_bytes::<6>());
     let private = parent.join(format!(".warden-socket-{suffix}"));
     crate::os::create_dir(&private, 0o700, false).map_err(|e| fail(e.to_string()))?;
     let staged = private.join("s");

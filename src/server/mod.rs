@@ -223,6 +223,7 @@ impl WardenServer {
                 "guard_policy": self.sessions.guard_summary(),
             },
             "never_grantable": self.sessions.never_grantable(),
+            "dropped_grants": self.sessions.dropped_grants(),
             "workers": self.sessions.workers_report(),
             "sessions": self.sessions.sessions_report(owner),
             "last_selftest": last,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{PreApproval, Session, SessionError, SessionManager};
 use crate::execution::ErrorInfo;
 use crate::grants::{
-    Access, ForbiddenPaths, Grant, GrantError, GrantWalls, NeverGrant, PathKind, Resolved,
+    Access, Dropped, ForbiddenPaths, Grant, GrantError, GrantWalls, NeverGrant, PathKind, Resolved,
     WardenPaths,
 };
 use crate::owner::{Owner, SessionKey};
@@ -42,43 +42,51 @@ pub(super) fn forbidden_paths(
     Ok(ForbiddenPaths::standard(rules, &homes, &warden))
 }
 
-/// Resolves the operator's pre-approved paths at start; one that can never be granted,
-/// or that could rewrite another, stops the server with the reason.
+/// Resolves the operator's pre-approved paths at start. One that can never be granted,
+/// or that could rewrite another, stops the server with the reason; one that another
+/// already gives is dropped with a warning (returned, for `warden://settings`).
 pub(super) fn operator_grants(
     pre_approved: &[PreApproval],
     forbidden: &ForbiddenPaths,
     in_world: bool,
     walls: GrantWalls,
-) -> Result<Vec<Grant>, SessionError> {
-    let mut out: Vec<Grant> = Vec::new();
+) -> Result<(Vec<Grant>, Vec<Dropped>), SessionError> {
+    let mut candidates = Vec::new();
     for pre in pre_approved {
-        let refuse = |error| SessionError::PreApproval {
-            origin: pre.source.clone(),
-            error,
-        };
-        let resolved = resolve_in_world(&pre.path, forbidden, in_world, walls).map_err(refuse)?;
+        let resolved =
+            resolve_in_world(&pre.path, forbidden, in_world, walls).map_err(|error| {
+                SessionError::PreApproval {
+                    origin: pre.source.clone(),
+                    error,
+                }
+            })?;
         for (path, why) in &resolved.inside.hidden {
             tracing::warn!(grant = %resolved.path.display(), hidden = %path.display(), %why, "hidden inside a pre-approved grant");
         }
         for mount in &resolved.inside.left_out {
             tracing::warn!(grant = %resolved.path.display(), %mount, "another mount, left out of a pre-approved grant");
         }
+        let inside = resolved.inside.clone();
         let grant = resolved.into_grant(
             pre.access,
             format!("operator ({})", pre.source),
             "pre-approved at start-up".into(),
         );
-        if let Some(error) = crate::grants::conflict(&out, &grant) {
-            return Err(refuse(error));
-        }
-        tracing::info!(path = %grant.path.display(), access = ?pre.access, source = %pre.source, "pre-approved grant");
-        // The same path twice: the wider access wins.
-        out.retain(|g| g.path != grant.path || g.access == Access::Write);
-        if !out.iter().any(|g| g.path == grant.path) {
-            out.push(grant);
-        }
+        candidates.push((grant, inside));
     }
-    Ok(out)
+    let (kept, dropped) = crate::grants::combine_operator(candidates).map_err(|(i, error)| {
+        SessionError::PreApproval {
+            origin: pre_approved[i].source.clone(),
+            error,
+        }
+    })?;
+    for d in &dropped {
+        tracing::warn!(path = %d.path.display(), access = ?d.access, source = %d.approved_by, covered_by = %d.covered_by.display(), why = %d.why, "pre-approved grant dropped: another one already gives it");
+    }
+    for grant in &kept {
+        tracing::info!(path = %grant.path.display(), access = ?grant.access, source = %grant.approved_by, "pre-approved grant");
+    }
+    Ok((kept, dropped))
 }
 
 /// Resolves and opens a requested path ([`crate::grants::resolve`]) and, when workers
@@ -120,6 +128,11 @@ impl SessionManager {
     pub fn resolve_grant_path(&self, raw: &str) -> Result<Resolved, GrantError> {
         let in_world = self.settings.host_sandbox != crate::config::SandboxMode::Off;
         resolve_in_world(raw, &self.forbidden, in_world, self.grant_walls)
+    }
+
+    /// The operator's grants dropped at start because another already gives them.
+    pub fn dropped_grants(&self) -> &[Dropped] {
+        &self.dropped_grants
     }
 
     /// The never-grant list as `warden://settings` shows it.

@@ -31,22 +31,6 @@ pub enum Lookup {
 }
 
 impl SessionManager {
-    /// Runs the guard: a cell under 4 KiB where it is awaited, a larger one on a
-    /// blocking thread (`Guard::check` itself moves deep code to a parse thread with a
-    /// large stack); a verdict cached for the same source, policy and roots is
-    /// answered at once.
-    pub async fn check_code(
-        &self,
-        code: &str,
-        workspace: &Path,
-        allowed_roots: Vec<PathBuf>,
-    ) -> GuardOutcome {
-        match self.lookup_code(code, workspace, allowed_roots) {
-            Lookup::Done(outcome) => outcome,
-            Lookup::Miss(pending) => pending.run().await,
-        }
-    }
-
     /// The guard's answer when it needs no check (guard off, verdict cached), else the
     /// check to run: a caller can start other work before it awaits that.
     pub fn lookup_code(&self, code: &str, workspace: &Path, allowed_roots: Vec<PathBuf>) -> Lookup {

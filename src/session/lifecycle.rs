@@ -218,10 +218,7 @@ impl SessionManager {
         }
         session.drop_worker(state);
         let keep = (why != Closing::Reset && self.settings.keep_workspaces).then(|| {
-            let suffix: String = crate::random_bytes::<4>()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let suffix: String = crate::hex(&crate::random_bytes::<4>());
             self.kept_dir
                 .join(format!("{}-{suffix}", session.key.dir_name()))
         });

@@ -112,6 +112,8 @@ pub struct SessionManager {
     grant_walls: crate::grants::GrantWalls,
     /// Grants the operator approved at start (CLI flags, config file): every session.
     operator_grants: Vec<Grant>,
+    /// Operator's grants left out at start: another one already gives them.
+    dropped_grants: Vec<crate::grants::Dropped>,
     audit: crate::audit::AuditLog,
     /// One inotify instance for every session's workspace tracker.
     watcher: Arc<crate::workspace::Watcher>,
@@ -173,14 +175,7 @@ struct SessionState {
 /// `<pid>-<8 hex digits>`: unique per server instance.
 fn instance_name() -> String {
     let suffix: [u8; 4] = crate::random_bytes();
-    format!(
-        "{}-{}",
-        std::process::id(),
-        suffix
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    )
+    format!("{}-{}", std::process::id(), crate::hex(&suffix))
 }
 
 impl SessionManager {
@@ -241,7 +236,7 @@ impl SessionManager {
         forbidden.add_runtime(&enforcement.protected_paths, &[]);
         let in_world = settings.host_sandbox != crate::config::SandboxMode::Off;
         let grant_walls = enforcement.grant_walls;
-        let operator_grants =
+        let (operator_grants, dropped_grants) =
             grants::operator_grants(pre_approved, &forbidden, in_world, grant_walls)?;
         // One warm pool for every backend; its size depends on what a warm worker is
         // (SANDBOX_POOL_SIZE for containers when set, else SANDBOX_WARM_WORKERS).
@@ -284,6 +279,7 @@ impl SessionManager {
             forbidden,
             grant_walls,
             operator_grants,
+            dropped_grants,
             audit,
             watcher,
         };
@@ -616,13 +612,7 @@ impl SessionManager {
     /// A throwaway session (own directory, own backend slot) whose workers get exactly
     /// what a real session's worker gets. Removed when dropped.
     pub fn ephemeral(&self, label: &str) -> Result<Ephemeral<'_>, ErrorInfo> {
-        let name: String = format!(
-            "{label}-{}",
-            crate::random_bytes::<6>()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        );
+        let name: String = format!("{label}-{}", crate::hex(&crate::random_bytes::<6>()));
         let dir = self.instance_dir.join(&name);
         let (slot, paths) = self.backend.open_session(&dir).map_err(|e| {
             ErrorInfo::new(

@@ -70,11 +70,6 @@ pub fn stat_at(dir: BorrowedFd<'_>, name: &[u8]) -> rustix::io::Result<Stamp> {
     rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW).map(|st| stamp_of(&st))
 }
 
-/// The directory itself.
-pub fn stat_fd(fd: BorrowedFd<'_>) -> rustix::io::Result<Stamp> {
-    rustix::fs::fstat(fd).map(|st| stamp_of(&st))
-}
-
 /// Opens `rel` (relative, `/`-separated raw bytes; empty for `dir` itself) beneath `dir`
 /// without ever leaving it: `..`, symlinks at any component and magic links are refused.
 pub fn open_beneath(dir: BorrowedFd<'_>, rel: &[u8], flags: OFlags) -> rustix::io::Result<OwnedFd> {

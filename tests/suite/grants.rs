@@ -147,6 +147,23 @@ impl Harness {
             .1
     }
 
+    /// The `warden://settings` document.
+    async fn settings(&self) -> Value {
+        let read = self
+            .client
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(
+                "warden://settings",
+            ))
+            .await
+            .unwrap();
+        match &read.contents[0] {
+            rmcp::model::ResourceContents::TextResourceContents { text, .. } => {
+                serde_json::from_str(text).unwrap()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     fn asked(&self) -> Vec<String> {
         self.person.asked.lock().unwrap().clone()
     }
@@ -556,25 +573,54 @@ for name, fn in [("read", lambda: open(os.path.join(d, "key")).read()),
     }
 }
 
-/// `--allow-read F --allow-write dir(F)`: the operator's grants obey the same rule.
+/// `--allow-write DIR --allow-read DIR/input.csv` (either order): the write grant
+/// already gives the file, so the file's grant is dropped with a warning that
+/// `warden://settings` shows, and the server starts with the directory writable.
 #[tokio::test]
-async fn operator_grants_that_could_rewrite_each_other_stop_the_server() {
+async fn an_operator_grant_another_already_gives_is_dropped_with_a_warning() {
     for who in both_modes() {
-        let (_keep, dir) = shared_dir("x");
+        let (_keep, dir) = shared_dir("a,b\n1,2\n");
         let file = dir.join("export.csv");
-        let args = [
-            "--allow-read",
-            file.to_str().unwrap(),
-            "--allow-write",
-            dir.to_str().unwrap(),
+        let (file, dir_arg) = (file.to_str().unwrap(), dir.to_str().unwrap());
+        let orders = [
+            ["--allow-write", dir_arg, "--allow-read", file],
+            ["--allow-read", file, "--allow-write", dir_arg],
         ];
-        let out = serve_output(who, &args).await;
-        assert!(!out.status.success(), "{who:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("cannot be granted together with"),
-            "{who:?}: {err}"
-        );
+        for args in orders {
+            let h = Harness::start_as(who, Answer::Cancel, &args, "enforce").await;
+            let settings = h.settings().await;
+            let dropped = settings["dropped_grants"].as_array().unwrap();
+            assert_eq!(dropped.len(), 1, "{who:?} {args:?}: {settings}");
+            assert_eq!(dropped[0]["path"], file, "{who:?}");
+            assert_eq!(dropped[0]["access"], "read", "{who:?}");
+            assert_eq!(dropped[0]["covered_by"], dir_arg, "{who:?}");
+            assert_eq!(dropped[0]["covered_by_access"], "write", "{who:?}");
+            assert!(
+                dropped[0]["why"]
+                    .as_str()
+                    .unwrap()
+                    .contains("may already write"),
+                "{who:?}: {dropped:?}"
+            );
+            let _ = std::fs::remove_file(dir.join("result.txt"));
+            assert_eq!(
+                stdout(&h.run(&read_code(&dir)).await),
+                "a,b\n1,2\n\n",
+                "{who:?}"
+            );
+            assert_eq!(
+                stdout(&h.run(&write_code(&dir)).await),
+                "wrote\n",
+                "{who:?}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(dir.join("result.txt")).unwrap(),
+                "from the sandbox",
+                "{who:?}"
+            );
+            assert!(h.asked().is_empty(), "{who:?}");
+            h.client.cancel().await.unwrap();
+        }
     }
 }
 

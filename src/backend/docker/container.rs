@@ -466,10 +466,7 @@ async fn close(sink: &mut Option<Sink>) {
 
 /// A name for a new container: the instance and a random suffix.
 pub fn container_name(instance: &str, role: &str) -> String {
-    let suffix: String = crate::random_bytes::<6>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let suffix: String = crate::hex(&crate::random_bytes::<6>());
     format!("warden-{instance}-{role}-{suffix}")
 }
 

@@ -60,10 +60,7 @@ async fn query_in(
 ) -> Result<(PythonRuntime, Quota), String> {
     let dir = make_home(home, user, None).map_err(|e| format!("{}: {e}", home.display()))?;
     let bytes = inner.settings.disk_limit_bytes;
-    let nonce: String = crate::random_bytes::<12>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let nonce: String = crate::hex(&crate::random_bytes::<12>());
     let mounted = if let Some(why) = quota::platform_gap() {
         Err(why)
     } else if running_as_root() {

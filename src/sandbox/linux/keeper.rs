@@ -119,7 +119,6 @@ pub struct Keeper {
     socket: Mutex<Channel>,
     child: Mutex<std::process::Child>,
     pid: u32,
-    stage: PathBuf,
     /// The keeper's user namespace (only when the server is not root).
     user_ns: Option<OwnedFd>,
     mount_ns: OwnedFd,
@@ -211,7 +210,6 @@ impl Keeper {
             }),
             child: Mutex::new(child),
             pid,
-            stage: stage.to_path_buf(),
             user_ns,
             mount_ns,
         })
@@ -228,11 +226,6 @@ impl Keeper {
             let _ = child.kill();
             let _ = child.wait();
         }
-    }
-
-    /// Where workspace `id` is, in the keeper's mount namespace.
-    pub fn dir_of(&self, id: &str) -> PathBuf {
-        self.stage.join(id)
     }
 
     pub fn namespaces(&self) -> JoinNamespaces<'_> {
@@ -355,25 +348,49 @@ fn send<T: Serialize>(fd: impl AsFd, message: &T, fds: &[BorrowedFd<'_>]) -> std
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(std::io::Error::other("too many descriptors"));
     }
-    rustix::net::sendmsg(
-        fd,
-        &[IoSlice::new(&bytes)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )?;
+    let fd = fd.as_fd();
+    let ios = [IoSlice::new(&bytes)];
+    retry_interrupted(|| rustix::net::sendmsg(fd, &ios, &mut control, SendFlags::NOSIGNAL))?;
     Ok(())
+}
+
+/// Runs `op` again when a signal interrupted it: the kernel never restarts a call on a
+/// socket with a timeout, whatever `SA_RESTART` says, and the server handles signals
+/// (SIGCHLD for its children, SIGTERM, SIGINT) at any time, shutdown included. Retried
+/// until [`KEEPER_TIMEOUT`] has passed since the first try, so that a stream of signals
+/// cannot make a silent keeper wait for ever; then it has timed out.
+fn retry_interrupted<T>(mut op: impl FnMut() -> rustix::io::Result<T>) -> std::io::Result<T> {
+    let first = std::time::Instant::now();
+    loop {
+        match op() {
+            Err(rustix::io::Errno::INTR) if first.elapsed() < KEEPER_TIMEOUT => {}
+            Err(rustix::io::Errno::INTR) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no answer within {} s (interrupted by signals throughout)",
+                        KEEPER_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+            other => return other.map_err(std::io::Error::from),
+        }
+    }
 }
 
 fn recv<T: for<'de> Deserialize<'de>>(fd: impl AsFd) -> std::io::Result<(T, Vec<OwnedFd>)> {
     let mut buf = vec![0u8; MAX_MESSAGE];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
-    let got = rustix::net::recvmsg(
-        fd,
-        &mut [IoSliceMut::new(&mut buf)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    )?;
+    let fd = fd.as_fd();
+    let got = retry_interrupted(|| {
+        rustix::net::recvmsg(
+            fd,
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        )
+    })?;
     let mut fds = Vec::new();
     for message in control.drain() {
         if let RecvAncillaryMessage::ScmRights(received) = message {
