@@ -22,8 +22,10 @@ functions and methods that:
 A finding is covered when its module is blocked, or the policy names it (by
 qualified or last name) as a capability, a mode, a reflection getter or a
 dangerous attribute, or the generated
-re-exports block its name, or policies/audit-reviewed.toml records it as read
-and judged (with the reason). Everything else is printed for review: most are
+re-exports block its name, or policies/audit-reviewed.toml records it, by its
+exact qualified name, as read and judged (with the reason): a package or
+module named there covers only the finding at that module's top level, never
+the functions inside it. Everything else is printed for review: most are
 internal helpers that user code cannot steer, some are not; those go into
 policies/default.toml, the others into policies/audit-reviewed.toml.
 A getattr/setattr is not reported as reflection when the name cannot be
@@ -255,9 +257,11 @@ def covered(qualified, policy):
     parts = qualified.split(".")
     if guard_reexports.is_blocked(qualified, blocked):
         return "blocked module"
-    for i in range(len(parts), 0, -1):
-        if ".".join(parts[:i]) in reviewed:
-            return "reviewed"
+    # A reviewed finding is judged by its exact qualified name: a module or
+    # package named in the reviewed file covers the finding at that module's
+    # top level, never the functions below it (each is read on its own).
+    if qualified in reviewed:
+        return "reviewed"
     for i in range(len(parts), 0, -1):
         name = ".".join(parts[:i])
         if name in caps or name in modes:
@@ -296,14 +300,35 @@ def load_policy(path):
     reviewed = set()
     vpath = os.path.join(os.path.dirname(path), "audit-reviewed.toml")
     if os.path.exists(vpath):
-        with open(vpath, "rb") as f:
-            for r in tomllib.load(f).get("reviewed", []):
-                reviewed.update(r["functions"])
+        reviewed = load_reviewed(vpath)
     attrs = p.get("attributes", {})
     internals = set(attrs.get("internals", [])) | set(attrs.get("module_reexports", []))
     for group in attrs.get("dangerous", []):
         internals |= set(group["names"])
     return blocked, caps, modes, reexports, reviewed, frozenset(internals)
+
+
+def load_reviewed(path):
+    """The qualified names policies/audit-reviewed.toml judges. Every
+    `[[reviewed]]` group names its family, says why in `reason` and lists
+    exact qualified names in `functions`; a group without them stops the
+    audit (a finding is judged only with its reason written down). A name
+    covers that one finding: `pandas` judges what pandas/__init__.py runs at
+    its top level and nothing inside pandas' modules."""
+    with open(path, "rb") as f:
+        groups = tomllib.load(f).get("reviewed", [])
+    names = set()
+    for i, r in enumerate(groups, 1):
+        functions = r.get("functions")
+        problems = [k for k in ("family", "reason") if not str(r.get(k, "")).strip()]
+        if not functions or not all(isinstance(n, str) and n.strip() for n in functions):
+            problems.append("functions")
+        if problems:
+            sys.exit("%s: [[reviewed]] group %d lacks %s (each group names its family, its "
+                     "reason and the exact qualified names it judges)"
+                     % (path, i, ", ".join(problems)))
+        names.update(functions)
+    return names
 
 
 DIST_PACKAGES = "/usr/lib/python3/dist-packages/"
