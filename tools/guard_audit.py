@@ -259,9 +259,12 @@ def source_of(module):
 NEEDS_RULE = "NEEDS RULE"
 
 
-def covered(qualified, policy):
+def covered(qualified, policy, module=None):
     """Why the policy covers a finding: a reason, NEEDS_RULE for a gadget
-    judged but not yet ruled, or None when nobody judged it."""
+    judged but not yet ruled, or None when nobody judged it. `module` is the
+    module the finding sits in: a capability's last name covers the
+    functions and classes of that name (and what is nested in them), never a
+    module that happens to share it (pandas.core.apply is not `apply`)."""
     blocked, caps, modes, reexports, (reviewed, needs_rule), _ = policy
     parts = qualified.split(".")
     if guard_reexports.is_blocked(qualified, blocked):
@@ -275,7 +278,8 @@ def covered(qualified, policy):
         name = ".".join(parts[:i])
         if name in caps or name in modes:
             return "capability"
-    for part in parts[1:]:
+    inner = parts[len(module.split(".")):] if module else parts[1:]
+    for part in inner:
         if part in caps or part in modes:
             return "capability (by name)"
         if reexports.get(part):
@@ -465,7 +469,7 @@ def main():
         for where, fams in sorted(finder.found.items()):
             if args.public and any(p.startswith("_") for p in where.split(".")[1:]):
                 continue
-            why = covered(where, policy)
+            why = covered(where, policy, module)
             ruled = why is not None and why != NEEDS_RULE
             for fam in fams:
                 t = totals.setdefault(fam, [0, 0, 0])

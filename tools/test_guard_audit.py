@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Tests of how tools/guard_audit.py judges a finding against
 policies/audit-reviewed.toml: by its exact qualified name only, never by a
-package or module named above it, and a gadget still waiting for a guard rule
-is never counted as covered.
+package or module named above it; a gadget still waiting for a guard rule is
+never counted as covered; and a capability's name covers functions, never a
+module of the same name.
 
     /usr/bin/python3 -I tools/test_guard_audit.py
 
@@ -63,6 +64,18 @@ class Judging(unittest.TestCase):
         self.assertEqual(guard_audit.covered(FINDING, policy), guard_audit.NEEDS_RULE)
         policy = self.policy_with(self.group("needs_rule", ["pandas"]))
         self.assertIsNone(guard_audit.covered(FINDING, policy))
+
+    def test_a_capability_name_covers_functions_not_modules(self):
+        policy = self.policy_with("")
+        # `apply` is a capability by name (df.apply("name")): it covers a
+        # function or method of that name and what is nested in it ...
+        self.assertIsNotNone(guard_audit.covered(
+            "pandas.core.frame.DataFrame.apply", policy, "pandas.core.frame"))
+        self.assertIsNotNone(guard_audit.covered(
+            "pandas.core.frame.DataFrame.apply.inner", policy, "pandas.core.frame"))
+        # ... never the functions of a module that is merely called `apply`.
+        self.assertIsNone(guard_audit.covered(
+            "pandas.core.apply.Apply.apply_str", policy, "pandas.core.apply"))
 
     def test_a_group_without_a_reason_stops_the_audit(self):
         with self.assertRaises(SystemExit) as stop:
