@@ -22,8 +22,13 @@ functions and methods that:
 A finding is covered when its module is blocked, or the policy names it (by
 qualified or last name) as a capability, a mode, a reflection getter or a
 dangerous attribute, or the generated
-re-exports block its name, or policies/audit-reviewed.toml records it as read
-and judged (with the reason). Everything else is printed for review: most are
+re-exports block its name, or policies/audit-reviewed.toml records it, by its
+exact qualified name, as read and judged (with the reason): a package or
+module named there covers only the finding at that module's top level, never
+the functions inside it. A finding judged a capability gadget that the guard
+has no rule for yet goes into audit-reviewed.toml's `[[needs_rule]]` groups:
+it is printed as NEEDS RULE (with --uncovered too) and never counted as
+covered. Everything else is printed for review: most are
 internal helpers that user code cannot steer, some are not; those go into
 policies/default.toml, the others into policies/audit-reviewed.toml.
 A getattr/setattr is not reported as reflection when the name cannot be
@@ -34,7 +39,8 @@ and its kin (the attribute was spelled by the calling code, where the guard
 judges it).
 
     /usr/bin/python3 -I tools/guard_audit.py               # every finding
-    /usr/bin/python3 -I tools/guard_audit.py --uncovered   # only what the policy misses
+    /usr/bin/python3 -I tools/guard_audit.py --uncovered   # what the policy misses, and
+                                                           # the gadgets still needing a rule
     /usr/bin/python3 -I tools/guard_audit.py --uncovered --pinned .ci/audit-packages
 
 After installing a package, run it with --uncovered to see what of the new
@@ -250,23 +256,36 @@ def source_of(module):
         return f.read()
 
 
-def covered(qualified, policy):
-    blocked, caps, modes, reexports, reviewed, _ = policy
+NEEDS_RULE = "NEEDS RULE"
+
+
+def covered(qualified, policy, module=None):
+    """Why the policy covers a finding: a reason, NEEDS_RULE for a gadget
+    judged but not yet ruled, or None when nobody judged it. `module` is the
+    module the finding sits in: a capability's last name covers the
+    functions and classes of that name (and what is nested in them), never a
+    module that happens to share it (pandas.core.apply is not `apply`)."""
+    blocked, caps, modes, reexports, (reviewed, needs_rule), _ = policy
     parts = qualified.split(".")
     if guard_reexports.is_blocked(qualified, blocked):
         return "blocked module"
-    for i in range(len(parts), 0, -1):
-        if ".".join(parts[:i]) in reviewed:
-            return "reviewed"
+    # A reviewed finding is judged by its exact qualified name: a module or
+    # package named in the reviewed file covers the finding at that module's
+    # top level, never the functions below it (each is read on its own).
+    if qualified in reviewed:
+        return "reviewed"
     for i in range(len(parts), 0, -1):
         name = ".".join(parts[:i])
         if name in caps or name in modes:
             return "capability"
-    for part in parts[1:]:
+    inner = parts[len(module.split(".")):] if module else parts[1:]
+    for part in inner:
         if part in caps or part in modes:
             return "capability (by name)"
         if reexports.get(part):
             return "re-export"
+    if qualified in needs_rule:
+        return NEEDS_RULE
     return None
 
 
@@ -293,17 +312,44 @@ def load_policy(path):
             for r in tomllib.load(f).get("reexport", []):
                 reexports[r["name"]] = r["distinctive"]
     # Findings read and judged harmless (or left to the OS layer), with why.
-    reviewed = set()
+    reviewed = (set(), set())
     vpath = os.path.join(os.path.dirname(path), "audit-reviewed.toml")
     if os.path.exists(vpath):
-        with open(vpath, "rb") as f:
-            for r in tomllib.load(f).get("reviewed", []):
-                reviewed.update(r["functions"])
+        reviewed = load_reviewed(vpath)
     attrs = p.get("attributes", {})
     internals = set(attrs.get("internals", [])) | set(attrs.get("module_reexports", []))
     for group in attrs.get("dangerous", []):
         internals |= set(group["names"])
     return blocked, caps, modes, reexports, reviewed, frozenset(internals)
+
+
+def load_reviewed(path):
+    """The qualified names policies/audit-reviewed.toml judges: those its
+    `[[reviewed]]` groups judge harmless, and those its `[[needs_rule]]`
+    groups judge capability gadgets the guard has no rule for yet. Every
+    group names its family, says why in `reason` and lists exact qualified
+    names in `functions`; a group without them stops the audit (a finding is
+    judged only with its reason written down). A name covers that one
+    finding: `pandas` judges what pandas/__init__.py runs at its top level
+    and nothing inside pandas' modules."""
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    out = []
+    for table in ("reviewed", "needs_rule"):
+        names = set()
+        for i, r in enumerate(doc.get(table, []), 1):
+            functions = r.get("functions")
+            problems = [k for k in ("family", "reason") if not str(r.get(k, "")).strip()]
+            if (not isinstance(functions, list) or not functions
+                    or not all(isinstance(n, str) and n.strip() for n in functions)):
+                problems.append("functions")
+            if problems:
+                sys.exit("%s: [[%s]] group %d lacks %s (each group names its family, its "
+                         "reason and the exact qualified names it judges)"
+                         % (path, table, i, ", ".join(problems)))
+            names.update(functions)
+        out.append(names)
+    return out[0], out[1]
 
 
 DIST_PACKAGES = "/usr/lib/python3/dist-packages/"
@@ -423,12 +469,14 @@ def main():
         for where, fams in sorted(finder.found.items()):
             if args.public and any(p.startswith("_") for p in where.split(".")[1:]):
                 continue
-            why = covered(where, policy)
+            why = covered(where, policy, module)
+            ruled = why is not None and why != NEEDS_RULE
             for fam in fams:
-                t = totals.setdefault(fam, [0, 0])
+                t = totals.setdefault(fam, [0, 0, 0])
                 t[0] += 1
-                t[1] += why is not None
-            if args.uncovered and why:
+                t[1] += ruled
+                t[2] += why == NEEDS_RULE
+            if args.uncovered and ruled:
                 continue
             rows.append("%-10s %-22s %s" % (",".join(sorted(fams)), why or "NOT COVERED", where))
     out = sys.__stdout__
@@ -439,8 +487,9 @@ def main():
     # has installed, so a reader (and the CI test) can see what that was.
     site = sorted({m.split(".")[0] for m in modules} - set(sys.stdlib_module_names))
     out.write("packages read besides the stdlib: %s\n" % " ".join(site))
-    for fam, (n, c) in sorted(totals.items()):
-        out.write("%-10s %5d functions, %5d covered by the policy\n" % (fam, n, c))
+    for fam, (n, c, g) in sorted(totals.items()):
+        out.write("%-10s %5d functions, %5d covered by the policy, %d judged gadgets "
+                  "that need a guard rule\n" % (fam, n, c, g))
 
 
 if __name__ == "__main__":

@@ -653,7 +653,8 @@ fn resource_verdict(
     }
 }
 
-/// What this machine can enforce, from the helper's report plus the backend's gaps.
+/// What this machine can enforce, from the helper's report plus the backend's gaps,
+/// and what the static guard cannot see (always listed, never enforced).
 fn capabilities_of(
     walls: &[WallStatus],
     mode: SandboxMode,
@@ -675,5 +676,6 @@ fn capabilities_of(
         });
     }
     caps.extend(enforcement.gaps.iter().cloned());
+    caps.push(report::guard_blind_spots());
     caps
 }

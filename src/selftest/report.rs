@@ -49,6 +49,31 @@ pub struct Capability {
     pub reason: String,
 }
 
+/// The `capabilities` entry that names what the static guard cannot see. No probe can
+/// show these (the guard passes the code; what stops it is the OS layer the probes
+/// test), so the entry is listed, never enforced, in every selftest result.
+pub const GUARD_BLIND_SPOTS: &str = "guard_blind_spots";
+
+/// What the static guard does not see, said in every selftest result so nobody reads
+/// the guard as the wall; the OS walls listed beside it are what stands there.
+pub fn guard_blind_spots() -> Capability {
+    Capability {
+        mechanism: GUARD_BLIND_SPOTS.into(),
+        enforced: false,
+        reason: "what the static guard cannot see; the OS walls above stand behind it: \
+                 (1) C-level protocol lookups: numpy maps any address through an \
+                 `__array_interface__` (or `__array_struct__`, `__array__`, a buffer) that a \
+                 plain `__getattr__`/`__getattribute__` supplies, which gives allowed code raw \
+                 memory access in the worker; such classes are not refused; \
+                 (2) a library method called through its class on a foreign `self`; \
+                 (3) templates read from files (a template engine renders what the code wrote \
+                 to disk, which the guard never reads); \
+                 (4) code in packages nobody judged: packages outside the audited set, and \
+                 the audit's findings still waiting for a guard rule"
+            .into(),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LimitsInForce {
     pub memory_bytes: u64,
@@ -546,6 +571,23 @@ pub fn render_human(report: &SelftestReport) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_guard_blind_spots_are_named_and_never_claimed_enforced() {
+        let c = guard_blind_spots();
+        assert_eq!(c.mechanism, GUARD_BLIND_SPOTS);
+        assert!(!c.enforced);
+        for gap in [
+            "__array_interface__",
+            "__getattr__",
+            "foreign `self`",
+            "templates read from files",
+            "packages nobody judged",
+            "OS walls",
+        ] {
+            assert!(c.reason.contains(gap), "{gap}: {}", c.reason);
+        }
+    }
 
     fn attempt(probe: &str, ok: bool, errno: serde_json::Value, data: Option<&str>) -> Attempt {
         Attempt {

@@ -103,6 +103,18 @@ async fn every_probe_blocked(who: As) {
             .all(|c| c["enforced"] == true || !c["reason"].as_str().unwrap_or_default().is_empty()),
         "{caps:?}"
     );
+    // The guard's blind spots are listed in every result, never as enforced.
+    let blind = caps
+        .iter()
+        .find(|c| c["mechanism"] == "guard_blind_spots")
+        .unwrap_or_else(|| panic!("no guard_blind_spots: {caps:?}"));
+    assert_eq!(blind["enforced"], false, "{blind}");
+    assert!(
+        blind["reason"].as_str().is_some_and(
+            |r| r.contains("__array_interface__") && r.contains("templates read from files")
+        ),
+        "{blind}"
+    );
     server.stop().await;
 }
 
