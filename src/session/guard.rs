@@ -117,6 +117,7 @@ impl PendingCheck {
                     snippet: String::new(),
                     tripwire: false,
                 }],
+                unjudged_modules: Vec::new(),
             }),
         }
     }
