@@ -307,7 +307,10 @@ fn unjudged_modules_follow_the_policy_setting() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("modules.judged") && err.contains("top-level"), "{err}");
+    assert!(
+        err.contains("modules.judged") && err.contains("top-level"),
+        "{err}"
+    );
     let err = Guard::from_policy_toml(
         "extends = \"default\"\n[modules]\nblocked = []\nunjudged = \"block\"\n",
     )

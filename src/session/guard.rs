@@ -111,10 +111,7 @@ impl super::Session {
 
     /// What [`Session::note_unjudged`] has kept.
     pub(super) fn unjudged_seen(&self) -> UnjudgedSeen {
-        self.unjudged
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default()
+        self.unjudged.lock().map(|s| s.clone()).unwrap_or_default()
     }
 }
 
@@ -225,7 +222,9 @@ mod tests {
         let mut seen = UnjudgedSeen::default();
         seen.note(&["b".to_string(), "a".to_string(), "b".to_string()]);
         assert_eq!(seen.modules.iter().collect::<Vec<_>>(), ["a", "b"]);
-        let many: Vec<String> = (0..UNJUDGED_SHOWN + 5).map(|i| format!("m{i:03}")).collect();
+        let many: Vec<String> = (0..UNJUDGED_SHOWN + 5)
+            .map(|i| format!("m{i:03}"))
+            .collect();
         seen.note(&many);
         assert_eq!(seen.modules.len(), UNJUDGED_SHOWN);
         assert_eq!(seen.omitted, 7);

@@ -476,7 +476,10 @@ impl Walker<'_> {
         if top.is_empty()
             || self.policy.module_judged(top)
             || self.policy.module_blocked(module).is_some()
-            || self.findings.iter().any(|f| f.module.as_deref() == Some(top))
+            || self
+                .findings
+                .iter()
+                .any(|f| f.module.as_deref() == Some(top))
             || self.findings.len() >= self.cap.saturating_mul(2)
         {
             return;
