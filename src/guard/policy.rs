@@ -132,6 +132,16 @@ struct ReexportFile {
     modules: Vec<String>,
 }
 
+/// The generated `policies/judged.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JudgedFile {
+    #[serde(rename = "python")]
+    _python: String,
+    stdlib: Vec<String>,
+    audited: Vec<String>,
+}
+
 fn yes() -> bool {
     true
 }
@@ -155,6 +165,50 @@ struct ModulesFile {
     hints: HashMap<String, String>,
     #[serde(default)]
     star_import_allowed: Vec<String>,
+    /// What an import of a top-level module nobody judged does.
+    #[serde(default)]
+    unjudged: Unjudged,
+    /// Top-level modules the policy's author judged, besides the generated
+    /// policies/judged.toml.
+    #[serde(default)]
+    judged: Vec<String>,
+}
+
+/// What an import of an unjudged module does (`[modules] unjudged`): a module
+/// outside the stdlib and the audited packages (policies/judged.toml) may hand
+/// out a capability the policy never heard of, so by default the call says so.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Unjudged {
+    /// The import passes unremarked; only the OS layer stands behind it.
+    Allow,
+    /// The code runs; the result's `warnings` name the module.
+    #[default]
+    Warn,
+    /// The call is refused, naming the module and the setting.
+    Refuse,
+}
+
+impl Unjudged {
+    /// The finding's action: `allow` reports nothing.
+    pub fn action(self) -> Action {
+        match self {
+            Unjudged::Allow => Action::Off,
+            Unjudged::Warn => Action::Warn,
+            Unjudged::Refuse => Action::Block,
+        }
+    }
+
+    /// As the policy file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unjudged::Allow => "allow",
+            Unjudged::Warn => "warn",
+            Unjudged::Refuse => "refuse",
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -431,6 +485,11 @@ pub struct Policy {
     pub module_hints: HashMap<String, String>,
     /// Modules whose `from m import *` is allowed.
     pub star_import_allowed: HashSet<String>,
+    /// Top-level modules someone judged: the stdlib, the audited packages
+    /// (policies/judged.toml) and the policy's own `[modules] judged`.
+    pub judged_modules: HashSet<String>,
+    /// What importing any other top-level module does.
+    pub unjudged: Unjudged,
     pub blocked_builtins: HashSet<String>,
     pub allowed_dunders: HashSet<String>,
     /// Dunder methods a class may not define.
@@ -513,6 +572,10 @@ fn name_set(field: &str, names: &[String]) -> Result<HashSet<String>, GuardError
     Ok(set)
 }
 
+/// The rule of an import of an unjudged module. Its action is set by
+/// `[modules] unjudged`, not by `[actions]`: one setting, one place.
+pub const UNJUDGED_RULE: &str = "unjudged_module";
+
 /// Every rule name an `[actions]` entry may use.
 pub const RULES: &[&str] = &[
     "blocked_module",
@@ -565,10 +628,15 @@ impl Policy {
         };
         let file: PolicyFile = value.try_into().map_err(syntax)?;
         let reexports: ReexportsFile = toml::from_str(super::REEXPORTS).map_err(syntax)?;
-        Policy::compile(file, reexports)
+        let judged: JudgedFile = toml::from_str(super::JUDGED).map_err(syntax)?;
+        Policy::compile(file, reexports, judged)
     }
 
-    fn compile(file: PolicyFile, reexports: ReexportsFile) -> Result<Policy, GuardError> {
+    fn compile(
+        file: PolicyFile,
+        reexports: ReexportsFile,
+        judged: JudgedFile,
+    ) -> Result<Policy, GuardError> {
         if file.version != 1 {
             return Err(invalid(
                 "version",
@@ -664,6 +732,7 @@ impl Policy {
                 r.distinctive = false;
             }
         }
+        let judged_modules = judged_set(&file.modules.judged, judged)?;
         let (patterns, pattern_regexes) = compile_patterns(&file.patterns)?;
         // One set for both, tripwires first: nearly every literal matches
         // neither, and one pass over it answers that for both.
@@ -702,6 +771,8 @@ impl Policy {
                 "modules.star_import_allowed",
                 &file.modules.star_import_allowed,
             )?,
+            judged_modules,
+            unjudged: file.modules.unjudged,
             blocked_builtins: name_set("builtins.blocked", &file.builtins.blocked)?,
             allowed_dunders: name_set("dunders.allowed", &file.dunders.allowed)?,
             not_definable: name_set("dunders.not_definable", &file.dunders.not_definable)?,
@@ -755,6 +826,11 @@ impl Policy {
             }
         }
         None
+    }
+
+    /// Whether the top-level module `top` was judged (see [`Policy::judged_modules`]).
+    pub fn module_judged(&self, top: &str) -> bool {
+        self.judged_modules.contains(top)
     }
 
     /// Whether a dunder name may be read.
@@ -902,6 +978,22 @@ fn compile_patterns(files: &[PatternFile]) -> Result<(Vec<ConfigKeys>, Vec<Strin
         });
     }
     Ok((out, sources))
+}
+
+/// The judged top-level modules: the generated set and the policy's own,
+/// which must be top-level names (`[modules] judged = ["mylib"]`).
+fn judged_set(own: &[String], generated: JudgedFile) -> Result<HashSet<String>, GuardError> {
+    let field = "modules.judged";
+    let mut set = name_set(field, own)?;
+    if let Some(dotted) = set.iter().find(|n| n.contains('.')) {
+        return Err(invalid(
+            field,
+            format!("`{dotted}` is not a top-level module; name the package it belongs to"),
+        ));
+    }
+    set.extend(name_set(field, &generated.stdlib)?);
+    set.extend(name_set(field, &generated.audited)?);
+    Ok(set)
 }
 
 fn compile_reexports(file: ReexportsFile) -> HashMap<String, Reexport> {

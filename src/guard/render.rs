@@ -51,6 +51,7 @@ mod tests {
                 snippet: "import os".into(),
                 tripwire: false,
             }],
+            unjudged_modules: Vec::new(),
         };
         let text = render_human("a.py", &v);
         assert!(text.starts_with("a.py: BLOCKED - 1 finding\n"));
@@ -60,6 +61,7 @@ mod tests {
             decision: Decision::Allowed,
             retryable_error: false,
             findings: vec![],
+            unjudged_modules: Vec::new(),
         };
         assert_eq!(render_human("b.py", &ok), "b.py: ALLOWED - 0 findings\n");
     }

@@ -1,5 +1,5 @@
 //! The call into the static guard, off the async runtime, and what a blocked verdict
-//! becomes in a result.
+//! becomes in a result; the modules nobody judged that a session imported.
 
 use std::path::{Path, PathBuf};
 
@@ -54,6 +54,51 @@ impl SessionManager {
     }
 }
 
+/// Unjudged modules a session lists at most in `warden://settings`.
+pub const UNJUDGED_SHOWN: usize = 64;
+
+/// The top-level modules nobody judged that a session's code imported: bounded, so
+/// that code importing many names cannot grow the settings document.
+#[derive(Debug, Default, Clone)]
+pub struct UnjudgedSeen {
+    pub modules: std::collections::BTreeSet<String>,
+    /// Imports of modules not kept once [`UNJUDGED_SHOWN`] were.
+    pub omitted: u64,
+}
+
+impl UnjudgedSeen {
+    fn note(&mut self, names: &[String]) {
+        for name in names {
+            if self.modules.contains(name) {
+                continue;
+            }
+            if self.modules.len() < UNJUDGED_SHOWN {
+                self.modules.insert(name.clone());
+            } else {
+                self.omitted = self.omitted.saturating_add(1);
+            }
+        }
+    }
+}
+
+impl super::Session {
+    /// Notes the unjudged modules of a verdict (whatever `[modules] unjudged` made of
+    /// them).
+    pub(super) fn note_unjudged(&self, verdict: &Verdict) {
+        if verdict.unjudged_modules.is_empty() {
+            return;
+        }
+        if let Ok(mut seen) = self.unjudged.lock() {
+            seen.note(&verdict.unjudged_modules);
+        }
+    }
+
+    /// What [`Session::note_unjudged`] has kept.
+    pub(super) fn unjudged_seen(&self) -> UnjudgedSeen {
+        self.unjudged.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
 /// Below this size a check runs on the calling task (see [`PendingCheck::run`]).
 const INLINE_MAX_BYTES: usize = 4096;
 
@@ -101,6 +146,7 @@ impl PendingCheck {
                     snippet: String::new(),
                     tripwire: false,
                 }],
+                unjudged_modules: Vec::new(),
             }),
         }
     }
@@ -148,4 +194,26 @@ pub(super) fn guard_error(v: &Verdict) -> ErrorInfo {
         )
     };
     ErrorInfo::new(kind, message)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unjudged_modules_are_kept_once_and_bounded() {
+        let mut seen = UnjudgedSeen::default();
+        seen.note(&["b".to_string(), "a".to_string(), "b".to_string()]);
+        assert_eq!(seen.modules.iter().collect::<Vec<_>>(), ["a", "b"]);
+        let many: Vec<String> = (0..UNJUDGED_SHOWN + 5)
+            .map(|i| format!("m{i:03}"))
+            .collect();
+        seen.note(&many);
+        assert_eq!(seen.modules.len(), UNJUDGED_SHOWN);
+        assert_eq!(seen.omitted, 7);
+        // A module already listed is not counted again.
+        seen.note(&["a".to_string()]);
+        assert_eq!(seen.omitted, 7);
+    }
 }

@@ -158,6 +158,8 @@ pub struct Session {
     /// What is in the workspace, kept up to date for the change report and the resource
     /// listing.
     tracker: Mutex<crate::workspace::Tracker>,
+    /// Modules nobody judged that this session's code imported (`warden://settings`).
+    unjudged: Mutex<guard::UnjudgedSeen>,
 }
 
 #[derive(Default)]

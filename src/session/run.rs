@@ -299,6 +299,7 @@ impl Session {
             }
             GuardOutcome::Checked(v) => v,
         };
+        self.note_unjudged(&verdict);
         if refuses(&verdict, manager.settings.codeguard) {
             if verdict.tripwire() {
                 self.kill_by_tripwire(state, &verdict);

@@ -49,6 +49,12 @@ pub struct SessionReport {
     /// the processes sharing them.
     pub pss_bytes: Option<u64>,
     pub cpu_ms: Option<u64>,
+    /// Top-level modules nobody judged (neither the stdlib nor an audited package)
+    /// that this session's code imported, refused ones included; at most
+    /// [`UNJUDGED_SHOWN`](super::guard::UNJUDGED_SHOWN), sorted.
+    pub unjudged_modules: Vec<String>,
+    /// Imports of further such modules, not listed once the list was full.
+    pub unjudged_modules_omitted: u64,
 }
 
 /// The live-worker budget as `warden://settings` shows it.
@@ -82,6 +88,7 @@ impl Session {
             probe: std::sync::Mutex::new(None),
             running: std::sync::Mutex::new(None),
             tracker: std::sync::Mutex::new(tracker),
+            unjudged: std::sync::Mutex::new(super::guard::UnjudgedSeen::default()),
         }
     }
 
@@ -228,6 +235,7 @@ impl SessionManager {
             .iter()
             .map(|s| {
                 let probe = s.probe.lock().ok().and_then(|p| p.clone());
+                let unjudged = s.unjudged_seen();
                 let usage = probe.as_ref().and_then(|p| p.read());
                 let worker = match (&probe, s.state.try_lock().is_err()) {
                     (None, _) => "none",
@@ -241,6 +249,8 @@ impl SessionManager {
                     rss_bytes: usage.map(|u| u.rss_bytes),
                     pss_bytes: usage.and_then(|u| u.pss_bytes),
                     cpu_ms: usage.map(|u| u.cpu_ms),
+                    unjudged_modules: unjudged.modules.into_iter().collect(),
+                    unjudged_modules_omitted: unjudged.omitted,
                 }
             })
             .collect();

@@ -4,10 +4,10 @@
 use super::super::ast::{Expr, ExprContext, const_str, py, start};
 use super::super::names::{nfkc, nfkc_is};
 use super::super::paths;
-use super::super::policy::is_dunder;
+use super::super::policy::{UNJUDGED_RULE, Unjudged, is_dunder};
 use super::super::strings;
 use super::super::tripwire;
-use super::{Binding, FORMAT_METHODS, MATCH_ARGS, Walker};
+use super::{Binding, FORMAT_METHODS, MATCH_ARGS, RawFinding, Walker};
 
 /// What is wrong with reading attribute `name` (already NFKC-normalised).
 pub(super) struct AttrProblem {
@@ -351,6 +351,7 @@ impl Walker<'_> {
             let offset = start(alias);
             let module = nfkc(alias.name.as_str()).into_owned();
             self.check_module(&module, offset);
+            self.check_judged(&module, offset);
             match &alias.asname {
                 Some(asname) => self.bind(asname.as_str()),
                 None => {
@@ -369,6 +370,11 @@ impl Walker<'_> {
             .unwrap_or_default();
         if !module.is_empty() {
             self.check_module(&module, start(i));
+            // A relative import names no top-level module (and at the top
+            // level of a cell it fails: the code has no package).
+            if i.level == 0 {
+                self.check_judged(&module, start(i));
+            }
         }
         for alias in &i.names {
             let name = nfkc(alias.name.as_str()).into_owned();
@@ -459,6 +465,49 @@ impl Walker<'_> {
             let msg = self.module_message(module, hit);
             self.report("blocked_module", "module", msg, offset);
         }
+    }
+
+    /// An import of a top-level module outside the judged set
+    /// ([`Policy::module_judged`]): noted once per module, with the action
+    /// `[modules] unjudged` gives it. A blocked module is left to its own
+    /// finding.
+    fn check_judged(&mut self, module: &str, offset: usize) {
+        let top = module.split('.').next().unwrap_or(module);
+        if top.is_empty()
+            || self.policy.module_judged(top)
+            || self.policy.module_blocked(module).is_some()
+            || self
+                .findings
+                .iter()
+                .any(|f| f.module.as_deref() == Some(top))
+            || self.findings.len() >= self.cap.saturating_mul(2)
+        {
+            return;
+        }
+        let setting = self.policy.unjudged;
+        let message = match setting {
+            Unjudged::Refuse => format!(
+                "importing `{top}` is refused: nobody judged it (it is neither in the standard \
+                 library nor an audited package) and the policy sets [modules] unjudged = \
+                 \"refuse\"; use a judged package, or ask the user to review `{top}` and add \
+                 it to [modules] judged in the policy"
+            ),
+            _ => format!(
+                "`{top}` is unjudged: neither the standard library nor an audited package, so \
+                 the guard knows nothing of what it hands out and only the OS sandbox stands \
+                 behind it ([modules] unjudged = \"{}\")",
+                setting.as_str()
+            ),
+        };
+        self.findings.push(RawFinding {
+            rule: UNJUDGED_RULE.to_string(),
+            category: "module".to_string(),
+            message,
+            offset,
+            tripwire: false,
+            action: setting.action(),
+            module: Some(top.to_string()),
+        });
     }
 
     fn module_message(&self, module: &str, hit: &str) -> String {

@@ -45,6 +45,9 @@ pub struct RawFinding {
     pub offset: usize,
     pub tripwire: bool,
     pub action: Action,
+    /// The unjudged top-level module an `unjudged_module` finding is about
+    /// (kept even when its action is off: the verdict lists it).
+    pub module: Option<String>,
 }
 
 /// What this code binds to one name.
@@ -275,6 +278,7 @@ impl<'a> Walker<'a> {
             offset,
             tripwire,
             action,
+            module: None,
         });
     }
 
