@@ -59,6 +59,10 @@ impl<'a> Walker<'a> {
             return;
         };
         self.config_call(&last, c);
+        if matches!(c.func.as_ref(), Expr::Name(_)) && self.own_name(&last, start(c)) {
+            // `def locate(...)` in this code, called: not `pydoc.locate`.
+            return;
+        }
         let p = self.policy;
         let named =
             p.capabilities.names.contains(last.as_ref()) || p.modes.names.contains(last.as_ref());
@@ -104,6 +108,10 @@ impl<'a> Walker<'a> {
             return;
         }
         let last = nfkc(raw).into_owned();
+        if matches!(target, Target::Name(_)) && self.own_name(&last, offset) {
+            // The code's own variable, function or parameter of that spelling.
+            return;
+        }
         let res = match target {
             Target::Name(n) => self.imports.resolve_name(n),
             Target::Attribute(a) => self.imports.resolve_attribute(a),

@@ -16,6 +16,7 @@ mod capabilities;
 mod classes;
 mod embedded;
 mod resolve;
+mod scopes;
 mod templates;
 
 // Keyed hashing: the keys are names the program chose (see Cargo.toml).
@@ -114,6 +115,7 @@ pub fn walk_parts(
     for part in parts {
         for s in *part {
             w.stmt(s);
+            w.module_binding(s);
         }
     }
     w.block_depth -= 1;
@@ -167,6 +169,11 @@ struct Walker<'a> {
     small_stack: bool,
     /// Set when a code string needs a parse thread's stack.
     needs_big_stack: bool,
+    /// Names this code binds, per enclosing function, lambda, comprehension
+    /// or bound block (see scopes.rs), innermost last.
+    scopes: Vec<HashSet<String>>,
+    /// Module-level names bound unconditionally, and the offset from which.
+    module_own: HashMap<String, usize>,
 }
 
 impl<'a> Walker<'a> {
@@ -195,6 +202,8 @@ impl<'a> Walker<'a> {
             in_class_body: false,
             small_stack: false,
             needs_big_stack: false,
+            scopes: Vec::new(),
+            module_own: HashMap::default(),
         }
     }
 
@@ -387,7 +396,7 @@ impl<'a> Walker<'a> {
             Stmt::For(f) => {
                 self.expr(&f.target);
                 self.expr(&f.iter);
-                self.body(&f.body);
+                self.scoped(&[&f.target], |w| w.body(&f.body));
                 self.body(&f.orelse);
             }
             Stmt::While(w) => {
@@ -408,7 +417,12 @@ impl<'a> Walker<'a> {
                     self.expr(&item.context_expr);
                     self.opt_expr(item.optional_vars.as_deref());
                 }
-                self.body(&w.body);
+                let vars: Vec<&Expr> = w
+                    .items
+                    .iter()
+                    .filter_map(|i| i.optional_vars.as_deref())
+                    .collect();
+                self.scoped(&vars, |w2| w2.body(&w.body));
             }
             Stmt::Match(m) => {
                 self.expr(&m.subject);
@@ -429,7 +443,14 @@ impl<'a> Walker<'a> {
                     if let Some(name) = &h.name {
                         self.bind(name.as_str());
                     }
+                    let own: HashSet<String> = h
+                        .name
+                        .iter()
+                        .map(|n| nfkc(n.as_str()).into_owned())
+                        .collect();
+                    self.scopes.push(own);
                     self.body(&h.body);
+                    self.scopes.pop();
                 }
                 self.body(&t.orelse);
                 self.body(&t.finalbody);
@@ -464,7 +485,10 @@ impl<'a> Walker<'a> {
         self.fn_stack.push((name, second_param(&f.parameters)));
         self.self_params.push(first_param(&f.parameters));
         let outer = std::mem::replace(&mut self.in_class_body, false);
+        self.scopes
+            .push(scopes::function_locals(Some(&f.parameters), &f.body));
         self.body(&f.body);
+        self.scopes.pop();
         self.in_class_body = outer;
         self.self_params.pop();
         self.fn_stack.pop();
@@ -600,12 +624,54 @@ impl<'a> Walker<'a> {
         }
     }
 
+    /// Walks the generators and leaves their variables' scope pushed: the
+    /// caller walks the element and pops it. The first iterable is evaluated
+    /// outside the comprehension, so it is walked before the scope opens.
     fn comprehensions(&mut self, gens: &[py::Comprehension]) {
+        let mut names = Vec::new();
         for g in gens {
+            scopes::target_names(&g.target, &mut names);
+        }
+        if let Some(first) = gens.first() {
+            self.expr(&first.iter);
+        }
+        self.scopes.push(names.into_iter().collect());
+        for (i, g) in gens.iter().enumerate() {
             self.expr(&g.target);
-            self.expr(&g.iter);
+            if i > 0 {
+                self.expr(&g.iter);
+            }
             self.exprs(&g.ifs);
         }
+    }
+
+    /// Walks `f` with the names `targets` bind counted as this code's own.
+    fn scoped(&mut self, targets: &[&Expr], f: impl FnOnce(&mut Self)) {
+        let mut names = Vec::new();
+        for t in targets {
+            scopes::target_names(t, &mut names);
+        }
+        self.scopes.push(names.into_iter().collect());
+        f(self);
+        self.scopes.pop();
+    }
+
+    /// Records what a module-level statement binds, from its end on.
+    fn module_binding(&mut self, s: &Stmt) {
+        let end = s.range().end().to_usize();
+        for name in scopes::statement_binds(s) {
+            self.module_own.entry(name).or_insert(end);
+        }
+    }
+
+    /// Whether `name`, used at `offset`, is certainly a binding this code
+    /// made itself (see scopes.rs) and no import of the code binds it.
+    pub(super) fn own_name(&self, name: &str, offset: usize) -> bool {
+        if self.imports.is_import(name) {
+            return false;
+        }
+        self.scopes.iter().any(|s| s.contains(name))
+            || self.module_own.get(name).is_some_and(|&at| at <= offset)
     }
 
     fn expr(&mut self, e: &Expr) {
@@ -661,7 +727,10 @@ impl<'a> Walker<'a> {
                 if let Some(p) = &l.parameters {
                     self.arguments(p);
                 }
+                self.scopes
+                    .push(scopes::function_locals(l.parameters.as_deref(), &[]));
                 self.expr(&l.body);
+                self.scopes.pop();
             }
             Expr::If(i) => {
                 self.expr(&i.test);
@@ -673,19 +742,23 @@ impl<'a> Walker<'a> {
             Expr::ListComp(c) => {
                 self.comprehensions(&c.generators);
                 self.expr(&c.elt);
+                self.scopes.pop();
             }
             Expr::SetComp(c) => {
                 self.comprehensions(&c.generators);
                 self.expr(&c.elt);
+                self.scopes.pop();
             }
             Expr::DictComp(c) => {
                 self.comprehensions(&c.generators);
                 self.opt_expr(c.key.as_deref());
                 self.expr(&c.value);
+                self.scopes.pop();
             }
             Expr::Generator(c) => {
                 self.comprehensions(&c.generators);
                 self.expr(&c.elt);
+                self.scopes.pop();
             }
             Expr::Await(a) => self.expr(&a.value),
             Expr::Yield(y) => self.opt_expr(y.value.as_deref()),
