@@ -211,11 +211,23 @@ impl Walker<'_> {
             Expr::Call(inner) => callee_name(&inner.func).is_some_and(|n| nfkc(n) == "Formatter"),
             _ => false,
         };
+        if let Some(c) = call
+            && styler_format_without_template(recv, c)
+        {
+            return;
+        }
         if let Expr::Name(n) = recv
             && !template_first
         {
+            let literal_first = call.is_some_and(|c| {
+                !unpacked_args(c)
+                    && c.arguments
+                        .args
+                        .first()
+                        .is_some_and(|a| const_str(a).is_some())
+            });
             self.format_names
-                .push((nfkc(n.id.as_str()).into_owned(), offset));
+                .push((nfkc(n.id.as_str()).into_owned(), offset, literal_first));
             return;
         }
         if template_first
@@ -234,6 +246,17 @@ impl Walker<'_> {
                 .into(),
             offset,
         );
+    }
+
+    /// `x = string.Formatter()`: the stdlib formatter itself (its template is
+    /// the first argument of each `format` call), not a subclass.
+    pub(super) fn is_plain_formatter(&self, value: &Expr) -> bool {
+        let Expr::Call(c) = value else { return false };
+        if !c.arguments.args.is_empty() || !c.arguments.keywords.is_empty() {
+            return false;
+        }
+        let res = self.imports.resolve(&c.func);
+        !res.unknown && res.paths.iter().all(|p| p == "string.Formatter")
     }
 
     /// `object.__setattr__(obj, name, v)` is `setattr` spelled differently;
@@ -466,4 +489,32 @@ fn opens_descriptor(c: &py::ExprCall) -> bool {
         .or_else(|| keyword(c, "file"))
         .or_else(|| keyword(c, "fd"));
     first.is_some_and(|e| numeric(e, 0))
+}
+
+/// `df.style.format(precision=2)`: pandas' `Styler.format` given no
+/// template (its `formatter`, first argument) and only literal options, so
+/// no template and no object a template could walk reaches the call.
+fn styler_format_without_template(recv: &Expr, c: &py::ExprCall) -> bool {
+    let styler = matches!(recv, Expr::Attribute(a) if nfkc(a.attr.as_str()) == "style");
+    styler
+        && c.arguments.args.is_empty()
+        && c.arguments.keywords.iter().all(|k| {
+            k.arg
+                .as_ref()
+                .is_some_and(|a| nfkc(a.as_str()) != "formatter")
+                && plain_literal(&k.value)
+        })
+}
+
+/// A constant, or a list or tuple of constants.
+fn plain_literal(e: &Expr) -> bool {
+    match e {
+        Expr::StringLiteral(_)
+        | Expr::NumberLiteral(_)
+        | Expr::BooleanLiteral(_)
+        | Expr::NoneLiteral(_) => true,
+        Expr::List(l) => l.elts.iter().all(plain_literal),
+        Expr::Tuple(t) => t.elts.iter().all(plain_literal),
+        _ => false,
+    }
 }

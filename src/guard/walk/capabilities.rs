@@ -239,6 +239,8 @@ impl<'a> Walker<'a> {
                 return;
             }
             Literal::OneOf if literal_keyed_dict(arg) => return,
+            // `S(1) / 2`, `sympify(0.5)`: a number is no code.
+            Literal::Code if number_literal(arg) => return,
             Literal::AttributeIfString if const_str(arg).is_none() => {
                 if self.computed_string(arg, 0) {
                     self.report(
@@ -686,6 +688,15 @@ fn display_items(e: &Expr) -> Vec<&Expr> {
         Expr::Set(s) => s.elts.iter().collect(),
         Expr::Dict(d) => d.items.iter().map(|i| &i.value).collect(),
         _ => Vec::new(),
+    }
+}
+
+/// A number, a negated number, `True`/`False` or `None`: never a string.
+fn number_literal(e: &Expr) -> bool {
+    match e {
+        Expr::NumberLiteral(_) | Expr::BooleanLiteral(_) | Expr::NoneLiteral(_) => true,
+        Expr::UnaryOp(u) => matches!(u.operand.as_ref(), Expr::NumberLiteral(_)),
+        _ => false,
     }
 }
 

@@ -56,6 +56,10 @@ struct Binding {
     literal: bool,
     /// First offset of an unconditional module-level `name = "literal"`.
     literal_at: Option<usize>,
+    /// True while each binding is `string.Formatter()` (no subclass).
+    formatter: bool,
+    /// First offset of an unconditional module-level `name = Formatter()`.
+    formatter_at: Option<usize>,
 }
 
 /// How an expression is used: the role decides what counts as an alias.
@@ -147,10 +151,13 @@ struct Walker<'a> {
     fn_stack: Vec<(String, Option<String>)>,
     /// The first parameter (`self`, `cls`) of each enclosing function.
     self_params: Vec<Option<String>>,
-    /// `name.format(...)` receivers, resolved against `bindings` at the end.
-    format_names: Vec<(String, usize)>,
+    /// `name.format(...)` receivers, resolved against `bindings` at the end,
+    /// and whether the call's first argument is a literal template.
+    format_names: Vec<(String, usize, bool)>,
     /// True while the targets of `name = "literal"` are walked.
     const_store: bool,
+    /// True while the targets of `name = string.Formatter()` are walked.
+    formatter_store: bool,
     /// Statement blocks entered (1: the module's own statements).
     block_depth: u32,
     /// > 0 inside an annotation, where CPython's typing evaluates strings.
@@ -193,6 +200,7 @@ impl<'a> Walker<'a> {
             self_params: Vec::new(),
             format_names: Vec::new(),
             const_store: false,
+            formatter_store: false,
             block_depth: 0,
             in_annotation: 0,
             embed_depth,
@@ -228,14 +236,18 @@ impl<'a> Walker<'a> {
             }
         }
         let templates = std::mem::take(&mut self.format_names);
-        for (name, offset) in templates {
+        for (name, offset, literal_first) in templates {
             // Every binding in this code is a literal, and one of them runs
             // unconditionally before the use: a value left by an earlier
             // call (or hidden behind `if False:`) cannot reach the template.
-            let literal = self
-                .bindings
-                .get(&name)
-                .is_some_and(|b| b.literal && b.literal_at.is_some_and(|at| at < offset));
+            // The same for a `string.Formatter()` the code made itself, whose
+            // template is the call's first argument, a literal.
+            let literal = self.bindings.get(&name).is_some_and(|b| {
+                (b.literal && b.literal_at.is_some_and(|at| at < offset))
+                    || (literal_first
+                        && b.formatter
+                        && b.formatter_at.is_some_and(|at| at < offset))
+            });
             if !literal {
                 self.report(
                     "format_field",
@@ -363,8 +375,10 @@ impl<'a> Walker<'a> {
                         }
                     }
                 }
+                self.formatter_store = self.is_plain_formatter(&a.value);
                 self.exprs(&a.targets);
                 self.const_store = false;
+                self.formatter_store = false;
                 self.expr(&a.value);
             }
             Stmt::TypeAlias(t) => {
