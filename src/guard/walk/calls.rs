@@ -379,16 +379,32 @@ impl Walker<'_> {
         let Some(arg) = c.arguments.args.get(1).or_else(|| keyword(c, "name")) else {
             return;
         };
-        let Some(s) = const_str(arg) else {
-            self.report(
-                "reflection",
-                "reflection",
-                format!("`{func}` with a computed attribute name cannot be checked; use `obj.name` or a constant string"),
-                offset,
-            );
-            return;
+        let names = match (const_str(arg), arg) {
+            (Some(s), _) => vec![nfkc(s).into_owned()],
+            // `for stat in ("mean", "median"): getattr(s, stat)`.
+            (None, Expr::Name(n)) => match self.loop_literals(&nfkc(n.id.as_str())) {
+                Some(values) => values,
+                None => return self.computed_reflection_name(func, offset),
+            },
+            _ => return self.computed_reflection_name(func, offset),
         };
-        let name = nfkc(s).into_owned();
+        for name in names {
+            self.reflection_name(func, &name, offset);
+        }
+    }
+
+    fn computed_reflection_name(&mut self, func: &str, offset: usize) {
+        self.report(
+            "reflection",
+            "reflection",
+            format!("`{func}` with a computed attribute name cannot be checked; use `obj.name` or a constant string"),
+            offset,
+        );
+    }
+
+    /// One attribute name a reflection call is given.
+    fn reflection_name(&mut self, func: &str, name: &str, offset: usize) {
+        let name = name.to_string();
         if let Some(problem) = self.attr_problem(&name) {
             self.report(
                 "reflection",

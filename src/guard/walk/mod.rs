@@ -178,7 +178,7 @@ struct Walker<'a> {
     needs_big_stack: bool,
     /// Names this code binds, per enclosing function, lambda, comprehension
     /// or bound block (see scopes.rs), innermost last.
-    scopes: Vec<HashSet<String>>,
+    scopes: Vec<scopes::Scope>,
     /// Module-level names bound unconditionally, and the offset from which.
     module_own: HashMap<String, usize>,
 }
@@ -410,7 +410,18 @@ impl<'a> Walker<'a> {
             Stmt::For(f) => {
                 self.expr(&f.target);
                 self.expr(&f.iter);
-                self.scoped(&[&f.target], |w| w.body(&f.body));
+                let literal = match f.target.as_ref() {
+                    Expr::Name(n) => scopes::literal_strings(&f.iter)
+                        .filter(|_| !scopes::rebinds(n.id.as_str(), &f.body, &[]))
+                        .map(|v| (nfkc(n.id.as_str()).into_owned(), v)),
+                    _ => None,
+                };
+                self.scoped(&[&f.target], |w| {
+                    if let (Some(scope), Some((name, values))) = (w.scopes.last_mut(), literal) {
+                        scope.literals.insert(name, values);
+                    }
+                    w.body(&f.body);
+                });
                 self.body(&f.orelse);
             }
             Stmt::While(w) => {
@@ -462,7 +473,7 @@ impl<'a> Walker<'a> {
                         .iter()
                         .map(|n| nfkc(n.as_str()).into_owned())
                         .collect();
-                    self.scopes.push(own);
+                    self.scopes.push(own.into());
                     self.body(&h.body);
                     self.scopes.pop();
                 }
@@ -500,7 +511,7 @@ impl<'a> Walker<'a> {
         self.self_params.push(first_param(&f.parameters));
         let outer = std::mem::replace(&mut self.in_class_body, false);
         self.scopes
-            .push(scopes::function_locals(Some(&f.parameters), &f.body));
+            .push(scopes::function_locals(Some(&f.parameters), &f.body).into());
         self.body(&f.body);
         self.scopes.pop();
         self.in_class_body = outer;
@@ -641,7 +652,7 @@ impl<'a> Walker<'a> {
     /// Walks the generators and leaves their variables' scope pushed: the
     /// caller walks the element and pops it. The first iterable is evaluated
     /// outside the comprehension, so it is walked before the scope opens.
-    fn comprehensions(&mut self, gens: &[py::Comprehension]) {
+    fn comprehensions(&mut self, gens: &[py::Comprehension], elts: &[&Expr]) {
         let mut names = Vec::new();
         for g in gens {
             scopes::target_names(&g.target, &mut names);
@@ -649,7 +660,22 @@ impl<'a> Walker<'a> {
         if let Some(first) = gens.first() {
             self.expr(&first.iter);
         }
-        self.scopes.push(names.into_iter().collect());
+        let mut scope: scopes::Scope = names.iter().cloned().collect::<HashSet<_>>().into();
+        // `for stat in ("mean", "median")` as the only binding of `stat`.
+        for g in gens {
+            if let Expr::Name(n) = &g.target {
+                let name = nfkc(n.id.as_str()).into_owned();
+                let mut others: Vec<&Expr> = elts.to_vec();
+                others.extend(gens.iter().flat_map(|h| h.ifs.iter()));
+                if names.iter().filter(|x| **x == name).count() == 1
+                    && !scopes::rebinds(&name, &[], &others)
+                    && let Some(values) = scopes::literal_strings(&g.iter)
+                {
+                    scope.literals.insert(name, values);
+                }
+            }
+        }
+        self.scopes.push(scope);
         for (i, g) in gens.iter().enumerate() {
             self.expr(&g.target);
             if i > 0 {
@@ -665,7 +691,8 @@ impl<'a> Walker<'a> {
         for t in targets {
             scopes::target_names(t, &mut names);
         }
-        self.scopes.push(names.into_iter().collect());
+        self.scopes
+            .push(names.into_iter().collect::<HashSet<_>>().into());
         f(self);
         self.scopes.pop();
     }
@@ -684,8 +711,15 @@ impl<'a> Walker<'a> {
         if self.imports.is_import(name) {
             return false;
         }
-        self.scopes.iter().any(|s| s.contains(name))
+        self.scopes.iter().any(|s| s.own.contains(name))
             || self.module_own.get(name).is_some_and(|&at| at <= offset)
+    }
+
+    /// The literal strings `name` iterates, when its innermost binding is a
+    /// loop over a literal display that nothing rebinds.
+    pub(super) fn loop_literals(&self, name: &str) -> Option<Vec<String>> {
+        let scope = self.scopes.iter().rev().find(|s| s.own.contains(name))?;
+        scope.literals.get(name).cloned()
     }
 
     fn expr(&mut self, e: &Expr) {
@@ -742,7 +776,7 @@ impl<'a> Walker<'a> {
                     self.arguments(p);
                 }
                 self.scopes
-                    .push(scopes::function_locals(l.parameters.as_deref(), &[]));
+                    .push(scopes::function_locals(l.parameters.as_deref(), &[]).into());
                 self.expr(&l.body);
                 self.scopes.pop();
             }
@@ -754,23 +788,25 @@ impl<'a> Walker<'a> {
             Expr::Dict(d) => self.dict(d),
             Expr::Set(s) => self.exprs(&s.elts),
             Expr::ListComp(c) => {
-                self.comprehensions(&c.generators);
+                self.comprehensions(&c.generators, &[&c.elt]);
                 self.expr(&c.elt);
                 self.scopes.pop();
             }
             Expr::SetComp(c) => {
-                self.comprehensions(&c.generators);
+                self.comprehensions(&c.generators, &[&c.elt]);
                 self.expr(&c.elt);
                 self.scopes.pop();
             }
             Expr::DictComp(c) => {
-                self.comprehensions(&c.generators);
+                let mut elts = vec![c.value.as_ref()];
+                elts.extend(c.key.as_deref());
+                self.comprehensions(&c.generators, &elts);
                 self.opt_expr(c.key.as_deref());
                 self.expr(&c.value);
                 self.scopes.pop();
             }
             Expr::Generator(c) => {
-                self.comprehensions(&c.generators);
+                self.comprehensions(&c.generators, &[&c.elt]);
                 self.expr(&c.elt);
                 self.scopes.pop();
             }
@@ -870,6 +906,16 @@ impl<'a> Walker<'a> {
     fn attribute(&mut self, a: &py::ExprAttribute, offset: usize, role: Role) {
         let as_callee = role == Role::Callee;
         let name = nfkc(a.attr.as_str());
+        // `self.__class__.__name__` is a string: the class object itself is
+        // never handed to the program, so `__class__` is not judged here.
+        if matches!(name.as_ref(), "__name__" | "__qualname__")
+            && a.ctx == py::ExprContext::Load
+            && let Expr::Attribute(inner) = a.value.as_ref()
+            && nfkc(inner.attr.as_str()) == "__class__"
+        {
+            self.expr_as(&inner.value, Role::Receiver);
+            return;
+        }
         self.check_attr_name(&name, offset, "attribute access");
         self.reexport_attribute(a, offset);
         if role != Role::Callee && a.ctx == py::ExprContext::Load {

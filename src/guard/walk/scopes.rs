@@ -15,11 +15,27 @@
 //!   (not under `if`, `try`, a loop) after that statement: nothing this code
 //!   does not spell can put a library object back under the name.
 
-use foldhash::HashSet;
+use foldhash::{HashMap, HashSet};
 use ruff_python_ast::visitor::{self, Visitor};
 
 use super::super::ast::{Expr, Stmt, py};
 use super::super::names::nfkc;
+
+/// One scope's own names, and those of them that iterate literal strings.
+#[derive(Debug, Default)]
+pub(super) struct Scope {
+    pub own: HashSet<String>,
+    pub literals: HashMap<String, Vec<String>>,
+}
+
+impl From<HashSet<String>> for Scope {
+    fn from(own: HashSet<String>) -> Scope {
+        Scope {
+            own,
+            literals: HashMap::default(),
+        }
+    }
+}
 
 /// The names a function body binds locally (its parameters included).
 pub(super) fn function_locals(params: Option<&py::Parameters>, body: &[Stmt]) -> HashSet<String> {
@@ -131,5 +147,95 @@ impl Collector {
         for n in names {
             self.declared.insert(nfkc(n.as_str()).into_owned());
         }
+    }
+}
+
+/// The string constants of a tuple, list or set display, when every
+/// element is one: `("mean", "median")`.
+pub(super) fn literal_strings(e: &Expr) -> Option<Vec<String>> {
+    let elts = match e {
+        Expr::Tuple(t) => &t.elts,
+        Expr::List(l) => &l.elts,
+        Expr::Set(s) => &s.elts,
+        _ => return None,
+    };
+    elts.iter()
+        .map(|x| super::super::ast::const_str(x).map(|s| nfkc(s).into_owned()))
+        .collect()
+}
+
+/// Whether anything in `stmts` or `exprs` (nested functions, lambdas and
+/// comprehensions included) binds `name` again or declares it `global` or
+/// `nonlocal`: a loop variable is only the loop's literal while nothing does.
+pub(super) fn rebinds(name: &str, stmts: &[Stmt], exprs: &[&Expr]) -> bool {
+    let mut r = Rebinds { name, hit: false };
+    for s in stmts {
+        r.visit_stmt(s);
+    }
+    for e in exprs {
+        r.visit_expr(e);
+    }
+    r.hit
+}
+
+struct Rebinds<'n> {
+    name: &'n str,
+    hit: bool,
+}
+
+impl Rebinds<'_> {
+    fn is(&self, raw: &str) -> bool {
+        nfkc(raw) == self.name
+    }
+}
+
+impl<'a> Visitor<'a> for Rebinds<'_> {
+    fn visit_stmt(&mut self, stmt: &'a Stmt) {
+        let hit = match stmt {
+            Stmt::FunctionDef(f) => self.is(f.name.as_str()),
+            Stmt::ClassDef(c) => self.is(c.name.as_str()),
+            Stmt::Global(g) => g.names.iter().any(|n| self.is(n.as_str())),
+            Stmt::Nonlocal(n) => n.names.iter().any(|n| self.is(n.as_str())),
+            _ => false,
+        };
+        self.hit |= hit;
+        visitor::walk_stmt(self, stmt);
+    }
+
+    fn visit_expr(&mut self, expr: &'a Expr) {
+        if let Expr::Name(n) = expr
+            && n.ctx != py::ExprContext::Load
+            && self.is(n.id.as_str())
+        {
+            self.hit = true;
+        }
+        visitor::walk_expr(self, expr);
+    }
+
+    fn visit_parameter(&mut self, p: &'a py::Parameter) {
+        self.hit |= self.is(p.name.as_str());
+        visitor::walk_parameter(self, p);
+    }
+
+    fn visit_alias(&mut self, a: &'a py::Alias) {
+        let bound = a.asname.as_ref().unwrap_or(&a.name);
+        self.hit |= self.is(bound.as_str().split('.').next().unwrap_or(""));
+    }
+
+    fn visit_except_handler(&mut self, h: &'a py::ExceptHandler) {
+        let py::ExceptHandler::ExceptHandler(inner) = h;
+        self.hit |= inner.name.as_ref().is_some_and(|n| self.is(n.as_str()));
+        visitor::walk_except_handler(self, h);
+    }
+
+    fn visit_pattern(&mut self, p: &'a py::Pattern) {
+        let hit = match p {
+            py::Pattern::MatchAs(a) => a.name.as_ref().is_some_and(|n| self.is(n.as_str())),
+            py::Pattern::MatchStar(s) => s.name.as_ref().is_some_and(|n| self.is(n.as_str())),
+            py::Pattern::MatchMapping(m) => m.rest.as_ref().is_some_and(|n| self.is(n.as_str())),
+            _ => false,
+        };
+        self.hit |= hit;
+        visitor::walk_pattern(self, p);
     }
 }
