@@ -181,6 +181,10 @@ struct Walker<'a> {
     scopes: Vec<scopes::Scope>,
     /// Module-level names bound unconditionally, and the offset from which.
     module_own: HashMap<String, usize>,
+    /// Per enclosing function: for a method of a class this code defines,
+    /// its `self`, the block depth of its body, and the attributes of `self`
+    /// it has set so far in that block (see [`Walker::own_self_attribute`]).
+    methods: Vec<Option<(String, u32, HashSet<String>)>>,
 }
 
 impl<'a> Walker<'a> {
@@ -212,6 +216,7 @@ impl<'a> Walker<'a> {
             needs_big_stack: false,
             scopes: Vec::new(),
             module_own: HashMap::default(),
+            methods: Vec::new(),
         }
     }
 
@@ -380,6 +385,7 @@ impl<'a> Walker<'a> {
                 self.const_store = false;
                 self.formatter_store = false;
                 self.expr(&a.value);
+                self.self_attributes_set(&a.targets);
             }
             Stmt::TypeAlias(t) => {
                 self.expr(&t.name);
@@ -509,12 +515,17 @@ impl<'a> Walker<'a> {
         let name = nfkc(f.name.as_str()).into_owned();
         self.fn_stack.push((name, second_param(&f.parameters)));
         self.self_params.push(first_param(&f.parameters));
+        let method = first_param(&f.parameters)
+            .filter(|_| self.in_class_body)
+            .map(|p| (p, self.block_depth + 1, HashSet::default()));
+        self.methods.push(method);
         let outer = std::mem::replace(&mut self.in_class_body, false);
         self.scopes
             .push(scopes::function_locals(Some(&f.parameters), &f.body).into());
         self.body(&f.body);
         self.scopes.pop();
         self.in_class_body = outer;
+        self.methods.pop();
         self.self_params.pop();
         self.fn_stack.pop();
     }
@@ -695,6 +706,46 @@ impl<'a> Walker<'a> {
             .push(names.into_iter().collect::<HashSet<_>>().into());
         f(self);
         self.scopes.pop();
+    }
+
+    /// `self.x = ...` as a statement of a method's own block: from here on
+    /// `self.x` in that block is the value just stored, whatever `self` is.
+    fn self_attributes_set(&mut self, targets: &[Expr]) {
+        let depth = self.block_depth;
+        let Some(Some((me, block, set))) = self.methods.last_mut() else {
+            return;
+        };
+        if *block != depth {
+            return;
+        }
+        for t in targets {
+            if let Expr::Attribute(a) = t
+                && let Expr::Name(n) = a.value.as_ref()
+                && nfkc(n.id.as_str()) == me.as_str()
+            {
+                set.insert(nfkc(a.attr.as_str()).into_owned());
+            }
+        }
+    }
+
+    /// `self.optimizer` on the method's own `self` is not a module handed
+    /// out by a library when it is written (`self.optimizer = "adam"`:
+    /// storing reads nothing), or read after the method's own block stored
+    /// it: even if the method was called with a module as `self`, the store
+    /// replaced what the module held. Any other read keeps the re-export
+    /// check, because a method called through its class (`C.m(jinja2)`)
+    /// gets whatever `self` it is given.
+    fn own_self_attribute(&self, a: &py::ExprAttribute) -> bool {
+        let Some(Some((me, _, set))) = self.methods.last() else {
+            return false;
+        };
+        let Expr::Name(n) = a.value.as_ref() else {
+            return false;
+        };
+        if nfkc(n.id.as_str()) != me.as_str() {
+            return false;
+        }
+        a.ctx != py::ExprContext::Load || set.contains(nfkc(a.attr.as_str()).as_ref())
     }
 
     /// Records what a module-level statement binds, from its end on.
@@ -917,8 +968,11 @@ impl<'a> Walker<'a> {
             return;
         }
         self.check_attr_name(&name, offset, "attribute access");
-        self.reexport_attribute(a, offset);
-        if role != Role::Callee && a.ctx == py::ExprContext::Load {
+        let own = self.own_self_attribute(a);
+        if !own {
+            self.reexport_attribute(a, offset);
+        }
+        if !own && role != Role::Callee && a.ctx == py::ExprContext::Load {
             self.capability_reference(capabilities::Target::Attribute(a), role, offset);
         }
         if !as_callee && self.policy.getter_names.contains(name.as_ref()) {
