@@ -116,10 +116,11 @@ pub fn walk_parts(
     w.imports = resolve::Imports::collect_parts(parts);
     // The module's statements, as `body` walks them.
     w.block_depth += 1;
+    w.block_own.push(HashMap::default());
     for part in parts {
         for s in *part {
             w.stmt(s);
-            w.module_binding(s);
+            w.block_binding(s);
         }
     }
     w.block_depth -= 1;
@@ -179,8 +180,9 @@ struct Walker<'a> {
     /// Names this code binds, per enclosing function, lambda, comprehension
     /// or bound block (see scopes.rs), innermost last.
     scopes: Vec<scopes::Scope>,
-    /// Module-level names bound unconditionally, and the offset from which.
-    module_own: HashMap<String, usize>,
+    /// Per statement block entered, innermost last: the names its own
+    /// statements have bound so far, and the offset from which.
+    block_own: Vec<HashMap<String, usize>>,
     /// Per enclosing function: for a method of a class this code defines,
     /// its `self`, the block depth of its body, and the attributes of `self`
     /// it has set so far in that block (see [`Walker::own_self_attribute`]).
@@ -215,7 +217,7 @@ impl<'a> Walker<'a> {
             small_stack: false,
             needs_big_stack: false,
             scopes: Vec::new(),
-            module_own: HashMap::default(),
+            block_own: Vec::new(),
             methods: Vec::new(),
         }
     }
@@ -326,9 +328,12 @@ impl<'a> Walker<'a> {
 
     fn body(&mut self, stmts: &[Stmt]) {
         self.block_depth += 1;
+        self.block_own.push(HashMap::default());
         for s in stmts {
             self.stmt(s);
+            self.block_binding(s);
         }
+        self.block_own.pop();
         self.block_depth -= 1;
     }
 
@@ -432,12 +437,19 @@ impl<'a> Walker<'a> {
             }
             Stmt::While(w) => {
                 self.expr(&w.test);
+                let own: HashSet<String> = scopes::eager_walrus(&w.test).into_iter().collect();
+                self.scopes.push(own.into());
                 self.body(&w.body);
+                self.scopes.pop();
                 self.body(&w.orelse);
             }
             Stmt::If(i) => {
                 self.expr(&i.test);
+                // `if (n := len(x)) > 2:` binds `n` for the block it guards.
+                let own: HashSet<String> = scopes::eager_walrus(&i.test).into_iter().collect();
+                self.scopes.push(own.into());
                 self.body(&i.body);
+                self.scopes.pop();
                 for clause in &i.elif_else_clauses {
                     self.opt_expr(clause.test.as_ref());
                     self.body(&clause.body);
@@ -453,6 +465,9 @@ impl<'a> Walker<'a> {
                     .iter()
                     .filter_map(|i| i.optional_vars.as_deref())
                     .collect();
+                // What the block binds does not count after it: a context
+                // manager may swallow an exception raised before the binding
+                // (even `open` may be another function an earlier call bound).
                 self.scoped(&vars, |w2| w2.body(&w.body));
             }
             Stmt::Match(m) => {
@@ -694,6 +709,16 @@ impl<'a> Walker<'a> {
             }
             self.exprs(&g.ifs);
         }
+        // The element is evaluated after every condition held: a walrus
+        // in a condition binds its name for the element.
+        let walrus: Vec<String> = gens
+            .iter()
+            .flat_map(|g| g.ifs.iter())
+            .flat_map(scopes::eager_walrus)
+            .collect();
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.own.extend(walrus);
+        }
     }
 
     /// Walks `f` with the names `targets` bind counted as this code's own.
@@ -748,11 +773,18 @@ impl<'a> Walker<'a> {
         a.ctx != py::ExprContext::Load || set.contains(nfkc(a.attr.as_str()).as_ref())
     }
 
-    /// Records what a module-level statement binds, from its end on.
-    fn module_binding(&mut self, s: &Stmt) {
+    /// Records what a statement of the current block binds, from its end
+    /// on: the block's later statements run only once it completed. A class
+    /// body's statements bind class attributes, which its methods do not see.
+    fn block_binding(&mut self, s: &Stmt) {
+        if self.in_class_body {
+            return;
+        }
         let end = s.range().end().to_usize();
-        for name in scopes::statement_binds(s) {
-            self.module_own.entry(name).or_insert(end);
+        if let Some(block) = self.block_own.last_mut() {
+            for name in scopes::statement_binds(s) {
+                block.entry(name).or_insert(end);
+            }
         }
     }
 
@@ -763,7 +795,10 @@ impl<'a> Walker<'a> {
             return false;
         }
         self.scopes.iter().any(|s| s.own.contains(name))
-            || self.module_own.get(name).is_some_and(|&at| at <= offset)
+            || self
+                .block_own
+                .iter()
+                .any(|b| b.get(name).is_some_and(|&at| at <= offset))
     }
 
     /// The literal strings `name` iterates, when its innermost binding is a

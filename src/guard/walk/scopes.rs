@@ -10,10 +10,14 @@
 //!   `nonlocal` is local by Python's scoping rules, in the whole function: it
 //!   can never be a value left by an earlier call;
 //! * a lambda's parameters and a comprehension's variables, inside them;
-//! * a loop's, `with`'s or `except`'s variable inside the block it binds for;
-//! * at module level, a name bound by a statement of the module's own block
-//!   (not under `if`, `try`, a loop) after that statement: nothing this code
-//!   does not spell can put a library object back under the name.
+//! * a loop's, `with`'s or `except`'s variable inside the block it binds for,
+//!   and a walrus in an `if`/`while` test or a comprehension's condition in
+//!   what that guards (when no `and`/`or` may skip it);
+//! * a name bound by a statement of a block (the module's own statements,
+//!   an `if` or `with` body, ...) in that block's later statements, which run
+//!   only once the binding statement completed. After the block it does not
+//!   count: a condition or a context manager that swallows an exception may
+//!   have skipped it, and the earlier call's value is still there.
 
 use foldhash::{HashMap, HashSet};
 use ruff_python_ast::visitor::{self, Visitor};
@@ -237,5 +241,42 @@ impl<'a> Visitor<'a> for Rebinds<'_> {
         };
         self.hit |= hit;
         visitor::walk_pattern(self, p);
+    }
+}
+
+/// The names walrus expressions in `e` bind whenever `e` is evaluated in
+/// full: not behind `and`/`or`, a conditional expression, a lambda or a
+/// comprehension.
+pub(super) fn eager_walrus(e: &Expr) -> Vec<String> {
+    let mut w = Walrus::default();
+    w.visit_expr(e);
+    w.names
+}
+
+#[derive(Default)]
+struct Walrus {
+    names: Vec<String>,
+}
+
+impl<'a> Visitor<'a> for Walrus {
+    fn visit_expr(&mut self, expr: &'a Expr) {
+        match expr {
+            Expr::Named(n) => {
+                target_names(&n.target, &mut self.names);
+                self.visit_expr(&n.value);
+            }
+            Expr::BoolOp(b) => {
+                if let Some(first) = b.values.first() {
+                    self.visit_expr(first);
+                }
+            }
+            Expr::If(i) => self.visit_expr(&i.test),
+            Expr::Lambda(_)
+            | Expr::ListComp(_)
+            | Expr::SetComp(_)
+            | Expr::DictComp(_)
+            | Expr::Generator(_) => {}
+            _ => visitor::walk_expr(self, expr),
+        }
     }
 }
