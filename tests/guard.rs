@@ -2910,3 +2910,115 @@ fn benign_corpus_renamed_to_api_names_stays_allowed() {
         failures.join("\n")
     );
 }
+
+/// A name the code binds is that binding only where the binding is certain
+/// to be in effect; elsewhere it may be what an earlier call of the session
+/// left under the name (`from sympy import S` in one call, `S(code)` in the
+/// next), and the API rules still apply.
+#[test]
+fn own_bindings_count_only_where_certain() {
+    for src in [
+        "x = input()\nif False:\n    S = 1\nS(x)",
+        "x = input()\nS(x)\nS = 1",
+        "x = input()\nfor i in range(2):\n    S(x)\n    S = 1",
+        "x = input()\ndef f():\n    global S\n    if x:\n        S = 1\n    return S(x)",
+        "x = input()\ndef f():\n    return S(x)\nS = 1",
+        "import contextlib\nx = input()\nwith contextlib.suppress(Exception):\n    S = 1 / 0\nS(x)",
+        "x = input()\ntry:\n    S = 1\nexcept Exception:\n    pass\nS(x)",
+        "x = input()\ndef f():\n    from sympy import S\n    return S(x)",
+        "x = input()\nif x or (S := 1):\n    S(x)",
+        "x = input()\n[S(x) for i in range(2)]\nS = 1",
+        "from sympy import S\nx = input()\nS(x)",
+        "x = input()\nclass K:\n    S = 1\n    def m(self):\n        return S(x)",
+    ] {
+        assert_blocked(src, "code_string");
+    }
+    for src in [
+        "x = input()\nlocate(x)\ndef locate(v):\n    return v",
+        "x = input()\nif x:\n    def locate(v):\n        return v\nlocate(x)",
+    ] {
+        assert_blocked(src, "reflection");
+    }
+    for src in [
+        "import numpy as np\nS = np.eye(2)\nprint(np.linalg.inv(S))",
+        "import numpy as np\ndef f(S):\n    return np.linalg.inv(S)",
+        "def locate(v):\n    return v\nprint(locate('a'))",
+        "x = input()\nif x:\n    S = 1\n    print(S + 1)",
+        "fs = [abs]\nprint([S(-1) for S in fs])",
+        "x = input()\nif (n := len(x)) > 2:\n    print(n)",
+        "import pandas as pd\ndf = pd.DataFrame({'v': [1]})\nfor agg in ['sum', 'max']:\n    print(df['v'].agg(agg))",
+        "from sympy import S\nprint(S(1) / 2, S(-3))",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+#[test]
+fn literal_forms_judged_as_the_literal_they_are() {
+    for (src, rule) in [
+        (
+            "s = 1\nfor n in ('mean', '__class__'):\n    getattr(s, n)",
+            "reflection",
+        ),
+        (
+            "s = 1\nfor n in ('mean', 'median'):\n    n = input()\n    getattr(s, n)",
+            "reflection",
+        ),
+        (
+            "s = 1\nfor n in ('mean', 'median'):\n    def f(n):\n        return getattr(s, n)",
+            "reflection",
+        ),
+        (
+            "s = 1\nnames = ('mean',)\nfor n in names:\n    getattr(s, n)",
+            "reflection",
+        ),
+        (
+            "s = 1\n[getattr(s, n) for n in ('a', 'b') for n in input()]",
+            "reflection",
+        ),
+        (
+            "import string\nfmt = string.Formatter()\nt = input()\nfmt.format(t, 1)",
+            "format_field",
+        ),
+        (
+            "import string\nif input():\n    fmt = string.Formatter()\nfmt.format('{0}', 1)",
+            "format_field",
+        ),
+        (
+            "import string\nclass F(string.Formatter):\n    pass\nfmt = F()\nfmt.format('{0}', 1)",
+            "format_field",
+        ),
+        ("df = 1\nt = input()\ndf.style.format(t)", "format_field"),
+        ("df = 1\ndf.style.format(subset=print)", "format_field"),
+        ("df = 1\ndf.style.format(formatter=input())", "format_field"),
+        ("x = 1\nprint(x.__class__.__base__)", "internals_attribute"),
+        (
+            "x = 1\nprint(x.__class__.__name__.__class__)",
+            "internals_attribute",
+        ),
+        (
+            "class C:\n    def m(self):\n        return self.compiler",
+            "module_reexport",
+        ),
+        (
+            "class C:\n    def m(self):\n        if input():\n            self.compiler = 1\n        return self.compiler",
+            "module_reexport",
+        ),
+        (
+            "class C:\n    def m(self, other):\n        other.compiler = 1\n        return other.compiler",
+            "module_reexport",
+        ),
+    ] {
+        assert_blocked(src, rule);
+    }
+    for src in [
+        "import statistics\nfor n in ('mean', 'median'):\n    print(getattr(statistics, n)([1, 2]))",
+        "import statistics\nprint({n: getattr(statistics, n)([1, 2]) for n in ('mean', 'median')})",
+        "import string\nfmt = string.Formatter()\nprint(fmt.format('{0} {x}', 1, x=2))",
+        "df = 1\ndf.style.format(precision=2, na_rep='-', thousands=',')",
+        "class C:\n    def __repr__(self):\n        return self.__class__.__name__",
+        "class C:\n    def __init__(self):\n        self.compiler = 'gcc'\n        self.ir = []\n        print(self.ir)",
+    ] {
+        assert_allowed(src);
+    }
+}
