@@ -139,6 +139,7 @@ impl Walker<'_> {
     fn store_name(&mut self, name: &str, offset: usize) {
         let literal = self.const_store;
         let formatter = self.formatter_store;
+        let plain_data = self.plain_data_store;
         let top = self.block_depth == 1 && self.fn_stack.is_empty();
         let first_literal = (literal && top).then_some(offset);
         let first_formatter = (formatter && top).then_some(offset);
@@ -148,6 +149,7 @@ impl Walker<'_> {
                 b.literal_at = b.literal_at.or(first_literal);
                 b.formatter &= formatter;
                 b.formatter_at = b.formatter_at.or(first_formatter);
+                b.plain_data &= plain_data;
             }
             None => {
                 self.bindings.insert(
@@ -157,6 +159,7 @@ impl Walker<'_> {
                         literal_at: first_literal,
                         formatter,
                         formatter_at: first_formatter,
+                        plain_data,
                     },
                 );
             }
@@ -177,6 +180,7 @@ impl Walker<'_> {
             Some(b) => {
                 b.literal = false;
                 b.formatter = false;
+                b.plain_data = false;
             }
             None => self.new_binding(name.into_owned()),
         }
@@ -188,6 +192,7 @@ impl Walker<'_> {
             Some(b) => {
                 b.literal = false;
                 b.formatter = false;
+                b.plain_data = false;
             }
             None => self.new_binding(name),
         }
@@ -199,6 +204,7 @@ impl Walker<'_> {
             literal_at: None,
             formatter: false,
             formatter_at: None,
+            plain_data: false,
         };
         self.bindings.insert(name, b);
     }

@@ -259,6 +259,27 @@ impl Walker<'_> {
         !res.unknown && res.paths.iter().all(|p| p == "string.Formatter")
     }
 
+    /// `json.load(f)`, `json.loads(s)` or `{"a": 1, ...}` with literal keys.
+    pub(super) fn is_plain_data(&self, value: &Expr) -> bool {
+        match value {
+            Expr::Dict(d) => d
+                .items
+                .iter()
+                .all(|i| i.key.as_ref().and_then(const_str).is_some()),
+            Expr::Call(c) => {
+                let res = self.imports.resolve(&c.func);
+                !res.unknown
+                    && !res.paths.is_empty()
+                    && res
+                        .paths
+                        .iter()
+                        .all(|p| p == "json.load" || p == "json.loads")
+                    && c.arguments.keywords.is_empty()
+            }
+            _ => false,
+        }
+    }
+
     /// `object.__setattr__(obj, name, v)` is `setattr` spelled differently;
     /// the name must be a constant the guard can check. Passing the
     /// parameter straight through inside `def __setattr__(self, name, v)`

@@ -230,7 +230,9 @@ impl<'a> Walker<'a> {
     fn check_literal_argument(&mut self, cap: &Capability, arg: &Expr) {
         let offset = start(arg);
         let text = match cap.literal {
-            Literal::Fields => return self.check_field_names(cap, arg),
+            Literal::Fields | Literal::IdentifierFields => {
+                return self.check_field_names(cap, arg);
+            }
             Literal::CodeIfString if const_str(arg).is_none() && !self.computed_string(arg, 0) => {
                 // `vectorize(["f8(f8)", "i8(i8)"])`: a display of signatures.
                 for item in display_items(arg) {
@@ -319,7 +321,11 @@ impl<'a> Walker<'a> {
                 }
             }
             Literal::Template => self.template_literal(cap, text, offset),
-            Literal::Never | Literal::Fields | Literal::KeywordNames | Literal::Call => {}
+            Literal::Never
+            | Literal::Fields
+            | Literal::IdentifierFields
+            | Literal::KeywordNames
+            | Literal::Call => {}
         }
     }
 
@@ -347,16 +353,32 @@ impl<'a> Walker<'a> {
                         self.literal_attribute(cap, key, start(&k.value));
                     }
                 }
-                None => self.report(
-                    &cap.rule,
-                    &cap.category,
-                    format!(
-                        "`{}` {}; `**` of a mapping whose keys the guard cannot read could name \
-                         any attribute: pass the names as keywords",
-                        cap.name, cap.reason
-                    ),
-                    start(&k.value),
-                ),
+                None => {
+                    if let Expr::Name(n) = &k.value {
+                        // Judged at the end, once every binding of it is known.
+                        let name = nfkc(n.id.as_str()).into_owned();
+                        let own = self.own_name(&name, start(&k.value));
+                        self.namespace_names.push(super::NamespaceUse {
+                            name,
+                            offset: start(&k.value),
+                            own,
+                            rule: cap.rule.clone(),
+                            category: cap.category.clone(),
+                            what: format!("`{}` {}", cap.name, cap.reason),
+                        });
+                        continue;
+                    }
+                    self.report(
+                        &cap.rule,
+                        &cap.category,
+                        format!(
+                            "`{}` {}; `**` of a mapping whose keys the guard cannot read could name \
+                             any attribute: pass the names as keywords",
+                            cap.name, cap.reason
+                        ),
+                        start(&k.value),
+                    );
+                }
             }
         }
     }
@@ -410,6 +432,11 @@ impl<'a> Walker<'a> {
             }),
             _ => false,
         };
+        if !ok && cap.literal == Literal::IdentifierFields {
+            // `namedtuple("Row", header)`: refused at run time unless each
+            // is an identifier that does not start with an underscore.
+            return;
+        }
         if !ok {
             self.report(
                 &cap.rule,

@@ -60,6 +60,22 @@ struct Binding {
     formatter: bool,
     /// First offset of an unconditional module-level `name = Formatter()`.
     formatter_at: Option<usize>,
+    /// True while each binding is plain data: `json.load(...)`,
+    /// `json.loads(...)` or a dict display with literal keys.
+    plain_data: bool,
+}
+
+/// `SimpleNamespace(**d)` with `d` a name, judged once every binding of `d`
+/// in this code is known.
+#[derive(Debug)]
+struct NamespaceUse {
+    name: String,
+    offset: usize,
+    /// The name was certainly this code's own binding at the use.
+    own: bool,
+    rule: String,
+    category: String,
+    what: String,
 }
 
 /// How an expression is used: the role decides what counts as an alias.
@@ -159,6 +175,10 @@ struct Walker<'a> {
     const_store: bool,
     /// True while the targets of `name = string.Formatter()` are walked.
     formatter_store: bool,
+    /// True while the targets of `name = json.loads(...)` (plain data) are walked.
+    plain_data_store: bool,
+    /// `SimpleNamespace(**name)` uses, judged in `finish`.
+    namespace_names: Vec<NamespaceUse>,
     /// Statement blocks entered (1: the module's own statements).
     block_depth: u32,
     /// > 0 inside an annotation, where CPython's typing evaluates strings.
@@ -207,6 +227,8 @@ impl<'a> Walker<'a> {
             format_names: Vec::new(),
             const_store: false,
             formatter_store: false,
+            plain_data_store: false,
+            namespace_names: Vec::new(),
             block_depth: 0,
             in_annotation: 0,
             embed_depth,
@@ -240,6 +262,25 @@ impl<'a> Walker<'a> {
                         offset,
                     );
                 }
+            }
+        }
+        // `SimpleNamespace(**cfg)`: every binding of `cfg` is data whose keys
+        // cannot forge an object protocol numpy trusts (JSON has no tuples
+        // or callables), or literal keys, and the use is certainly one of them.
+        for u in std::mem::take(&mut self.namespace_names) {
+            let plain = u.own && self.bindings.get(&u.name).is_some_and(|b| b.plain_data);
+            if !plain {
+                self.report(
+                    &u.rule,
+                    &u.category,
+                    format!(
+                        "{}; `**{}`: a mapping whose keys the guard cannot read could name any \
+                         attribute: pass the names as keywords, or build it with `json.load`/\
+                         `json.loads` or a dict display with literal keys",
+                        u.what, u.name
+                    ),
+                    u.offset,
+                );
             }
         }
         let templates = std::mem::take(&mut self.format_names);
@@ -386,9 +427,11 @@ impl<'a> Walker<'a> {
                     }
                 }
                 self.formatter_store = self.is_plain_formatter(&a.value);
+                self.plain_data_store = self.is_plain_data(&a.value);
                 self.exprs(&a.targets);
                 self.const_store = false;
                 self.formatter_store = false;
+                self.plain_data_store = false;
                 self.expr(&a.value);
                 self.self_attributes_set(&a.targets);
             }
