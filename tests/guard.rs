@@ -2931,6 +2931,10 @@ fn own_bindings_count_only_where_certain() {
         "x = input()\n[S(x) for i in range(2)]\nS = 1",
         "from sympy import S\nx = input()\nS(x)",
         "x = input()\nclass K:\n    S = 1\n    def m(self):\n        return S(x)",
+        "x = input()\nS = 1\nfrom sympy import S\nS(x)",
+        "x = input()\nS = 1\nfor i in range(2):\n    S(x)\n    from sympy import S",
+        "x = input()\ndef g():\n    global S\n    from sympy import S\nS = 1\ng()\nS(x)",
+        "x = input()\nS = 1\ndef f():\n    return S(x)\nfrom sympy import S\nf()",
     ] {
         assert_blocked(src, "code_string");
     }
@@ -2949,6 +2953,8 @@ fn own_bindings_count_only_where_certain() {
         "x = input()\nif (n := len(x)) > 2:\n    print(n)",
         "import pandas as pd\ndf = pd.DataFrame({'v': [1]})\nfor agg in ['sum', 'max']:\n    print(df['v'].agg(agg))",
         "from sympy import S\nprint(S(1) / 2, S(-3))",
+        "from sympy import S\nimport numpy as np\nS = np.eye(2)\nprint(np.linalg.inv(S))",
+        "from sympy import S\nimport numpy as np\ndef f(S):\n    return np.linalg.inv(S)",
     ] {
         assert_allowed(src);
     }

@@ -203,6 +203,8 @@ struct Walker<'a> {
     /// Per statement block entered, innermost last: the names its own
     /// statements have bound so far, and the offset from which.
     block_own: Vec<HashMap<String, usize>>,
+    /// Loop bodies entered: what is walked there may run again.
+    loop_depth: u32,
     /// Per enclosing function: for a method of a class this code defines,
     /// its `self`, the block depth of its body, and the attributes of `self`
     /// it has set so far in that block (see [`Walker::own_self_attribute`]).
@@ -240,6 +242,7 @@ impl<'a> Walker<'a> {
             needs_big_stack: false,
             scopes: Vec::new(),
             block_own: Vec::new(),
+            loop_depth: 0,
             methods: Vec::new(),
         }
     }
@@ -474,15 +477,19 @@ impl<'a> Walker<'a> {
                     if let (Some(scope), Some((name, values))) = (w.scopes.last_mut(), literal) {
                         scope.literals.insert(name, values);
                     }
+                    w.loop_depth += 1;
                     w.body(&f.body);
+                    w.loop_depth -= 1;
                 });
                 self.body(&f.orelse);
             }
             Stmt::While(w) => {
                 self.expr(&w.test);
                 let own: HashSet<String> = scopes::eager_walrus(&w.test).into_iter().collect();
-                self.scopes.push(own.into());
+                self.scopes.push(scopes::Scope::new(own, offset));
+                self.loop_depth += 1;
                 self.body(&w.body);
+                self.loop_depth -= 1;
                 self.scopes.pop();
                 self.body(&w.orelse);
             }
@@ -490,7 +497,7 @@ impl<'a> Walker<'a> {
                 self.expr(&i.test);
                 // `if (n := len(x)) > 2:` binds `n` for the block it guards.
                 let own: HashSet<String> = scopes::eager_walrus(&i.test).into_iter().collect();
-                self.scopes.push(own.into());
+                self.scopes.push(scopes::Scope::new(own, offset));
                 self.body(&i.body);
                 self.scopes.pop();
                 for clause in &i.elif_else_clauses {
@@ -537,7 +544,7 @@ impl<'a> Walker<'a> {
                         .iter()
                         .map(|n| nfkc(n.as_str()).into_owned())
                         .collect();
-                    self.scopes.push(own.into());
+                    self.scopes.push(scopes::Scope::new(own, offset));
                     self.body(&h.body);
                     self.scopes.pop();
                 }
@@ -579,7 +586,10 @@ impl<'a> Walker<'a> {
         self.methods.push(method);
         let outer = std::mem::replace(&mut self.in_class_body, false);
         self.scopes
-            .push(scopes::function_locals(Some(&f.parameters), &f.body).into());
+            .push(scopes::Scope::function(scopes::function_locals(
+                Some(&f.parameters),
+                &f.body,
+            )));
         self.body(&f.body);
         self.scopes.pop();
         self.in_class_body = outer;
@@ -729,7 +739,8 @@ impl<'a> Walker<'a> {
         if let Some(first) = gens.first() {
             self.expr(&first.iter);
         }
-        let mut scope: scopes::Scope = names.iter().cloned().collect::<HashSet<_>>().into();
+        let at = gens.first().map_or(0, start);
+        let mut scope = scopes::Scope::new(names.iter().cloned().collect(), at);
         // `for stat in ("mean", "median")` as the only binding of `stat`.
         for g in gens {
             if let Expr::Name(n) = &g.target {
@@ -770,8 +781,9 @@ impl<'a> Walker<'a> {
         for t in targets {
             scopes::target_names(t, &mut names);
         }
+        let at = targets.first().map_or(0, |t| start(*t));
         self.scopes
-            .push(names.into_iter().collect::<HashSet<_>>().into());
+            .push(scopes::Scope::new(names.into_iter().collect(), at));
         f(self);
         self.scopes.pop();
     }
@@ -826,22 +838,35 @@ impl<'a> Walker<'a> {
         let end = s.range().end().to_usize();
         if let Some(block) = self.block_own.last_mut() {
             for name in scopes::statement_binds(s) {
-                block.entry(name).or_insert(end);
+                block.insert(name, end);
             }
         }
     }
 
     /// Whether `name`, used at `offset`, is certainly a binding this code
     /// made itself (see scopes.rs) and no import of the code binds it.
+    ///
+    /// The binding must also outlast every import of the name: a function's
+    /// locals are not rebound by imports outside it (its own are left out),
+    /// any other binding only counts when no import of the name starts
+    /// after it (a loop or a later call could run that import first).
     pub(super) fn own_name(&self, name: &str, offset: usize) -> bool {
-        if self.imports.is_import(name) {
-            return false;
+        let imports = &self.imports;
+        let in_scope = self.scopes.iter().rev().find(|s| s.own.contains(name));
+        if let Some(s) = in_scope {
+            // The innermost binding of the name decides.
+            return if s.function {
+                !imports.declared_and_imported(name)
+            } else {
+                !imports.imported_between(name, s.start, offset, true)
+            };
         }
-        self.scopes.iter().any(|s| s.own.contains(name))
-            || self
-                .block_own
-                .iter()
-                .any(|b| b.get(name).is_some_and(|&at| at <= offset))
+        let again = self.loop_depth > 0 || !self.fn_stack.is_empty();
+        self.block_own.iter().any(|b| {
+            b.get(name).is_some_and(|&at| {
+                at <= offset && !imports.imported_between(name, at, offset, again)
+            })
+        })
     }
 
     /// The literal strings `name` iterates, when its innermost binding is a
@@ -905,7 +930,10 @@ impl<'a> Walker<'a> {
                     self.arguments(p);
                 }
                 self.scopes
-                    .push(scopes::function_locals(l.parameters.as_deref(), &[]).into());
+                    .push(scopes::Scope::function(scopes::function_locals(
+                        l.parameters.as_deref(),
+                        &[],
+                    )));
                 self.expr(&l.body);
                 self.scopes.pop();
             }

@@ -30,13 +30,29 @@ use super::super::names::nfkc;
 pub(super) struct Scope {
     pub own: HashSet<String>,
     pub literals: HashMap<String, Vec<String>>,
+    /// A function's (or lambda's) locals: no import outside it rebinds them
+    /// (its own imports are left out of `own`).
+    pub function: bool,
+    /// Where its bindings are made: an import from here on may rebind them.
+    pub start: usize,
 }
 
-impl From<HashSet<String>> for Scope {
-    fn from(own: HashSet<String>) -> Scope {
+impl Scope {
+    pub fn new(own: HashSet<String>, start: usize) -> Scope {
         Scope {
             own,
             literals: HashMap::default(),
+            function: false,
+            start,
+        }
+    }
+
+    pub fn function(own: HashSet<String>) -> Scope {
+        Scope {
+            own,
+            literals: HashMap::default(),
+            function: true,
+            start: 0,
         }
     }
 }
@@ -55,8 +71,9 @@ pub(super) fn function_locals(params: Option<&py::Parameters>, body: &[Stmt]) ->
     let Collector {
         mut bound,
         declared,
+        imported,
     } = c;
-    bound.retain(|n| !declared.contains(n));
+    bound.retain(|n| !declared.contains(n) && !imported.contains(n));
     bound
 }
 
@@ -88,6 +105,8 @@ pub(super) fn statement_binds(s: &Stmt) -> Vec<String> {
 struct Collector {
     bound: HashSet<String>,
     declared: HashSet<String>,
+    /// Names the function imports: library objects, never its own.
+    imported: HashSet<String>,
 }
 
 impl<'a> Visitor<'a> for Collector {
@@ -108,13 +127,13 @@ impl<'a> Visitor<'a> for Collector {
                         || a.name.as_str().split('.').next().unwrap_or("").to_string(),
                         |n| n.as_str().to_string(),
                     );
-                    self.bound.insert(nfkc(&name).into_owned());
+                    self.imported.insert(nfkc(&name).into_owned());
                 }
             }
             Stmt::ImportFrom(i) => {
                 for a in &i.names {
                     let name = a.asname.as_ref().unwrap_or(&a.name);
-                    self.bound.insert(nfkc(name.as_str()).into_owned());
+                    self.imported.insert(nfkc(name.as_str()).into_owned());
                 }
             }
             _ => visitor::walk_stmt(self, stmt),
