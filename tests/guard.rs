@@ -1348,9 +1348,11 @@ const FAMILY_CASES: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "generated class with computed field names",
-        "import collections\nP = collections.namedtuple('P', fields)",
+        "import dataclasses\nD = dataclasses.make_dataclass('D', fields)",
         "reflection",
-        "import collections\nP = collections.namedtuple('P', ['x', 'y'])\nQ = collections.namedtuple('Q', 'a b')",
+        // namedtuple itself refuses names that are no identifier or start
+        // with an underscore: names read from data pass.
+        "import collections\nP = collections.namedtuple('P', ['x', 'y'])\nQ = collections.namedtuple('Q', 'a b')\nR = collections.namedtuple('R', fields)",
     ),
     (
         "generated class with an internal field name",
@@ -2431,7 +2433,6 @@ fn sinks(n: &str) -> Vec<String> {
         format!("object.__setattr__(obj, {n}, 1)"),
         format!("type.__setattr__(C, {n}, (1,))"),
         format!("type('C', (), {{{n}: 1}})"),
-        format!("collections.namedtuple('P', [{n}])"),
         format!("dataclasses.make_dataclass('D', [{n}])"),
         format!("sympy.sympify({n})"),
         format!("sympy.parsing.sympy_parser.parse_expr({n})"),
@@ -2859,5 +2860,324 @@ fn built_names_reach_no_sink_of_these_packages() {
                 }
             }
         }
+    }
+}
+
+// ---- names the code binds itself ------------------------------------------------------
+
+/// API names from the policy that ordinary code also uses for its own
+/// variables, functions and parameters.
+const API_NAMES: &[&str] = &[
+    "S",
+    "locate",
+    "replay",
+    "agg",
+    "aggregate",
+    "apply",
+    "transform",
+    "sympify",
+    "optimizer",
+    "compiler",
+    "ir",
+    "preview",
+    "import_string",
+    "resolve_name",
+];
+
+/// Each API name, used where this code binds nothing of that name, is still
+/// judged as the API: the renaming test below could fail.
+#[test]
+fn api_names_unbound_by_the_code_are_still_judged() {
+    for name in ["S", "locate", "replay", "agg", "sympify", "import_string"] {
+        let v = check(&format!("x = input()\ny = {name}(x)\nz = [{name}]"));
+        assert_eq!(v.decision, Decision::Blocked, "{name}: {v:#?}");
+    }
+}
+
+/// The identifiers a module binds itself (assignment, loop, comprehension and
+/// `with`/`except` variables, `def`, `class`, parameters), with the byte
+/// ranges of every place they are spelled as a name; imported names are left
+/// out (renaming them would change what the code imports).
+fn own_identifiers(src: &str) -> std::collections::BTreeMap<String, Vec<(usize, usize)>> {
+    use ruff_python_ast::visitor::{self, Visitor};
+    use ruff_python_ast::{self as ast, Expr, Stmt};
+    use ruff_text_size::Ranged;
+
+    #[derive(Default)]
+    struct Names {
+        bound: std::collections::BTreeSet<String>,
+        imported: std::collections::BTreeSet<String>,
+        spots: std::collections::BTreeMap<String, Vec<(usize, usize)>>,
+    }
+    impl Names {
+        fn spot(&mut self, name: &str, r: ruff_text_size::TextRange) {
+            self.spots
+                .entry(name.to_string())
+                .or_default()
+                .push((r.start().to_usize(), r.end().to_usize()));
+        }
+    }
+    impl<'a> Visitor<'a> for Names {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            match s {
+                Stmt::FunctionDef(f) => {
+                    self.bound.insert(f.name.to_string());
+                    self.spot(f.name.as_str(), f.name.range());
+                }
+                Stmt::ClassDef(c) => {
+                    self.bound.insert(c.name.to_string());
+                    self.spot(c.name.as_str(), c.name.range());
+                }
+                Stmt::Import(i) => {
+                    for a in &i.names {
+                        let n = a.asname.as_ref().unwrap_or(&a.name);
+                        self.imported
+                            .insert(n.split('.').next().unwrap().to_string());
+                    }
+                }
+                Stmt::ImportFrom(i) => {
+                    for a in &i.names {
+                        self.imported
+                            .insert(a.asname.as_ref().unwrap_or(&a.name).to_string());
+                    }
+                }
+                _ => {}
+            }
+            visitor::walk_stmt(self, s);
+        }
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Name(n) = e {
+                if n.ctx == ast::ExprContext::Store {
+                    self.bound.insert(n.id.to_string());
+                }
+                self.spot(n.id.as_str(), n.range());
+            }
+            visitor::walk_expr(self, e);
+        }
+        fn visit_parameter(&mut self, p: &'a ast::Parameter) {
+            self.bound.insert(p.name.to_string());
+            self.spot(p.name.as_str(), p.name.range());
+            visitor::walk_parameter(self, p);
+        }
+        fn visit_except_handler(&mut self, h: &'a ast::ExceptHandler) {
+            let ast::ExceptHandler::ExceptHandler(inner) = h;
+            if let Some(n) = &inner.name {
+                self.bound.insert(n.to_string());
+                self.spot(n.as_str(), n.range());
+            }
+            visitor::walk_except_handler(self, h);
+        }
+    }
+    let module = ruff_python_parser::parse_module(src).unwrap().into_syntax();
+    let mut names = Names::default();
+    for s in &module.body {
+        names.visit_stmt(s);
+    }
+    let Names {
+        bound,
+        imported,
+        mut spots,
+    } = names;
+    spots.retain(|n, _| {
+        bound.contains(n) && !imported.contains(n) && !n.starts_with("__") && n != "self"
+    });
+    spots
+}
+
+/// `src` with every spot of one identifier spelled `to`.
+fn renamed(src: &str, spots: &[(usize, usize)], to: &str) -> String {
+    let mut spots = spots.to_vec();
+    spots.sort_unstable();
+    spots.dedup();
+    let mut out = String::with_capacity(src.len());
+    let mut at = 0;
+    for (start, end) in spots {
+        out.push_str(&src[at..start]);
+        out.push_str(to);
+        at = end;
+    }
+    out.push_str(&src[at..]);
+    out
+}
+
+/// The byte ranges of the module-level `with` statements of `src`.
+fn module_with_blocks(src: &str) -> Vec<(usize, usize)> {
+    use ruff_text_size::Ranged;
+    let module = ruff_python_parser::parse_module(src).unwrap().into_syntax();
+    module
+        .body
+        .iter()
+        .filter(|s| matches!(s, ruff_python_ast::Stmt::With(_)))
+        .map(|s| (s.range().start().to_usize(), s.range().end().to_usize()))
+        .collect()
+}
+
+/// Renaming any identifier the benign corpus binds itself to an API name of
+/// the policy adds no refusal: a name the code binds is that binding.
+///
+/// Left out, on purpose: a name bound only inside a module-level `with`
+/// block. After the block it may still hold what an earlier call of the
+/// session left under that name (a context manager can swallow the
+/// exception that skipped the binding), so the guard keeps judging it as
+/// the API it is spelled like.
+#[test]
+fn benign_corpus_renamed_to_api_names_stays_allowed() {
+    let mut failures = Vec::new();
+    let mut tried = 0;
+    let mut left_out = std::collections::BTreeSet::new();
+    for (file, bytes) in corpus_files("benign") {
+        let src = String::from_utf8(bytes).unwrap();
+        let blocks = module_with_blocks(&src);
+        let inside = |at: usize| blocks.iter().any(|&(s, e)| s <= at && at < e);
+        for (ident, spots) in own_identifiers(&src) {
+            let bound_at: Vec<usize> = src
+                .match_indices(&format!("{ident} = "))
+                .map(|(i, _)| i)
+                .collect();
+            if !bound_at.is_empty()
+                && bound_at.iter().all(|&i| inside(i))
+                && spots.iter().any(|&(s, _)| !inside(s))
+            {
+                left_out.insert(format!("{file}:{ident}"));
+                continue;
+            }
+            for api in API_NAMES {
+                // A name the file already uses would merge two bindings.
+                if src.contains(api) {
+                    continue;
+                }
+                tried += 1;
+                let v = check(&renamed(&src, &spots, api));
+                if v.decision != Decision::Allowed {
+                    failures.push(format!("{file}: `{ident}` -> `{api}`: {:?}", rules(&v)));
+                }
+            }
+        }
+    }
+    assert!(tried > 1000, "only {tried} renamings");
+    assert!(left_out.len() <= 6, "left out: {left_out:?}");
+    assert!(
+        failures.is_empty(),
+        "{} of {tried}:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// A name the code binds is that binding only where the binding is certain
+/// to be in effect; elsewhere it may be what an earlier call of the session
+/// left under the name (`from sympy import S` in one call, `S(code)` in the
+/// next), and the API rules still apply.
+#[test]
+fn own_bindings_count_only_where_certain() {
+    for src in [
+        "x = input()\nif False:\n    S = 1\nS(x)",
+        "x = input()\nS(x)\nS = 1",
+        "x = input()\nfor i in range(2):\n    S(x)\n    S = 1",
+        "x = input()\ndef f():\n    global S\n    if x:\n        S = 1\n    return S(x)",
+        "x = input()\ndef f():\n    return S(x)\nS = 1",
+        "import contextlib\nx = input()\nwith contextlib.suppress(Exception):\n    S = 1 / 0\nS(x)",
+        "x = input()\ntry:\n    S = 1\nexcept Exception:\n    pass\nS(x)",
+        "x = input()\ndef f():\n    from sympy import S\n    return S(x)",
+        "x = input()\nif x or (S := 1):\n    S(x)",
+        "x = input()\n[S(x) for i in range(2)]\nS = 1",
+        "from sympy import S\nx = input()\nS(x)",
+        "x = input()\nclass K:\n    S = 1\n    def m(self):\n        return S(x)",
+        "x = input()\nS = 1\nfrom sympy import S\nS(x)",
+        "x = input()\nS = 1\nfor i in range(2):\n    S(x)\n    from sympy import S",
+        "x = input()\ndef g():\n    global S\n    from sympy import S\nS = 1\ng()\nS(x)",
+        "x = input()\nS = 1\ndef f():\n    return S(x)\nfrom sympy import S\nf()",
+    ] {
+        assert_blocked(src, "code_string");
+    }
+    for src in [
+        "x = input()\nlocate(x)\ndef locate(v):\n    return v",
+        "x = input()\nif x:\n    def locate(v):\n        return v\nlocate(x)",
+    ] {
+        assert_blocked(src, "reflection");
+    }
+    for src in [
+        "import numpy as np\nS = np.eye(2)\nprint(np.linalg.inv(S))",
+        "import numpy as np\ndef f(S):\n    return np.linalg.inv(S)",
+        "def locate(v):\n    return v\nprint(locate('a'))",
+        "x = input()\nif x:\n    S = 1\n    print(S + 1)",
+        "fs = [abs]\nprint([S(-1) for S in fs])",
+        "x = input()\nif (n := len(x)) > 2:\n    print(n)",
+        "import pandas as pd\ndf = pd.DataFrame({'v': [1]})\nfor agg in ['sum', 'max']:\n    print(df['v'].agg(agg))",
+        "from sympy import S\nprint(S(1) / 2, S(-3))",
+        "from sympy import S\nimport numpy as np\nS = np.eye(2)\nprint(np.linalg.inv(S))",
+        "from sympy import S\nimport numpy as np\ndef f(S):\n    return np.linalg.inv(S)",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+#[test]
+fn literal_forms_judged_as_the_literal_they_are() {
+    for (src, rule) in [
+        (
+            "s = 1\nfor n in ('mean', '__class__'):\n    getattr(s, n)",
+            "reflection",
+        ),
+        (
+            "s = 1\nfor n in ('mean', 'median'):\n    n = input()\n    getattr(s, n)",
+            "reflection",
+        ),
+        (
+            "s = 1\nfor n in ('mean', 'median'):\n    def f(n):\n        return getattr(s, n)",
+            "reflection",
+        ),
+        (
+            "s = 1\nnames = ('mean',)\nfor n in names:\n    getattr(s, n)",
+            "reflection",
+        ),
+        (
+            "s = 1\n[getattr(s, n) for n in ('a', 'b') for n in input()]",
+            "reflection",
+        ),
+        (
+            "import string\nfmt = string.Formatter()\nt = input()\nfmt.format(t, 1)",
+            "format_field",
+        ),
+        (
+            "import string\nif input():\n    fmt = string.Formatter()\nfmt.format('{0}', 1)",
+            "format_field",
+        ),
+        (
+            "import string\nclass F(string.Formatter):\n    pass\nfmt = F()\nfmt.format('{0}', 1)",
+            "format_field",
+        ),
+        ("df = 1\nt = input()\ndf.style.format(t)", "format_field"),
+        ("df = 1\ndf.style.format(subset=print)", "format_field"),
+        ("df = 1\ndf.style.format(formatter=input())", "format_field"),
+        ("x = 1\nprint(x.__class__.__base__)", "internals_attribute"),
+        (
+            "x = 1\nprint(x.__class__.__name__.__class__)",
+            "internals_attribute",
+        ),
+        (
+            "class C:\n    def m(self):\n        return self.compiler",
+            "module_reexport",
+        ),
+        (
+            "class C:\n    def m(self):\n        if input():\n            self.compiler = 1\n        return self.compiler",
+            "module_reexport",
+        ),
+        (
+            "class C:\n    def m(self, other):\n        other.compiler = 1\n        return other.compiler",
+            "module_reexport",
+        ),
+    ] {
+        assert_blocked(src, rule);
+    }
+    for src in [
+        "import statistics\nfor n in ('mean', 'median'):\n    print(getattr(statistics, n)([1, 2]))",
+        "import statistics\nprint({n: getattr(statistics, n)([1, 2]) for n in ('mean', 'median')})",
+        "import string\nfmt = string.Formatter()\nprint(fmt.format('{0} {x}', 1, x=2))",
+        "df = 1\ndf.style.format(precision=2, na_rep='-', thousands=',')",
+        "class C:\n    def __repr__(self):\n        return self.__class__.__name__",
+        "class C:\n    def __init__(self):\n        self.compiler = 'gcc'\n        self.ir = []\n        print(self.ir)",
+    ] {
+        assert_allowed(src);
     }
 }

@@ -317,6 +317,11 @@ pub enum Literal {
     Template,
     /// Field names of a generated class: each checked like `obj.name`.
     Fields,
+    /// Field names the function itself restricts to identifiers without a
+    /// leading underscore and pastes into its generated source only as
+    /// such (`collections.namedtuple`): literal names are checked like
+    /// `obj.name`, names chosen at run time pass (no dunder, no code).
+    IdentifierFields,
     /// Python code when it is a string (checked like `code`), anything
     /// else when it is not one (`lambdify(x, x**2)` takes an expression,
     /// `lambdify(x, "x**2")` pastes the string into generated source).

@@ -138,12 +138,18 @@ impl Walker<'_> {
 
     fn store_name(&mut self, name: &str, offset: usize) {
         let literal = self.const_store;
-        let first_literal =
-            (literal && self.block_depth == 1 && self.fn_stack.is_empty()).then_some(offset);
+        let formatter = self.formatter_store;
+        let plain_data = self.plain_data_store;
+        let top = self.block_depth == 1 && self.fn_stack.is_empty();
+        let first_literal = (literal && top).then_some(offset);
+        let first_formatter = (formatter && top).then_some(offset);
         match self.bindings.get_mut(name) {
             Some(b) => {
                 b.literal &= literal;
                 b.literal_at = b.literal_at.or(first_literal);
+                b.formatter &= formatter;
+                b.formatter_at = b.formatter_at.or(first_formatter);
+                b.plain_data &= plain_data;
             }
             None => {
                 self.bindings.insert(
@@ -151,6 +157,9 @@ impl Walker<'_> {
                     Binding {
                         literal,
                         literal_at: first_literal,
+                        formatter,
+                        formatter_at: first_formatter,
+                        plain_data,
                     },
                 );
             }
@@ -168,7 +177,11 @@ impl Walker<'_> {
     pub(super) fn bind(&mut self, raw: &str) {
         let name = nfkc(raw);
         match self.bindings.get_mut(name.as_ref()) {
-            Some(b) => b.literal = false,
+            Some(b) => {
+                b.literal = false;
+                b.formatter = false;
+                b.plain_data = false;
+            }
             None => self.new_binding(name.into_owned()),
         }
     }
@@ -176,7 +189,11 @@ impl Walker<'_> {
     /// A binding that is not a string literal (parameter, import, def, ...).
     pub(super) fn bind_owned(&mut self, name: String) {
         match self.bindings.get_mut(&name) {
-            Some(b) => b.literal = false,
+            Some(b) => {
+                b.literal = false;
+                b.formatter = false;
+                b.plain_data = false;
+            }
             None => self.new_binding(name),
         }
     }
@@ -185,6 +202,9 @@ impl Walker<'_> {
         let b = Binding {
             literal: false,
             literal_at: None,
+            formatter: false,
+            formatter_at: None,
+            plain_data: false,
         };
         self.bindings.insert(name, b);
     }

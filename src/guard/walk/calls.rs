@@ -211,11 +211,23 @@ impl Walker<'_> {
             Expr::Call(inner) => callee_name(&inner.func).is_some_and(|n| nfkc(n) == "Formatter"),
             _ => false,
         };
+        if let Some(c) = call
+            && styler_format_without_template(recv, c)
+        {
+            return;
+        }
         if let Expr::Name(n) = recv
             && !template_first
         {
+            let literal_first = call.is_some_and(|c| {
+                !unpacked_args(c)
+                    && c.arguments
+                        .args
+                        .first()
+                        .is_some_and(|a| const_str(a).is_some())
+            });
             self.format_names
-                .push((nfkc(n.id.as_str()).into_owned(), offset));
+                .push((nfkc(n.id.as_str()).into_owned(), offset, literal_first));
             return;
         }
         if template_first
@@ -234,6 +246,38 @@ impl Walker<'_> {
                 .into(),
             offset,
         );
+    }
+
+    /// `x = string.Formatter()`: the stdlib formatter itself (its template is
+    /// the first argument of each `format` call), not a subclass.
+    pub(super) fn is_plain_formatter(&self, value: &Expr) -> bool {
+        let Expr::Call(c) = value else { return false };
+        if !c.arguments.args.is_empty() || !c.arguments.keywords.is_empty() {
+            return false;
+        }
+        let res = self.imports.resolve(&c.func);
+        !res.unknown && res.paths.iter().all(|p| p == "string.Formatter")
+    }
+
+    /// `json.load(f)`, `json.loads(s)` or `{"a": 1, ...}` with literal keys.
+    pub(super) fn is_plain_data(&self, value: &Expr) -> bool {
+        match value {
+            Expr::Dict(d) => d
+                .items
+                .iter()
+                .all(|i| i.key.as_ref().and_then(const_str).is_some()),
+            Expr::Call(c) => {
+                let res = self.imports.resolve(&c.func);
+                !res.unknown
+                    && !res.paths.is_empty()
+                    && res
+                        .paths
+                        .iter()
+                        .all(|p| p == "json.load" || p == "json.loads")
+                    && c.arguments.keywords.is_empty()
+            }
+            _ => false,
+        }
     }
 
     /// `object.__setattr__(obj, name, v)` is `setattr` spelled differently;
@@ -356,16 +400,32 @@ impl Walker<'_> {
         let Some(arg) = c.arguments.args.get(1).or_else(|| keyword(c, "name")) else {
             return;
         };
-        let Some(s) = const_str(arg) else {
-            self.report(
-                "reflection",
-                "reflection",
-                format!("`{func}` with a computed attribute name cannot be checked; use `obj.name` or a constant string"),
-                offset,
-            );
-            return;
+        let names = match (const_str(arg), arg) {
+            (Some(s), _) => vec![nfkc(s).into_owned()],
+            // `for stat in ("mean", "median"): getattr(s, stat)`.
+            (None, Expr::Name(n)) => match self.loop_literals(&nfkc(n.id.as_str())) {
+                Some(values) => values,
+                None => return self.computed_reflection_name(func, offset),
+            },
+            _ => return self.computed_reflection_name(func, offset),
         };
-        let name = nfkc(s).into_owned();
+        for name in names {
+            self.reflection_name(func, &name, offset);
+        }
+    }
+
+    fn computed_reflection_name(&mut self, func: &str, offset: usize) {
+        self.report(
+            "reflection",
+            "reflection",
+            format!("`{func}` with a computed attribute name cannot be checked; use `obj.name` or a constant string"),
+            offset,
+        );
+    }
+
+    /// One attribute name a reflection call is given.
+    fn reflection_name(&mut self, func: &str, name: &str, offset: usize) {
+        let name = name.to_string();
         if let Some(problem) = self.attr_problem(&name) {
             self.report(
                 "reflection",
@@ -466,4 +526,32 @@ fn opens_descriptor(c: &py::ExprCall) -> bool {
         .or_else(|| keyword(c, "file"))
         .or_else(|| keyword(c, "fd"));
     first.is_some_and(|e| numeric(e, 0))
+}
+
+/// `df.style.format(precision=2)`: pandas' `Styler.format` given no
+/// template (its `formatter`, first argument) and only literal options, so
+/// no template and no object a template could walk reaches the call.
+fn styler_format_without_template(recv: &Expr, c: &py::ExprCall) -> bool {
+    let styler = matches!(recv, Expr::Attribute(a) if nfkc(a.attr.as_str()) == "style");
+    styler
+        && c.arguments.args.is_empty()
+        && c.arguments.keywords.iter().all(|k| {
+            k.arg
+                .as_ref()
+                .is_some_and(|a| nfkc(a.as_str()) != "formatter")
+                && plain_literal(&k.value)
+        })
+}
+
+/// A constant, or a list or tuple of constants.
+fn plain_literal(e: &Expr) -> bool {
+    match e {
+        Expr::StringLiteral(_)
+        | Expr::NumberLiteral(_)
+        | Expr::BooleanLiteral(_)
+        | Expr::NoneLiteral(_) => true,
+        Expr::List(l) => l.elts.iter().all(plain_literal),
+        Expr::Tuple(t) => t.elts.iter().all(plain_literal),
+        _ => false,
+    }
 }

@@ -59,6 +59,10 @@ impl<'a> Walker<'a> {
             return;
         };
         self.config_call(&last, c);
+        if matches!(c.func.as_ref(), Expr::Name(_)) && self.own_name(&last, start(c)) {
+            // `def locate(...)` in this code, called: not `pydoc.locate`.
+            return;
+        }
         let p = self.policy;
         let named =
             p.capabilities.names.contains(last.as_ref()) || p.modes.names.contains(last.as_ref());
@@ -104,6 +108,10 @@ impl<'a> Walker<'a> {
             return;
         }
         let last = nfkc(raw).into_owned();
+        if matches!(target, Target::Name(_)) && self.own_name(&last, offset) {
+            // The code's own variable, function or parameter of that spelling.
+            return;
+        }
         let res = match target {
             Target::Name(n) => self.imports.resolve_name(n),
             Target::Attribute(a) => self.imports.resolve_attribute(a),
@@ -222,7 +230,9 @@ impl<'a> Walker<'a> {
     fn check_literal_argument(&mut self, cap: &Capability, arg: &Expr) {
         let offset = start(arg);
         let text = match cap.literal {
-            Literal::Fields => return self.check_field_names(cap, arg),
+            Literal::Fields | Literal::IdentifierFields => {
+                return self.check_field_names(cap, arg);
+            }
             Literal::CodeIfString if const_str(arg).is_none() && !self.computed_string(arg, 0) => {
                 // `vectorize(["f8(f8)", "i8(i8)"])`: a display of signatures.
                 for item in display_items(arg) {
@@ -231,6 +241,8 @@ impl<'a> Walker<'a> {
                 return;
             }
             Literal::OneOf if literal_keyed_dict(arg) => return,
+            // `S(1) / 2`, `sympify(0.5)`: a number is no code.
+            Literal::Code if number_literal(arg) => return,
             Literal::AttributeIfString if const_str(arg).is_none() => {
                 if self.computed_string(arg, 0) {
                     self.report(
@@ -309,7 +321,11 @@ impl<'a> Walker<'a> {
                 }
             }
             Literal::Template => self.template_literal(cap, text, offset),
-            Literal::Never | Literal::Fields | Literal::KeywordNames | Literal::Call => {}
+            Literal::Never
+            | Literal::Fields
+            | Literal::IdentifierFields
+            | Literal::KeywordNames
+            | Literal::Call => {}
         }
     }
 
@@ -337,16 +353,32 @@ impl<'a> Walker<'a> {
                         self.literal_attribute(cap, key, start(&k.value));
                     }
                 }
-                None => self.report(
-                    &cap.rule,
-                    &cap.category,
-                    format!(
-                        "`{}` {}; `**` of a mapping whose keys the guard cannot read could name \
-                         any attribute: pass the names as keywords",
-                        cap.name, cap.reason
-                    ),
-                    start(&k.value),
-                ),
+                None => {
+                    if let Expr::Name(n) = &k.value {
+                        // Judged at the end, once every binding of it is known.
+                        let name = nfkc(n.id.as_str()).into_owned();
+                        let own = self.own_name(&name, start(&k.value));
+                        self.namespace_names.push(super::NamespaceUse {
+                            name,
+                            offset: start(&k.value),
+                            own,
+                            rule: cap.rule.clone(),
+                            category: cap.category.clone(),
+                            what: format!("`{}` {}", cap.name, cap.reason),
+                        });
+                        continue;
+                    }
+                    self.report(
+                        &cap.rule,
+                        &cap.category,
+                        format!(
+                            "`{}` {}; `**` of a mapping whose keys the guard cannot read could name \
+                             any attribute: pass the names as keywords",
+                            cap.name, cap.reason
+                        ),
+                        start(&k.value),
+                    );
+                }
             }
         }
     }
@@ -400,6 +432,11 @@ impl<'a> Walker<'a> {
             }),
             _ => false,
         };
+        if !ok && cap.literal == Literal::IdentifierFields {
+            // `namedtuple("Row", header)`: refused at run time unless each
+            // is an identifier that does not start with an underscore.
+            return;
+        }
         if !ok {
             self.report(
                 &cap.rule,
@@ -678,6 +715,15 @@ fn display_items(e: &Expr) -> Vec<&Expr> {
         Expr::Set(s) => s.elts.iter().collect(),
         Expr::Dict(d) => d.items.iter().map(|i| &i.value).collect(),
         _ => Vec::new(),
+    }
+}
+
+/// A number, a negated number, `True`/`False` or `None`: never a string.
+fn number_literal(e: &Expr) -> bool {
+    match e {
+        Expr::NumberLiteral(_) | Expr::BooleanLiteral(_) | Expr::NoneLiteral(_) => true,
+        Expr::UnaryOp(u) => matches!(u.operand.as_ref(), Expr::NumberLiteral(_)),
+        _ => false,
     }
 }
 

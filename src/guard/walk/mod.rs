@@ -16,6 +16,7 @@ mod capabilities;
 mod classes;
 mod embedded;
 mod resolve;
+mod scopes;
 mod templates;
 
 // Keyed hashing: the keys are names the program chose (see Cargo.toml).
@@ -58,6 +59,26 @@ struct Binding {
     literal: bool,
     /// First offset of an unconditional module-level `name = "literal"`.
     literal_at: Option<usize>,
+    /// True while each binding is `string.Formatter()` (no subclass).
+    formatter: bool,
+    /// First offset of an unconditional module-level `name = Formatter()`.
+    formatter_at: Option<usize>,
+    /// True while each binding is plain data: `json.load(...)`,
+    /// `json.loads(...)` or a dict display with literal keys.
+    plain_data: bool,
+}
+
+/// `SimpleNamespace(**d)` with `d` a name, judged once every binding of `d`
+/// in this code is known.
+#[derive(Debug)]
+struct NamespaceUse {
+    name: String,
+    offset: usize,
+    /// The name was certainly this code's own binding at the use.
+    own: bool,
+    rule: String,
+    category: String,
+    what: String,
 }
 
 /// How an expression is used: the role decides what counts as an alias.
@@ -114,9 +135,11 @@ pub fn walk_parts(
     w.imports = resolve::Imports::collect_parts(parts);
     // The module's statements, as `body` walks them.
     w.block_depth += 1;
+    w.block_own.push(HashMap::default());
     for part in parts {
         for s in *part {
             w.stmt(s);
+            w.block_binding(s);
         }
     }
     w.block_depth -= 1;
@@ -148,10 +171,17 @@ struct Walker<'a> {
     fn_stack: Vec<(String, Option<String>)>,
     /// The first parameter (`self`, `cls`) of each enclosing function.
     self_params: Vec<Option<String>>,
-    /// `name.format(...)` receivers, resolved against `bindings` at the end.
-    format_names: Vec<(String, usize)>,
+    /// `name.format(...)` receivers, resolved against `bindings` at the end,
+    /// and whether the call's first argument is a literal template.
+    format_names: Vec<(String, usize, bool)>,
     /// True while the targets of `name = "literal"` are walked.
     const_store: bool,
+    /// True while the targets of `name = string.Formatter()` are walked.
+    formatter_store: bool,
+    /// True while the targets of `name = json.loads(...)` (plain data) are walked.
+    plain_data_store: bool,
+    /// `SimpleNamespace(**name)` uses, judged in `finish`.
+    namespace_names: Vec<NamespaceUse>,
     /// Statement blocks entered (1: the module's own statements).
     block_depth: u32,
     /// > 0 inside an annotation, where CPython's typing evaluates strings.
@@ -170,6 +200,18 @@ struct Walker<'a> {
     small_stack: bool,
     /// Set when a code string needs a parse thread's stack.
     needs_big_stack: bool,
+    /// Names this code binds, per enclosing function, lambda, comprehension
+    /// or bound block (see scopes.rs), innermost last.
+    scopes: Vec<scopes::Scope>,
+    /// Per statement block entered, innermost last: the names its own
+    /// statements have bound so far, and the offset from which.
+    block_own: Vec<HashMap<String, usize>>,
+    /// Loop bodies entered: what is walked there may run again.
+    loop_depth: u32,
+    /// Per enclosing function: for a method of a class this code defines,
+    /// its `self`, the block depth of its body, and the attributes of `self`
+    /// it has set so far in that block (see [`Walker::own_self_attribute`]).
+    methods: Vec<Option<(String, u32, HashSet<String>)>>,
 }
 
 impl<'a> Walker<'a> {
@@ -189,6 +231,9 @@ impl<'a> Walker<'a> {
             self_params: Vec::new(),
             format_names: Vec::new(),
             const_store: false,
+            formatter_store: false,
+            plain_data_store: false,
+            namespace_names: Vec::new(),
             block_depth: 0,
             in_annotation: 0,
             embed_depth,
@@ -198,6 +243,10 @@ impl<'a> Walker<'a> {
             in_class_body: false,
             small_stack: false,
             needs_big_stack: false,
+            scopes: Vec::new(),
+            block_own: Vec::new(),
+            loop_depth: 0,
+            methods: Vec::new(),
         }
     }
 
@@ -221,15 +270,38 @@ impl<'a> Walker<'a> {
                 }
             }
         }
+        // `SimpleNamespace(**cfg)`: every binding of `cfg` is data whose keys
+        // cannot forge an object protocol numpy trusts (JSON has no tuples
+        // or callables), or literal keys, and the use is certainly one of them.
+        for u in std::mem::take(&mut self.namespace_names) {
+            let plain = u.own && self.bindings.get(&u.name).is_some_and(|b| b.plain_data);
+            if !plain {
+                self.report(
+                    &u.rule,
+                    &u.category,
+                    format!(
+                        "{}; `**{}`: a mapping whose keys the guard cannot read could name any \
+                         attribute: pass the names as keywords, or build it with `json.load`/\
+                         `json.loads` or a dict display with literal keys",
+                        u.what, u.name
+                    ),
+                    u.offset,
+                );
+            }
+        }
         let templates = std::mem::take(&mut self.format_names);
-        for (name, offset) in templates {
+        for (name, offset, literal_first) in templates {
             // Every binding in this code is a literal, and one of them runs
             // unconditionally before the use: a value left by an earlier
             // call (or hidden behind `if False:`) cannot reach the template.
-            let literal = self
-                .bindings
-                .get(&name)
-                .is_some_and(|b| b.literal && b.literal_at.is_some_and(|at| at < offset));
+            // The same for a `string.Formatter()` the code made itself, whose
+            // template is the call's first argument, a literal.
+            let literal = self.bindings.get(&name).is_some_and(|b| {
+                (b.literal && b.literal_at.is_some_and(|at| at < offset))
+                    || (literal_first
+                        && b.formatter
+                        && b.formatter_at.is_some_and(|at| at < offset))
+            });
             if !literal {
                 self.report(
                     "format_field",
@@ -304,9 +376,12 @@ impl<'a> Walker<'a> {
 
     fn body(&mut self, stmts: &[Stmt]) {
         self.block_depth += 1;
+        self.block_own.push(HashMap::default());
         for s in stmts {
             self.stmt(s);
+            self.block_binding(s);
         }
+        self.block_own.pop();
         self.block_depth -= 1;
     }
 
@@ -358,9 +433,14 @@ impl<'a> Walker<'a> {
                         }
                     }
                 }
+                self.formatter_store = self.is_plain_formatter(&a.value);
+                self.plain_data_store = self.is_plain_data(&a.value);
                 self.exprs(&a.targets);
                 self.const_store = false;
+                self.formatter_store = false;
+                self.plain_data_store = false;
                 self.expr(&a.value);
+                self.self_attributes_set(&a.targets);
             }
             Stmt::TypeAlias(t) => {
                 self.expr(&t.name);
@@ -391,17 +471,39 @@ impl<'a> Walker<'a> {
             Stmt::For(f) => {
                 self.expr(&f.target);
                 self.expr(&f.iter);
-                self.body(&f.body);
+                let literal = match f.target.as_ref() {
+                    Expr::Name(n) => scopes::literal_strings(&f.iter)
+                        .filter(|_| !scopes::rebinds(n.id.as_str(), &f.body, &[]))
+                        .map(|v| (nfkc(n.id.as_str()).into_owned(), v)),
+                    _ => None,
+                };
+                self.scoped(&[&f.target], |w| {
+                    if let (Some(scope), Some((name, values))) = (w.scopes.last_mut(), literal) {
+                        scope.literals.insert(name, values);
+                    }
+                    w.loop_depth += 1;
+                    w.body(&f.body);
+                    w.loop_depth -= 1;
+                });
                 self.body(&f.orelse);
             }
             Stmt::While(w) => {
                 self.expr(&w.test);
+                let own: HashSet<String> = scopes::eager_walrus(&w.test).into_iter().collect();
+                self.scopes.push(scopes::Scope::new(own, offset));
+                self.loop_depth += 1;
                 self.body(&w.body);
+                self.loop_depth -= 1;
+                self.scopes.pop();
                 self.body(&w.orelse);
             }
             Stmt::If(i) => {
                 self.expr(&i.test);
+                // `if (n := len(x)) > 2:` binds `n` for the block it guards.
+                let own: HashSet<String> = scopes::eager_walrus(&i.test).into_iter().collect();
+                self.scopes.push(scopes::Scope::new(own, offset));
                 self.body(&i.body);
+                self.scopes.pop();
                 for clause in &i.elif_else_clauses {
                     self.opt_expr(clause.test.as_ref());
                     self.body(&clause.body);
@@ -412,7 +514,15 @@ impl<'a> Walker<'a> {
                     self.expr(&item.context_expr);
                     self.opt_expr(item.optional_vars.as_deref());
                 }
-                self.body(&w.body);
+                let vars: Vec<&Expr> = w
+                    .items
+                    .iter()
+                    .filter_map(|i| i.optional_vars.as_deref())
+                    .collect();
+                // What the block binds does not count after it: a context
+                // manager may swallow an exception raised before the binding
+                // (even `open` may be another function an earlier call bound).
+                self.scoped(&vars, |w2| w2.body(&w.body));
             }
             Stmt::Match(m) => {
                 self.expr(&m.subject);
@@ -433,7 +543,14 @@ impl<'a> Walker<'a> {
                     if let Some(name) = &h.name {
                         self.bind(name.as_str());
                     }
+                    let own: HashSet<String> = h
+                        .name
+                        .iter()
+                        .map(|n| nfkc(n.as_str()).into_owned())
+                        .collect();
+                    self.scopes.push(scopes::Scope::new(own, offset));
                     self.body(&h.body);
+                    self.scopes.pop();
                 }
                 self.body(&t.orelse);
                 self.body(&t.finalbody);
@@ -467,9 +584,20 @@ impl<'a> Walker<'a> {
         let name = nfkc(f.name.as_str()).into_owned();
         self.fn_stack.push((name, second_param(&f.parameters)));
         self.self_params.push(first_param(&f.parameters));
+        let method = first_param(&f.parameters)
+            .filter(|_| self.in_class_body)
+            .map(|p| (p, self.block_depth + 1, HashSet::default()));
+        self.methods.push(method);
         let outer = std::mem::replace(&mut self.in_class_body, false);
+        self.scopes
+            .push(scopes::Scope::function(scopes::function_locals(
+                Some(&f.parameters),
+                &f.body,
+            )));
         self.body(&f.body);
+        self.scopes.pop();
         self.in_class_body = outer;
+        self.methods.pop();
         self.self_params.pop();
         self.fn_stack.pop();
     }
@@ -604,12 +732,152 @@ impl<'a> Walker<'a> {
         }
     }
 
-    fn comprehensions(&mut self, gens: &[py::Comprehension]) {
+    /// Walks the generators and leaves their variables' scope pushed: the
+    /// caller walks the element and pops it. The first iterable is evaluated
+    /// outside the comprehension, so it is walked before the scope opens.
+    fn comprehensions(&mut self, gens: &[py::Comprehension], elts: &[&Expr]) {
+        let mut names = Vec::new();
         for g in gens {
+            scopes::target_names(&g.target, &mut names);
+        }
+        if let Some(first) = gens.first() {
+            self.expr(&first.iter);
+        }
+        let at = gens.first().map_or(0, start);
+        let mut scope = scopes::Scope::new(names.iter().cloned().collect(), at);
+        // `for stat in ("mean", "median")` as the only binding of `stat`.
+        for g in gens {
+            if let Expr::Name(n) = &g.target {
+                let name = nfkc(n.id.as_str()).into_owned();
+                let mut others: Vec<&Expr> = elts.to_vec();
+                others.extend(gens.iter().flat_map(|h| h.ifs.iter()));
+                if names.iter().filter(|x| **x == name).count() == 1
+                    && !scopes::rebinds(&name, &[], &others)
+                    && let Some(values) = scopes::literal_strings(&g.iter)
+                {
+                    scope.literals.insert(name, values);
+                }
+            }
+        }
+        self.scopes.push(scope);
+        for (i, g) in gens.iter().enumerate() {
             self.expr(&g.target);
-            self.expr(&g.iter);
+            if i > 0 {
+                self.expr(&g.iter);
+            }
             self.exprs(&g.ifs);
         }
+        // The element is evaluated after every condition held: a walrus
+        // in a condition binds its name for the element.
+        let walrus: Vec<String> = gens
+            .iter()
+            .flat_map(|g| g.ifs.iter())
+            .flat_map(scopes::eager_walrus)
+            .collect();
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.own.extend(walrus);
+        }
+    }
+
+    /// Walks `f` with the names `targets` bind counted as this code's own.
+    fn scoped(&mut self, targets: &[&Expr], f: impl FnOnce(&mut Self)) {
+        let mut names = Vec::new();
+        for t in targets {
+            scopes::target_names(t, &mut names);
+        }
+        let at = targets.first().map_or(0, |t| start(*t));
+        self.scopes
+            .push(scopes::Scope::new(names.into_iter().collect(), at));
+        f(self);
+        self.scopes.pop();
+    }
+
+    /// `self.x = ...` as a statement of a method's own block: from here on
+    /// `self.x` in that block is the value just stored, whatever `self` is.
+    fn self_attributes_set(&mut self, targets: &[Expr]) {
+        let depth = self.block_depth;
+        let Some(Some((me, block, set))) = self.methods.last_mut() else {
+            return;
+        };
+        if *block != depth {
+            return;
+        }
+        for t in targets {
+            if let Expr::Attribute(a) = t
+                && let Expr::Name(n) = a.value.as_ref()
+                && nfkc(n.id.as_str()) == me.as_str()
+            {
+                set.insert(nfkc(a.attr.as_str()).into_owned());
+            }
+        }
+    }
+
+    /// `self.optimizer` on the method's own `self` is not a module handed
+    /// out by a library when it is written (`self.optimizer = "adam"`:
+    /// storing reads nothing), or read after the method's own block stored
+    /// it: even if the method was called with a module as `self`, the store
+    /// replaced what the module held. Any other read keeps the re-export
+    /// check, because a method called through its class (`C.m(jinja2)`)
+    /// gets whatever `self` it is given.
+    fn own_self_attribute(&self, a: &py::ExprAttribute) -> bool {
+        let Some(Some((me, _, set))) = self.methods.last() else {
+            return false;
+        };
+        let Expr::Name(n) = a.value.as_ref() else {
+            return false;
+        };
+        if nfkc(n.id.as_str()) != me.as_str() {
+            return false;
+        }
+        a.ctx != py::ExprContext::Load || set.contains(nfkc(a.attr.as_str()).as_ref())
+    }
+
+    /// Records what a statement of the current block binds, from its end
+    /// on: the block's later statements run only once it completed. A class
+    /// body's statements bind class attributes, which its methods do not see.
+    fn block_binding(&mut self, s: &Stmt) {
+        if self.in_class_body {
+            return;
+        }
+        let end = s.range().end().to_usize();
+        if let Some(block) = self.block_own.last_mut() {
+            for name in scopes::statement_binds(s) {
+                block.insert(name, end);
+            }
+        }
+    }
+
+    /// Whether `name`, used at `offset`, is certainly a binding this code
+    /// made itself (see scopes.rs) and no import of the code binds it.
+    ///
+    /// The binding must also outlast every import of the name: a function's
+    /// locals are not rebound by imports outside it (its own are left out),
+    /// any other binding only counts when no import of the name starts
+    /// after it (a loop or a later call could run that import first).
+    pub(super) fn own_name(&self, name: &str, offset: usize) -> bool {
+        let imports = &self.imports;
+        let in_scope = self.scopes.iter().rev().find(|s| s.own.contains(name));
+        if let Some(s) = in_scope {
+            // The innermost binding of the name decides.
+            return if s.function {
+                !imports.declared_and_imported(name)
+            } else {
+                !imports.imported_between(name, s.start, offset, true)
+            };
+        }
+        let again = self.loop_depth > 0 || !self.fn_stack.is_empty();
+        self.block_own.iter().any(|b| {
+            b.get(name).is_some_and(|&at| {
+                at <= offset && !imports.imported_between(name, at, offset, again)
+            })
+        })
+    }
+
+    /// The literal strings `name` iterates, when its innermost binding is a
+    /// loop over a literal display that nothing rebinds.
+    pub(super) fn loop_literals(&self, name: &str) -> Option<Vec<String>> {
+        let scope = self.scopes.iter().rev().find(|s| s.own.contains(name))?;
+        scope.literals.get(name).cloned()
     }
 
     fn expr(&mut self, e: &Expr) {
@@ -665,7 +933,13 @@ impl<'a> Walker<'a> {
                 if let Some(p) = &l.parameters {
                     self.arguments(p);
                 }
+                self.scopes
+                    .push(scopes::Scope::function(scopes::function_locals(
+                        l.parameters.as_deref(),
+                        &[],
+                    )));
                 self.expr(&l.body);
+                self.scopes.pop();
             }
             Expr::If(i) => {
                 self.expr(&i.test);
@@ -675,21 +949,27 @@ impl<'a> Walker<'a> {
             Expr::Dict(d) => self.dict(d),
             Expr::Set(s) => self.exprs(&s.elts),
             Expr::ListComp(c) => {
-                self.comprehensions(&c.generators);
+                self.comprehensions(&c.generators, &[&c.elt]);
                 self.expr(&c.elt);
+                self.scopes.pop();
             }
             Expr::SetComp(c) => {
-                self.comprehensions(&c.generators);
+                self.comprehensions(&c.generators, &[&c.elt]);
                 self.expr(&c.elt);
+                self.scopes.pop();
             }
             Expr::DictComp(c) => {
-                self.comprehensions(&c.generators);
+                let mut elts = vec![c.value.as_ref()];
+                elts.extend(c.key.as_deref());
+                self.comprehensions(&c.generators, &elts);
                 self.opt_expr(c.key.as_deref());
                 self.expr(&c.value);
+                self.scopes.pop();
             }
             Expr::Generator(c) => {
-                self.comprehensions(&c.generators);
+                self.comprehensions(&c.generators, &[&c.elt]);
                 self.expr(&c.elt);
+                self.scopes.pop();
             }
             Expr::Await(a) => self.expr(&a.value),
             Expr::Yield(y) => self.opt_expr(y.value.as_deref()),
@@ -787,9 +1067,22 @@ impl<'a> Walker<'a> {
     fn attribute(&mut self, a: &py::ExprAttribute, offset: usize, role: Role) {
         let as_callee = role == Role::Callee;
         let name = nfkc(a.attr.as_str());
+        // `self.__class__.__name__` is a string: the class object itself is
+        // never handed to the program, so `__class__` is not judged here.
+        if matches!(name.as_ref(), "__name__" | "__qualname__")
+            && a.ctx == py::ExprContext::Load
+            && let Expr::Attribute(inner) = a.value.as_ref()
+            && nfkc(inner.attr.as_str()) == "__class__"
+        {
+            self.expr_as(&inner.value, Role::Receiver);
+            return;
+        }
         self.check_attr_name(&name, offset, "attribute access");
-        self.reexport_attribute(a, offset);
-        if role != Role::Callee && a.ctx == py::ExprContext::Load {
+        let own = self.own_self_attribute(a);
+        if !own {
+            self.reexport_attribute(a, offset);
+        }
+        if !own && role != Role::Callee && a.ctx == py::ExprContext::Load {
             self.capability_reference(capabilities::Target::Attribute(a), role, offset);
         }
         if !as_callee && self.policy.getter_names.contains(name.as_ref()) {

@@ -22,6 +22,10 @@ pub(super) struct Imports {
     paths: HashMap<String, Vec<String>>,
     /// Names also bound to something that is not an import.
     other: HashSet<String>,
+    /// Where each import (or alias of an import) of a name starts.
+    import_at: HashMap<String, Vec<usize>>,
+    /// Names some function declares `global` or `nonlocal`.
+    declared: HashSet<String>,
 }
 
 /// What an expression refers to.
@@ -59,15 +63,26 @@ impl Imports {
     }
 
     fn stmt(&mut self, s: &Stmt, depth: u32) {
+        let at = super::super::ast::start(s);
         match s {
+            Stmt::Global(g) => {
+                for n in &g.names {
+                    self.declared.insert(nfkc(n.as_str()).into_owned());
+                }
+            }
+            Stmt::Nonlocal(g) => {
+                for n in &g.names {
+                    self.declared.insert(nfkc(n.as_str()).into_owned());
+                }
+            }
             Stmt::Import(i) => {
                 for alias in &i.names {
                     let module = nfkc(alias.name.as_str()).into_owned();
                     match &alias.asname {
-                        Some(asname) => self.bind(asname.as_str(), module),
+                        Some(asname) => self.bind(asname.as_str(), module, at),
                         None => {
                             let first = module.split('.').next().unwrap_or(&module).to_string();
-                            self.bind(&first.clone(), first);
+                            self.bind(&first.clone(), first, at);
                         }
                     }
                 }
@@ -79,7 +94,7 @@ impl Imports {
                     let bound = alias.asname.as_ref().map_or(name.as_str(), |a| a.as_str());
                     match (&module, i.level) {
                         (Some(m), 0) if name != "*" => {
-                            self.bind(bound, format!("{m}.{name}"));
+                            self.bind(bound, format!("{m}.{name}"), at);
                         }
                         _ => self.mark_other(bound),
                     }
@@ -91,7 +106,7 @@ impl Imports {
                     match t {
                         Expr::Name(n) if !path.is_empty() => {
                             for p in &path {
-                                self.bind(n.id.as_str(), p.clone());
+                                self.bind(n.id.as_str(), p.clone(), at);
                             }
                         }
                         other => self.mark_target(other),
@@ -154,8 +169,12 @@ impl Imports {
         }
     }
 
-    fn bind(&mut self, name: &str, path: String) {
+    fn bind(&mut self, name: &str, path: String, at: usize) {
         let name = nfkc(name);
+        self.import_at
+            .entry(name.clone().into_owned())
+            .or_default()
+            .push(at);
         let paths = match self.paths.get_mut(name.as_ref()) {
             Some(paths) => paths,
             None => self.paths.entry(name.into_owned()).or_default(),
@@ -182,6 +201,24 @@ impl Imports {
         if !self.other.contains(name.as_ref()) {
             self.other.insert(name.into_owned());
         }
+    }
+
+    /// Whether an import in this code may rebind `name` between a binding
+    /// at `bound` and a use at `used`: one that starts in between, or any
+    /// later one when the use may run again (`again`: in a loop or a
+    /// function), or any, when a function declares the name `global` or
+    /// `nonlocal` (its import then rebinds a name outside it).
+    pub fn imported_between(&self, name: &str, bound: usize, used: usize, again: bool) -> bool {
+        let Some(ats) = self.import_at.get(name) else {
+            return false;
+        };
+        self.declared.contains(name) || ats.iter().any(|&at| at >= bound && (at <= used || again))
+    }
+
+    /// Whether a function declares `name` `global`/`nonlocal` and an import
+    /// binds it: that import may rebind a name outside the function.
+    pub fn declared_and_imported(&self, name: &str) -> bool {
+        self.declared.contains(name) && self.import_at.contains_key(name)
     }
 
     /// Whether `name` was bound by an import in this code.
