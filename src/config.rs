@@ -125,8 +125,8 @@ pub const REGISTRY: &[Spec] = &[
          that no process owns, held while a session is open even after its worker \
          stopped. A new session whose `SANDBOX_DISK_LIMIT` does not fit gets a smaller \
          quota, said in its every result (at least 16 MiB; that much is held back for \
-         the sessions `SANDBOX_MAX_SESSIONS` still allows, up to half of this), or is \
-         refused as `DiskTotalReached` when not even that fits.",
+         the sessions `SANDBOX_MAX_SESSIONS` still allows and the warm workers, up to \
+         half of this), or is refused as `DiskTotalReached` when not even that fits.",
     ),
     spec(
         "SANDBOX_TIMEOUT_S",

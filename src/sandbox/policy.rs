@@ -105,7 +105,14 @@ const SYSTEM_READ_DIRS: &[&str] = &[
 ];
 
 /// Single system files the runtime reads; nothing else under /etc (no passwd, no hosts).
-const SYSTEM_READ_FILES: &[&str] = &["/etc/ld.so.cache", "/etc/localtime", "/dev/urandom"];
+/// Debian's matplotlib reads its defaults from `/etc/matplotlibrc` and fails to import
+/// without them (the host world binds the same file).
+const SYSTEM_READ_FILES: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/matplotlibrc",
+    "/dev/urandom",
+];
 
 /// Everything a worker's policy is built from.
 #[derive(Clone, Copy)]

@@ -97,7 +97,12 @@ impl WorkspaceStore {
                 base,
                 root_mount,
                 disk_limit_bytes: settings.disk_limit_bytes,
-                budget: TmpfsBudget::new(settings.disk_total_bytes, settings.max_sessions),
+                // Warm workers hold workspaces too, and the pool refills as sessions
+                // take them: the floor is held back for both.
+                budget: TmpfsBudget::new(
+                    settings.disk_total_bytes,
+                    settings.max_sessions.saturating_add(settings.warm_workers),
+                ),
                 host: HostLayout::probe(),
             },
             warning,

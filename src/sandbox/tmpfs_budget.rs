@@ -16,8 +16,8 @@
 //! A new workspace gets its full quota when it fits. When it does not, it gets what is
 //! left, never less than a floor ([`MIN_WORKSPACE`], or the configured quota when that is
 //! smaller); with less than that left it is refused. So that the sessions
-//! `SANDBOX_MAX_SESSIONS` still allows can each have the floor, that much is held back
-//! for them, up to half of the budget: the first sessions get their full quota, later
+//! `SANDBOX_MAX_SESSIONS` still allows, and the warm workers kept beside them, can each
+//! have the floor, that much is held back for them, up to half of the budget: the first sessions get their full quota, later
 //! ones a smaller one (every result of theirs says so), and the last are refused only
 //! when even the floor no longer fits.
 //!
@@ -69,7 +69,8 @@ pub struct Ask {
     pub committed: u64,
     /// How many workspaces are held now (sessions' and warm workers').
     pub held: usize,
-    /// `SANDBOX_MAX_SESSIONS`.
+    /// How many workspaces may be held at once: `SANDBOX_MAX_SESSIONS` and the warm
+    /// pool's (which refills as sessions take its workers).
     pub max_sessions: usize,
     /// The quota asked for (`SANDBOX_DISK_LIMIT`).
     pub wanted: u64,
