@@ -3181,3 +3181,50 @@ fn literal_forms_judged_as_the_literal_they_are() {
         assert_allowed(src);
     }
 }
+
+/// A string reaches `df.agg` (which calls the method it names) or `lambdify` (which
+/// pastes it into source) through a name: what the guard can follow back to where the
+/// string is written is judged there, and what it cannot follow is refused.
+#[test]
+fn strings_passed_on_through_names_and_helpers_are_judged_where_written() {
+    let head = "import pandas as pd\ndf = pd.DataFrame({'a': [1]})\n";
+    let blocked = [
+        // a name assigned a literal, a loop over a literal display
+        "h = '__getattribute__'\ndf.agg(h, 0, 'a')",
+        "for h in ['mean', '__getattribute__']:\n    df.agg(h)",
+        // a helper's parameter, at its calls: positional, keyword, default, nested
+        "def s(how):\n    return df.agg(how)\ns('__getattribute__')",
+        "def s(how):\n    return df.agg(how)\ns(how='__getattribute__')",
+        "def s(how='__getattribute__'):\n    return df.agg(how, 0, 'a')\ns()",
+        "def i(how):\n    return df.agg(how)\ndef o(h):\n    return i(h)\no('__getattribute__')",
+        "def o(how):\n    def i():\n        return df.agg(how)\n    return i()\no('__getattribute__')",
+        "class R:\n    def s(self, how):\n        return df.agg(how)\nR().s('__getattribute__')",
+        "class R:\n    def s(self, how):\n        return df.agg(how)\nR.s(R(), '__getattribute__')",
+        // a helper the guard cannot follow to its calls
+        "def s(how):\n    return df.agg(how)\nlist(map(s, ['mean']))",
+        "def s(how):\n    return df.agg(how)\nargs = ['mean']\ns(*args)",
+        "def s(how):\n    return df.agg(how)\nh = input()\ns(h + '')",
+        "g = lambda how: df.agg(how)",
+    ];
+    for code in blocked {
+        let v = check(&format!("{head}{code}"));
+        assert_eq!(v.decision, Decision::Blocked, "{code}\n{v:#?}");
+        assert!(rules(&v).contains(&"reflection"), "{code}: {:?}", rules(&v));
+    }
+    let allowed = [
+        "h = 'mean'\ndf.agg(h)",
+        "for h in ('mean', 'sum'):\n    df.agg(h)",
+        "def s(frame, how='mean'):\n    return frame.agg(how)\ns(df)\ns(df, 'max')\nfor h in ['min']:\n    s(df, h)",
+        "def s(how):\n    return df.agg(how)\nimport numpy as np\ns(np.sum)",
+        "class R:\n    def s(self, how='sum'):\n        return df.agg(how)\nR().s('mean')\nR.s(R(), 'max')",
+        "def apply_all(fn):\n    return df.apply(fn)\napply_all(lambda c: c * 2)",
+    ];
+    for code in allowed {
+        let v = check(&format!("{head}{code}"));
+        assert_eq!(v.decision, Decision::Allowed, "{code}\n{v:#?}");
+    }
+    let v = check(
+        "import sympy\nx = sympy.Symbol('x')\ndef mk(e):\n    return sympy.lambdify(x, e)\nmk('__import__(\"os\")')",
+    );
+    assert_eq!(v.decision, Decision::Blocked, "{v:#?}");
+}

@@ -55,6 +55,7 @@ impl<'a> Walker<'a> {
 
     /// Checks a call against the capabilities and modes it may be.
     pub(super) fn capability_call(&mut self, c: &py::ExprCall) {
+        self.forwarding_call(c);
         let Some(last) = callee_name(&c.func).map(nfkc) else {
             return;
         };
@@ -227,8 +228,14 @@ impl<'a> Walker<'a> {
         self.check_literal_argument(cap, arg);
     }
 
-    fn check_literal_argument(&mut self, cap: &Capability, arg: &Expr) {
+    pub(super) fn check_literal_argument(&mut self, cap: &Capability, arg: &Expr) {
         let offset = start(arg);
+        if cap.literal.passes_non_strings()
+            && let Expr::Name(n) = arg
+            && self.string_name_judged(cap, &nfkc(n.id.as_str()), offset)
+        {
+            return;
+        }
         let text = match cap.literal {
             Literal::Fields | Literal::IdentifierFields => {
                 return self.check_field_names(cap, arg);
@@ -275,6 +282,34 @@ impl<'a> Walker<'a> {
             );
             return;
         };
+        self.check_literal_text(cap, text, offset);
+    }
+
+    /// A name given where `cap` reads a string: the literal strings it
+    /// iterates or is assigned are judged one by one, and a parameter of a
+    /// function of this code is judged at the function's calls (forward.rs).
+    /// False: nothing is known of it, and a non-string passes as before.
+    fn string_name_judged(&mut self, cap: &Capability, name: &str, offset: usize) -> bool {
+        let values = self.loop_literals(name).or_else(|| {
+            let all_literal = self.bindings.get(name).is_some_and(|b| b.literal);
+            let values = self.literal_values.get(name)?;
+            values
+                .iter()
+                .cloned()
+                .collect::<Option<Vec<_>>>()
+                .filter(|_| all_literal)
+        });
+        if let Some(values) = values {
+            for text in &values {
+                self.check_literal_text(cap, text, offset);
+            }
+            return true;
+        }
+        self.forwarded_parameter(cap, name, offset)
+    }
+
+    /// A string `cap` reads, judged as what the capability makes of it.
+    fn check_literal_text(&mut self, cap: &Capability, text: &str, offset: usize) {
         match cap.literal {
             Literal::Code | Literal::CodeIfString => {
                 self.embedded_code(text, offset, &format!("`{}` string", cap.name));

@@ -93,7 +93,7 @@ impl Walker<'_> {
     }
 
     /// Whether a class with these bases is a metaclass (`class M(type)`,
-    /// `class M(ABCMeta)`, `class M(type(x))`).
+    /// `class M(ABCMeta)`, `class M(type(x))`, `type("M", (type(x),), {})`).
     pub(super) fn bases_make_metaclass(&self, bases: &[Expr]) -> bool {
         let named = |e: &Expr| {
             callee_name(e).is_some_and(|n| {
@@ -101,10 +101,10 @@ impl Walker<'_> {
                 n == "type" || self.policy.metaclasses.contains(n.as_ref())
             })
         };
+        let type_of = |e: &Expr| matches!(e, Expr::Call(c) if callee_name(&c.func) == Some("type"));
         bases.iter().any(|b| match b {
-            Expr::Call(c) => callee_name(&c.func) == Some("type"),
-            Expr::Tuple(t) => t.elts.iter().any(named),
-            other => named(other),
+            Expr::Tuple(t) => t.elts.iter().any(|e| type_of(e) || named(e)),
+            other => type_of(other) || named(other),
         })
     }
 

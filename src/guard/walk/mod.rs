@@ -15,6 +15,7 @@ mod calls;
 mod capabilities;
 mod classes;
 mod embedded;
+mod forward;
 mod resolve;
 mod scopes;
 mod templates;
@@ -143,6 +144,7 @@ pub fn walk_parts(
         }
     }
     w.block_depth -= 1;
+    w.forwarding_references(parts);
     if w.needs_big_stack {
         return Err(NeedsBigStack);
     }
@@ -212,6 +214,15 @@ struct Walker<'a> {
     /// its `self`, the block depth of its body, and the attributes of `self`
     /// it has set so far in that block (see [`Walker::own_self_attribute`]).
     methods: Vec<Option<(String, u32, HashSet<String>)>>,
+    /// The functions of this code being walked, innermost last (forward.rs).
+    frames: Vec<forward::Frame>,
+    /// Parameters of this code's functions that reach a capability.
+    forwards: Vec<forward::Forward>,
+    /// Where the calls of those functions that were judged start.
+    judged_calls: HashSet<usize>,
+    /// The literal strings each name is assigned in this code (`None`: one
+    /// the guard could not read).
+    literal_values: HashMap<String, Vec<Option<String>>>,
 }
 
 impl<'a> Walker<'a> {
@@ -247,6 +258,10 @@ impl<'a> Walker<'a> {
             block_own: Vec::new(),
             loop_depth: 0,
             methods: Vec::new(),
+            frames: Vec::new(),
+            forwards: Vec::new(),
+            judged_calls: HashSet::default(),
+            literal_values: HashMap::default(),
         }
     }
 
@@ -426,6 +441,18 @@ impl<'a> Walker<'a> {
                     self.match_args_value(Some(&a.value), offset);
                 }
                 self.const_store = self.is_literal_string(&a.value);
+                if self.const_store {
+                    let text = const_str(&a.value).map(str::to_string);
+                    for t in &a.targets {
+                        if let Expr::Name(n) = t {
+                            let name = nfkc(n.id.as_str()).into_owned();
+                            self.literal_values
+                                .entry(name)
+                                .or_default()
+                                .push(text.clone());
+                        }
+                    }
+                }
                 if self.computed_string(&a.value, 0) {
                     for t in &a.targets {
                         if let Expr::Name(n) = t {
@@ -594,8 +621,13 @@ impl<'a> Walker<'a> {
                 Some(&f.parameters),
                 &f.body,
             )));
+        let frame = forward::Frame::new(f, outer, self.scopes.len() - 1);
+        self.frames.push(frame);
+        let forwards_before = self.forwards.len();
         self.body(&f.body);
+        self.frames.pop();
         self.scopes.pop();
+        self.forwarded_defaults(f, forwards_before);
         self.in_class_body = outer;
         self.methods.pop();
         self.self_params.pop();
