@@ -781,7 +781,7 @@ fn decorated_is_checked(cap: &Capability) -> bool {
 }
 
 /// The `p`-th positional argument, when no `*args` comes before it.
-fn positional(c: &py::ExprCall, p: usize) -> Option<&Expr> {
+pub(super) fn positional(c: &py::ExprCall, p: usize) -> Option<&Expr> {
     let args = &c.arguments.args;
     if args
         .iter()
@@ -793,7 +793,7 @@ fn positional(c: &py::ExprCall, p: usize) -> Option<&Expr> {
     args.get(p)
 }
 
-fn keyword_arg<'e>(c: &'e py::ExprCall, name: &str) -> Option<&'e Expr> {
+pub(super) fn keyword_arg<'e>(c: &'e py::ExprCall, name: &str) -> Option<&'e Expr> {
     c.arguments
         .keywords
         .iter()

@@ -18,6 +18,7 @@ use super::super::ast::{Expr, Stmt, py, start, unpacked_args};
 use super::super::names::nfkc;
 use super::super::policy::Capability;
 use super::Walker;
+use super::capabilities::{keyword_arg, positional};
 
 /// A function of this code, while its body is walked.
 #[derive(Debug)]
@@ -164,9 +165,9 @@ impl Walker<'_> {
             let mut args: Vec<&Expr> = Vec::new();
             if let Some(i) = fw.index {
                 let shift = usize::from(fw.method && !through_class);
-                args.extend(i.checked_sub(shift).and_then(|i| plain_positional(c, i)));
+                args.extend(i.checked_sub(shift).and_then(|i| positional(c, i)));
             }
-            args.extend(keyword_value(c, &fw.param));
+            args.extend(keyword_arg(c, &fw.param));
             let arg = (!args.is_empty()).then_some(());
             for a in &args {
                 self.check_literal_argument(&fw.cap, a);
@@ -229,27 +230,6 @@ impl Walker<'_> {
             }
         }
     }
-}
-
-/// The `i`-th positional argument, when no `*args` comes before it.
-fn plain_positional(c: &py::ExprCall, i: usize) -> Option<&Expr> {
-    let args = &c.arguments.args;
-    if args
-        .iter()
-        .take(i + 1)
-        .any(|a| matches!(a, Expr::Starred(_)))
-    {
-        return None;
-    }
-    args.get(i)
-}
-
-fn keyword_value<'e>(c: &'e py::ExprCall, name: &str) -> Option<&'e Expr> {
-    c.arguments
-        .keywords
-        .iter()
-        .find(|k| k.arg.as_ref().is_some_and(|a| nfkc(a.as_str()) == name))
-        .map(|k| &k.value)
 }
 
 /// Every load of a forwarding function's name (`f`, or `x.f` for a method),
