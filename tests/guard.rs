@@ -3205,6 +3205,8 @@ fn strings_passed_on_through_names_and_helpers_are_judged_where_written() {
         "def s(how):\n    return df.agg(how)\nargs = ['mean']\ns(*args)",
         "def s(how):\n    return df.agg(how)\nh = input()\ns(h + '')",
         "g = lambda how: df.agg(how)",
+        // every assignment counts, a later one too (a loop runs it first)
+        "h = 'mean'\nfor i in range(2):\n    df.agg(h)\n    h = '__getattribute__'",
     ];
     for code in blocked {
         let v = check(&format!("{head}{code}"));
@@ -3227,4 +3229,38 @@ fn strings_passed_on_through_names_and_helpers_are_judged_where_written() {
         "import sympy\nx = sympy.Symbol('x')\ndef mk(e):\n    return sympy.lambdify(x, e)\nmk('__import__(\"os\")')",
     );
     assert_eq!(v.decision, Decision::Blocked, "{v:#?}");
+}
+
+/// `df.query(f"...")` is judged as every text the f-string can make, when each field is
+/// a literal, a number or a name this code assigns only literals (a loop over a literal
+/// display included); anything else in a field is refused, as a computed string is.
+#[test]
+fn query_fstrings_are_judged_as_the_texts_they_make() {
+    let head = "import pandas as pd\ndf = pd.DataFrame({'a': [1]})\n";
+    let allowed = [
+        "limit = 2\ncol = 'a'\ndf.query(f'{col} > {limit}')",
+        "for y in (2020, 2021):\n    df.query(f'a == {y}')",
+        "for c in ['a', 'b']:\n    df.query(f'{c} > 0 and {c} < 9')",
+        "limit = 2.5\ndf.query(f'a > {limit:.1f}')",
+        "name = 'x'\ndf.query(f'a == {name!r}')",
+        "df.query(f'a > {3}')",
+    ];
+    for code in allowed {
+        let v = check(&format!("{head}{code}"));
+        assert_eq!(v.decision, Decision::Allowed, "{code}\n{v:#?}");
+    }
+    let blocked = [
+        "col = \"__import__('os').system('x')\"\ndf.query(f'{col} > 1')",
+        "col = input()\ndf.query(f'{col} > 1')",
+        "col = 'a'\nif len(df) > 5:\n    col = 'a.__class__'\ndf.query(f'{col} > 1')",
+        "def f():\n    return df.query(f'a > {limit}')\nlimit = 1\nf()",
+        "df.query(f'a > {len(df)}')",
+        "df.query(f'{\"gi_f\"}{\"rame\"} > 1')",
+        "col = 'a'\ndf.query(f'{col:>3} > 1')",
+        "for c in ['a', 'b.__class__']:\n    df.query(f'{c} > 0')",
+    ];
+    for code in blocked {
+        let v = check(&format!("{head}{code}"));
+        assert_eq!(v.decision, Decision::Blocked, "{code}\n{v:#?}");
+    }
 }

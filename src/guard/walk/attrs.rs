@@ -143,6 +143,7 @@ impl Walker<'_> {
         let top = self.block_depth == 1 && self.fn_stack.is_empty();
         let first_literal = (literal && top).then_some(offset);
         let first_formatter = (formatter && top).then_some(offset);
+        let value = self.const_value.clone();
         match self.bindings.get_mut(name) {
             Some(b) => {
                 b.literal &= literal;
@@ -150,6 +151,10 @@ impl Walker<'_> {
                 b.formatter &= formatter;
                 b.formatter_at = b.formatter_at.or(first_formatter);
                 b.plain_data &= plain_data;
+                match (&mut b.values, value) {
+                    (Some(values), Some(v)) => values.push(v),
+                    _ => b.values = None,
+                }
             }
             None => {
                 self.bindings.insert(
@@ -160,6 +165,7 @@ impl Walker<'_> {
                         formatter,
                         formatter_at: first_formatter,
                         plain_data,
+                        values: value.map(|v| vec![v]),
                     },
                 );
             }
@@ -181,6 +187,7 @@ impl Walker<'_> {
                 b.literal = false;
                 b.formatter = false;
                 b.plain_data = false;
+                b.values = None;
             }
             None => self.new_binding(name.into_owned()),
         }
@@ -193,6 +200,7 @@ impl Walker<'_> {
                 b.literal = false;
                 b.formatter = false;
                 b.plain_data = false;
+                b.values = None;
             }
             None => self.new_binding(name),
         }
@@ -205,8 +213,27 @@ impl Walker<'_> {
             formatter: false,
             formatter_at: None,
             plain_data: false,
+            values: None,
         };
         self.bindings.insert(name, b);
+    }
+
+    /// The text of a string the guard can read completely, or `0` for a
+    /// number (whose text is never code and names no attribute).
+    pub(super) fn literal_text(&mut self, e: &Expr) -> Option<String> {
+        match e {
+            Expr::NumberLiteral(_) => Some("0".into()),
+            Expr::UnaryOp(u) if matches!(u.operand.as_ref(), Expr::NumberLiteral(_)) => {
+                Some("0".into())
+            }
+            _ => match const_str(e) {
+                Some(t) => Some(t.to_string()),
+                None if strings::is_composite(e) => {
+                    strings::fold(e, &mut self.fold_budget).filter(|v| !v.contains(strings::HOLE))
+                }
+                None => None,
+            },
+        }
     }
 
     /// Whether `e` is a string the guard can read completely.

@@ -181,6 +181,14 @@ impl Walker<'_> {
             Some((e, Some(text))) => {
                 self.embedded_code(text, start(e), &format!("`.{name}` string"));
             }
+            // `df.query(f"{col} > {limit}")`: judged as every text it can make.
+            Some((Expr::FString(f), None)) if let Some(template) = self.fstring_template(f) => {
+                self.by_name.push(super::forward::ByName {
+                    template,
+                    judge: super::forward::Judge::Code(format!("`.{name}` string")),
+                    offset: start(c),
+                });
+            }
             _ => self.report(
                 "code_string",
                 "code",
@@ -191,6 +199,61 @@ impl Walker<'_> {
                 start(c),
             ),
         }
+    }
+
+    /// The pieces of an f-string whose every field is a number or a name this
+    /// code binds (a loop over literals now; any other at the end,
+    /// by all its assignments); `None` when one is anything else.
+    fn fstring_template(&self, f: &py::ExprFString) -> Option<Vec<super::forward::Piece>> {
+        use super::forward::{Piece, quoted};
+        let mut pieces = Vec::new();
+        for part in f.value.iter() {
+            let elements = match part {
+                py::FStringPart::Literal(l) => {
+                    pieces.push(Piece::Text(vec![l.value.to_string()]));
+                    continue;
+                }
+                py::FStringPart::FString(f) => &f.elements,
+            };
+            for element in elements {
+                let i = match element {
+                    py::InterpolatedStringElement::Literal(l) => {
+                        pieces.push(Piece::Text(vec![l.value.to_string()]));
+                        continue;
+                    }
+                    py::InterpolatedStringElement::Interpolation(i) => i,
+                };
+                let repr = !matches!(
+                    i.conversion,
+                    py::ConversionFlag::None | py::ConversionFlag::Str
+                );
+                let spec = i.format_spec.is_some();
+                let piece = match i.expression.as_ref() {
+                    // A string literal in a field only builds a string out of
+                    // pieces: never needed, so refused like any string built.
+                    Expr::NumberLiteral(_) => Piece::Text(vec!["0".into()]),
+                    Expr::Name(n) => {
+                        let name = nfkc(n.id.as_str()).into_owned();
+                        match self.loop_literals(&name) {
+                            Some(values) if spec => values
+                                .iter()
+                                .all(|v| v == "0")
+                                .then(|| Piece::Text(vec!["0".into()]))?,
+                            Some(values) if repr => Piece::Text(
+                                values.iter().map(|v| quoted(v)).collect::<Option<_>>()?,
+                            ),
+                            Some(values) => Piece::Text(values),
+                            None if !self.own_name(&name, start(n)) => return None,
+                            None if spec => Piece::Number(name),
+                            None => Piece::Name(name, repr),
+                        }
+                    }
+                    _ => return None,
+                };
+                pieces.push(piece);
+            }
+        }
+        Some(pieces)
     }
 
     /// The template of a `str.format` call must be a string the guard has

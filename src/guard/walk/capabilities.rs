@@ -286,30 +286,34 @@ impl<'a> Walker<'a> {
     }
 
     /// A name given where `cap` reads a string: the literal strings it
-    /// iterates or is assigned are judged one by one, and a parameter of a
-    /// function of this code is judged at the function's calls (forward.rs).
-    /// False: nothing is known of it, and a non-string passes as before.
+    /// iterates are judged one by one, a parameter of a function of this code
+    /// at the function's calls, and a name this code certainly bound by
+    /// what all its assignments give it, at the end (forward.rs). False: it
+    /// is not known to be a string, and a non-string passes.
     fn string_name_judged(&mut self, cap: &Capability, name: &str, offset: usize) -> bool {
-        let values = self.loop_literals(name).or_else(|| {
-            let all_literal = self.bindings.get(name).is_some_and(|b| b.literal);
-            let values = self.literal_values.get(name)?;
-            values
-                .iter()
-                .cloned()
-                .collect::<Option<Vec<_>>>()
-                .filter(|_| all_literal)
-        });
-        if let Some(values) = values {
+        if let Some(values) = self.loop_literals(name) {
             for text in &values {
                 self.check_literal_text(cap, text, offset);
             }
             return true;
         }
-        self.forwarded_parameter(cap, name, offset)
+        if self.forwarded_parameter(cap, name, offset) {
+            return true;
+        }
+        if self.own_name(name, offset) {
+            // Judged at the end, once every assignment of it is known (a later
+            // one may run first, in a loop or a function called later).
+            self.by_name.push(super::forward::ByName {
+                template: vec![super::forward::Piece::Name(name.to_string(), false)],
+                judge: super::forward::Judge::Capability(cap.clone()),
+                offset,
+            });
+        }
+        false
     }
 
     /// A string `cap` reads, judged as what the capability makes of it.
-    fn check_literal_text(&mut self, cap: &Capability, text: &str, offset: usize) {
+    pub(super) fn check_literal_text(&mut self, cap: &Capability, text: &str, offset: usize) {
         match cap.literal {
             Literal::Code | Literal::CodeIfString => {
                 self.embedded_code(text, offset, &format!("`{}` string", cap.name));

@@ -68,6 +68,8 @@ impl Walker<'_> {
         sub.in_annotation = self.in_annotation;
         sub.small_stack = self.small_stack;
         sub.body(&body.body);
+        sub.forwarding_references(&[&body.body]);
+        sub.judge_by_name();
         self.fold_budget = sub.fold_budget;
         self.needs_big_stack |= sub.needs_big_stack;
         for f in sub.finish() {

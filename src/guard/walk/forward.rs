@@ -252,3 +252,112 @@ impl<'a> Visitor<'a> for References<'_> {
         visitor::walk_expr(self, expr);
     }
 }
+
+/// A string given through names, judged once every binding is known.
+#[derive(Debug)]
+pub(super) struct ByName {
+    pub template: Vec<Piece>,
+    pub judge: Judge,
+    pub offset: usize,
+}
+
+/// One piece of such a string.
+#[derive(Debug)]
+pub(super) enum Piece {
+    /// Text known now: one of these.
+    Text(Vec<String>),
+    /// What a name this code bound is assigned; `true`: through `!r`/`!a`.
+    Name(String, bool),
+    /// A name formatted with a format spec: it must hold numbers only.
+    Number(String),
+}
+
+/// What the string is given to.
+#[derive(Debug)]
+pub(super) enum Judge {
+    /// A capability that lets non-strings pass: an unknown value passes.
+    Capability(Capability),
+    /// A code-string method (`df.query`): an unknown value is refused.
+    Code(String),
+}
+
+/// At most this many texts are judged for one string (the product of its
+/// pieces' alternatives); past it, a code string is refused.
+const MAX_TEXTS: usize = 64;
+
+/// `repr()` of a string, when it is plain enough to write exactly.
+pub(super) fn quoted(v: &str) -> Option<String> {
+    let plain = !v.chars().any(|c| c == '\\' || c.is_control());
+    match (plain, v.contains('\''), v.contains('"')) {
+        (true, false, _) => Some(format!("'{v}'")),
+        (true, true, false) => Some(format!("\"{v}\"")),
+        _ => None,
+    }
+}
+
+impl Walker<'_> {
+    /// Judges the strings given through names (see [`ByName`]).
+    pub(super) fn judge_by_name(&mut self) {
+        for b in std::mem::take(&mut self.by_name) {
+            match self.texts(&b.template) {
+                Some(texts) => {
+                    for text in texts {
+                        match &b.judge {
+                            Judge::Capability(cap) => self.check_literal_text(cap, &text, b.offset),
+                            Judge::Code(what) => self.embedded_code(&text, b.offset, what),
+                        }
+                    }
+                }
+                None => {
+                    if let Judge::Code(what) = &b.judge {
+                        self.report(
+                            "code_string",
+                            "code",
+                            format!(
+                                "the {what} is an f-string whose values the guard cannot all \
+                                 read (a name assigned something other than literals, or too \
+                                 many combinations); refer to Python values with @name \
+                                 (`df.query(\"x > @limit\")`)"
+                            ),
+                            b.offset,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every text the template can make, when each name's bindings are all
+    /// literals and there are at most [`MAX_TEXTS`].
+    fn texts(&self, template: &[Piece]) -> Option<Vec<String>> {
+        let mut out = vec![String::new()];
+        for piece in template {
+            let alternatives: Vec<String> = match piece {
+                Piece::Text(t) => t.clone(),
+                Piece::Name(name, repr) => {
+                    let values = self.bindings.get(name)?.values.as_ref()?;
+                    if *repr {
+                        values.iter().map(|v| quoted(v)).collect::<Option<_>>()?
+                    } else {
+                        values.clone()
+                    }
+                }
+                Piece::Number(name) => {
+                    let values = self.bindings.get(name)?.values.as_ref()?;
+                    if values.iter().any(|v| v != "0") {
+                        return None;
+                    }
+                    vec!["0".into()]
+                }
+            };
+            if out.len().saturating_mul(alternatives.len()) > MAX_TEXTS {
+                return None;
+            }
+            out = out
+                .iter()
+                .flat_map(|o| alternatives.iter().map(move |a| format!("{o}{a}")))
+                .collect();
+        }
+        Some(out)
+    }
+}

@@ -53,7 +53,7 @@ pub struct RawFinding {
 }
 
 /// What this code binds to one name.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Binding {
     /// True while each binding is a plain string literal (a `str.format`
     /// template the guard has read).
@@ -67,6 +67,9 @@ struct Binding {
     /// True while each binding is plain data: `json.load(...)`,
     /// `json.loads(...)` or a dict display with literal keys.
     plain_data: bool,
+    /// What every binding assigned, while each is a string the guard read or
+    /// a number (written `0`: its text is never code).
+    values: Option<Vec<String>>,
 }
 
 /// `SimpleNamespace(**d)` with `d` a name, judged once every binding of `d`
@@ -145,6 +148,7 @@ pub fn walk_parts(
     }
     w.block_depth -= 1;
     w.forwarding_references(parts);
+    w.judge_by_name();
     if w.needs_big_stack {
         return Err(NeedsBigStack);
     }
@@ -220,9 +224,11 @@ struct Walker<'a> {
     forwards: Vec<forward::Forward>,
     /// Where the calls of those functions that were judged start.
     judged_calls: HashSet<usize>,
-    /// The literal strings each name is assigned in this code (`None`: one
-    /// the guard could not read).
-    literal_values: HashMap<String, Vec<Option<String>>>,
+    /// While the targets of `name = <literal or number>` are walked: its text.
+    const_value: Option<String>,
+    /// Strings given to a capability or a code-string method through names,
+    /// judged once every binding of those names is known (forward.rs).
+    by_name: Vec<forward::ByName>,
 }
 
 impl<'a> Walker<'a> {
@@ -261,7 +267,8 @@ impl<'a> Walker<'a> {
             frames: Vec::new(),
             forwards: Vec::new(),
             judged_calls: HashSet::default(),
-            literal_values: HashMap::default(),
+            const_value: None,
+            by_name: Vec::new(),
         }
     }
 
@@ -441,18 +448,7 @@ impl<'a> Walker<'a> {
                     self.match_args_value(Some(&a.value), offset);
                 }
                 self.const_store = self.is_literal_string(&a.value);
-                if self.const_store {
-                    let text = const_str(&a.value).map(str::to_string);
-                    for t in &a.targets {
-                        if let Expr::Name(n) = t {
-                            let name = nfkc(n.id.as_str()).into_owned();
-                            self.literal_values
-                                .entry(name)
-                                .or_default()
-                                .push(text.clone());
-                        }
-                    }
-                }
+                self.const_value = self.literal_text(&a.value);
                 if self.computed_string(&a.value, 0) {
                     for t in &a.targets {
                         if let Expr::Name(n) = t {
@@ -464,6 +460,7 @@ impl<'a> Walker<'a> {
                 self.plain_data_store = self.is_plain_data(&a.value);
                 self.exprs(&a.targets);
                 self.const_store = false;
+                self.const_value = None;
                 self.formatter_store = false;
                 self.plain_data_store = false;
                 self.expr(&a.value);
@@ -490,8 +487,10 @@ impl<'a> Walker<'a> {
                     .value
                     .as_deref()
                     .is_some_and(|v| self.is_literal_string(v));
+                self.const_value = a.value.as_deref().and_then(|v| self.literal_text(v));
                 self.expr(&a.target);
                 self.const_store = false;
+                self.const_value = None;
                 self.annotation(Some(&a.annotation));
                 self.opt_expr(a.value.as_deref());
             }

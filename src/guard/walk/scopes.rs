@@ -174,7 +174,8 @@ impl Collector {
 }
 
 /// The string constants of a tuple, list or set display, when every
-/// element is one: `("mean", "median")`.
+/// element is one (`("mean", "median")`); a number stands as `0`, whose
+/// text is never code and names no attribute (`(2020, 2021)`).
 pub(super) fn literal_strings(e: &Expr) -> Option<Vec<String>> {
     let elts = match e {
         Expr::Tuple(t) => &t.elts,
@@ -183,7 +184,10 @@ pub(super) fn literal_strings(e: &Expr) -> Option<Vec<String>> {
         _ => return None,
     };
     elts.iter()
-        .map(|x| super::super::ast::const_str(x).map(|s| nfkc(s).into_owned()))
+        .map(|x| match x {
+            Expr::NumberLiteral(_) => Some("0".to_string()),
+            _ => super::super::ast::const_str(x).map(|s| nfkc(s).into_owned()),
+        })
         .collect()
 }
 
