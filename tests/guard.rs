@@ -3264,3 +3264,31 @@ fn query_fstrings_are_judged_as_the_texts_they_make() {
         assert_eq!(v.decision, Decision::Blocked, "{code}\n{v:#?}");
     }
 }
+
+/// `SimpleNamespace(**d)` (and Rbf, BaseIndexer) make every key of `d` an attribute: `d`
+/// passes only while its keys are known, from `json.load`/`json.loads` or a dict display
+/// whose literal keys are names `obj.name` may read, and nothing in the code may change it.
+#[test]
+fn a_mapping_given_as_attributes_keeps_the_keys_the_guard_read() {
+    let head = "import json\nfrom types import SimpleNamespace\n";
+    let blocked = [
+        "kw = {'__array_interface__': {}}\nSimpleNamespace(**kw)",
+        "kw = {'a': 1}\nk = '__array_' + 'interface__'\nkw[k] = {}\nSimpleNamespace(**kw)",
+        "kw = {'a': 1}\nkw.update(zip(['x'], [1]))\nSimpleNamespace(**kw)",
+        "kw = {'a': 1}\ndef f(d):\n    d['x'] = 1\nf(kw)\nSimpleNamespace(**kw)",
+        "kw = {'a': 1}\nalias = kw\nSimpleNamespace(**kw)",
+        "from scipy.interpolate import Rbf\nkw = {'__array_interface__': {}}\nRbf([0, 1], [0, 1], **kw)",
+    ];
+    for code in blocked {
+        let v = check(&format!("{head}{code}"));
+        assert_eq!(v.decision, Decision::Blocked, "{code}\n{v:#?}");
+    }
+    let allowed = [
+        "cfg = json.loads('{\"a\": 1}')\nprint(cfg['a'], cfg.get('a'))\nns = SimpleNamespace(**cfg)",
+        "cfg = {'a': 1, 'b': 2}\nfor k, v in cfg.items():\n    print(k, v)\nns = SimpleNamespace(**cfg)",
+    ];
+    for code in allowed {
+        let v = check(&format!("{head}{code}"));
+        assert_eq!(v.decision, Decision::Allowed, "{code}\n{v:#?}");
+    }
+}

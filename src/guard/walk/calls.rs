@@ -325,10 +325,13 @@ impl Walker<'_> {
     /// `json.load(f)`, `json.loads(s)` or `{"a": 1, ...}` with literal keys.
     pub(super) fn is_plain_data(&self, value: &Expr) -> bool {
         match value {
-            Expr::Dict(d) => d
-                .items
-                .iter()
-                .all(|i| i.key.as_ref().and_then(const_str).is_some()),
+            // Literal keys, each one a name `obj.name` may read.
+            Expr::Dict(d) => d.items.iter().all(|i| {
+                i.key
+                    .as_ref()
+                    .and_then(const_str)
+                    .is_some_and(|k| self.attr_problem(&nfkc(k)).is_none())
+            }),
             Expr::Call(c) => {
                 let res = self.imports.resolve(&c.func);
                 !res.unknown

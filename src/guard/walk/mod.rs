@@ -16,6 +16,7 @@ mod capabilities;
 mod classes;
 mod embedded;
 mod forward;
+mod namespace;
 mod resolve;
 mod scopes;
 mod templates;
@@ -148,6 +149,11 @@ pub fn walk_parts(
     }
     w.block_depth -= 1;
     w.forwarding_references(parts);
+    let mappings: HashSet<String> = w.namespace_names.iter().map(|u| u.name.clone()).collect();
+    if !mappings.is_empty() {
+        let judged: HashSet<usize> = w.namespace_names.iter().map(|u| u.offset).collect();
+        w.changed_mappings = namespace::changed(parts, &mappings, &judged);
+    }
     w.judge_by_name();
     if w.needs_big_stack {
         return Err(NeedsBigStack);
@@ -226,6 +232,8 @@ struct Walker<'a> {
     judged_calls: HashSet<usize>,
     /// While the targets of `name = <literal or number>` are walked: its text.
     const_value: Option<String>,
+    /// Names of `**d` mappings some use of the code may change (namespace.rs).
+    changed_mappings: HashSet<String>,
     /// Strings given to a capability or a code-string method through names,
     /// judged once every binding of those names is known (forward.rs).
     by_name: Vec<forward::ByName>,
@@ -268,6 +276,7 @@ impl<'a> Walker<'a> {
             forwards: Vec::new(),
             judged_calls: HashSet::default(),
             const_value: None,
+            changed_mappings: HashSet::default(),
             by_name: Vec::new(),
         }
     }
@@ -296,7 +305,9 @@ impl<'a> Walker<'a> {
         // cannot forge an object protocol numpy trusts (JSON has no tuples
         // or callables), or literal keys, and the use is certainly one of them.
         for u in std::mem::take(&mut self.namespace_names) {
-            let plain = u.own && self.bindings.get(&u.name).is_some_and(|b| b.plain_data);
+            let plain = u.own
+                && !self.changed_mappings.contains(&u.name)
+                && self.bindings.get(&u.name).is_some_and(|b| b.plain_data);
             if !plain {
                 self.report(
                     &u.rule,
@@ -304,7 +315,7 @@ impl<'a> Walker<'a> {
                     format!(
                         "{}; `**{}`: a mapping whose keys the guard cannot read could name any \
                          attribute: pass the names as keywords, or build it with `json.load`/\
-                         `json.loads` or a dict display with literal keys",
+                         `json.loads` or a dict display with literal keys, and do not change it",
                         u.what, u.name
                     ),
                     u.offset,
