@@ -3292,3 +3292,21 @@ fn a_mapping_given_as_attributes_keeps_the_keys_the_guard_read() {
         assert_eq!(v.decision, Decision::Allowed, "{code}\n{v:#?}");
     }
 }
+
+/// A template a function assigns itself, only ever a literal, is read: the local is the
+/// function's whatever an earlier call left.
+#[test]
+fn a_functions_own_literal_template_is_read() {
+    let ok = "def report(name, value):\n    template = '{name}: {value:.1f}'\n    return template.format(name=name, value=value)\nprint(report('a', 1))";
+    assert_eq!(check(ok).decision, Decision::Allowed, "{:#?}", check(ok));
+    let bad = [
+        "def report(x):\n    template = '{0.__class__}'\n    return template.format(x)",
+        "def report(x, template):\n    return template.format(x)",
+        "def report(x):\n    template = x.upper()\n    return template.format(x)",
+        "template = '{0}'\ndef report(x):\n    return template.format(x)\ntemplate = input()",
+    ];
+    for code in bad {
+        let v = check(code);
+        assert_eq!(v.decision, Decision::Blocked, "{code}\n{v:#?}");
+    }
+}

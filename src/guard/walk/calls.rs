@@ -289,8 +289,12 @@ impl Walker<'_> {
                         .first()
                         .is_some_and(|a| const_str(a).is_some())
             });
-            self.format_names
-                .push((nfkc(n.id.as_str()).into_owned(), offset, literal_first));
+            self.format_names.push(super::FormatUse {
+                own: self.own_name(&nfkc(n.id.as_str()), offset),
+                name: nfkc(n.id.as_str()).into_owned(),
+                offset,
+                literal_first,
+            });
             return;
         }
         if template_first

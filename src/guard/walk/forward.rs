@@ -350,6 +350,9 @@ impl Walker<'_> {
                     vec!["0".into()]
                 }
             };
+            let mut alternatives = alternatives;
+            alternatives.sort_unstable();
+            alternatives.dedup();
             if out.len().saturating_mul(alternatives.len()) > MAX_TEXTS {
                 return None;
             }

@@ -86,6 +86,17 @@ struct NamespaceUse {
     what: String,
 }
 
+/// `name.format(...)`, judged once every binding of `name` is known.
+struct FormatUse {
+    name: String,
+    offset: usize,
+    /// The call's first argument is a literal template.
+    literal_first: bool,
+    /// The name was certainly this code's own binding at the use (a
+    /// function's local, or bound earlier in the same block).
+    own: bool,
+}
+
 /// How an expression is used: the role decides what counts as an alias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -185,7 +196,7 @@ struct Walker<'a> {
     self_params: Vec<Option<String>>,
     /// `name.format(...)` receivers, resolved against `bindings` at the end,
     /// and whether the call's first argument is a literal template.
-    format_names: Vec<(String, usize, bool)>,
+    format_names: Vec<FormatUse>,
     /// True while the targets of `name = "literal"` are walked.
     const_store: bool,
     /// True while the targets of `name = string.Formatter()` are walked.
@@ -323,17 +334,23 @@ impl<'a> Walker<'a> {
             }
         }
         let templates = std::mem::take(&mut self.format_names);
-        for (name, offset, literal_first) in templates {
-            // Every binding in this code is a literal, and one of them runs
-            // unconditionally before the use: a value left by an earlier
-            // call (or hidden behind `if False:`) cannot reach the template.
-            // The same for a `string.Formatter()` the code made itself, whose
-            // template is the call's first argument, a literal.
+        for FormatUse {
+            name,
+            offset,
+            literal_first,
+            own,
+        } in templates
+        {
+            // Every binding in this code is a literal, and the use certainly
+            // sees one of them (a function's local, a binding earlier in its
+            // block, or an unconditional module-level one before it): a value
+            // left by an earlier call (or hidden behind `if False:`) cannot
+            // reach the template. The same for a `string.Formatter()` the code
+            // made itself, whose template is the call's first argument.
+            let before = |at: Option<usize>| own || at.is_some_and(|at| at < offset);
             let literal = self.bindings.get(&name).is_some_and(|b| {
-                (b.literal && b.literal_at.is_some_and(|at| at < offset))
-                    || (literal_first
-                        && b.formatter
-                        && b.formatter_at.is_some_and(|at| at < offset))
+                (b.literal && before(b.literal_at))
+                    || (literal_first && b.formatter && before(b.formatter_at))
             });
             if !literal {
                 self.report(
