@@ -3221,10 +3221,7 @@ fn strings_passed_on_through_names_and_helpers_are_judged_where_written() {
         "class R:\n    def s(self, how='sum'):\n        return df.agg(how)\nR().s('mean')\nR.s(R(), 'max')",
         "def apply_all(fn):\n    return df.apply(fn)\napply_all(lambda c: c * 2)",
     ];
-    for code in allowed {
-        let v = check(&format!("{head}{code}"));
-        assert_eq!(v.decision, Decision::Allowed, "{code}\n{v:#?}");
-    }
+    assert_decisions(head, &allowed, Decision::Allowed);
     let v = check(
         "import sympy\nx = sympy.Symbol('x')\ndef mk(e):\n    return sympy.lambdify(x, e)\nmk('__import__(\"os\")')",
     );
@@ -3245,10 +3242,7 @@ fn query_fstrings_are_judged_as_the_texts_they_make() {
         "name = 'x'\ndf.query(f'a == {name!r}')",
         "df.query(f'a > {3}')",
     ];
-    for code in allowed {
-        let v = check(&format!("{head}{code}"));
-        assert_eq!(v.decision, Decision::Allowed, "{code}\n{v:#?}");
-    }
+    assert_decisions(head, &allowed, Decision::Allowed);
     let blocked = [
         "col = \"__import__('os').system('x')\"\ndf.query(f'{col} > 1')",
         "col = input()\ndf.query(f'{col} > 1')",
@@ -3259,10 +3253,7 @@ fn query_fstrings_are_judged_as_the_texts_they_make() {
         "col = 'a'\ndf.query(f'{col:>3} > 1')",
         "for c in ['a', 'b.__class__']:\n    df.query(f'{c} > 0')",
     ];
-    for code in blocked {
-        let v = check(&format!("{head}{code}"));
-        assert_eq!(v.decision, Decision::Blocked, "{code}\n{v:#?}");
-    }
+    assert_decisions(head, &blocked, Decision::Blocked);
 }
 
 /// `SimpleNamespace(**d)` (and Rbf, BaseIndexer) make every key of `d` an attribute: `d`
@@ -3279,18 +3270,12 @@ fn a_mapping_given_as_attributes_keeps_the_keys_the_guard_read() {
         "kw = {'a': 1}\nalias = kw\nSimpleNamespace(**kw)",
         "from scipy.interpolate import Rbf\nkw = {'__array_interface__': {}}\nRbf([0, 1], [0, 1], **kw)",
     ];
-    for code in blocked {
-        let v = check(&format!("{head}{code}"));
-        assert_eq!(v.decision, Decision::Blocked, "{code}\n{v:#?}");
-    }
+    assert_decisions(head, &blocked, Decision::Blocked);
     let allowed = [
         "cfg = json.loads('{\"a\": 1}')\nprint(cfg['a'], cfg.get('a'))\nns = SimpleNamespace(**cfg)",
         "cfg = {'a': 1, 'b': 2}\nfor k, v in cfg.items():\n    print(k, v)\nns = SimpleNamespace(**cfg)",
     ];
-    for code in allowed {
-        let v = check(&format!("{head}{code}"));
-        assert_eq!(v.decision, Decision::Allowed, "{code}\n{v:#?}");
-    }
+    assert_decisions(head, &allowed, Decision::Allowed);
 }
 
 /// A template a function assigns itself, only ever a literal, is read: the local is the
@@ -3305,8 +3290,13 @@ fn a_functions_own_literal_template_is_read() {
         "def report(x):\n    template = x.upper()\n    return template.format(x)",
         "template = '{0}'\ndef report(x):\n    return template.format(x)\ntemplate = input()",
     ];
-    for code in bad {
-        let v = check(code);
-        assert_eq!(v.decision, Decision::Blocked, "{code}\n{v:#?}");
+    assert_decisions("", &bad, Decision::Blocked);
+}
+
+/// Each of `codes`, after `head`, gets `decision` from the guard.
+fn assert_decisions(head: &str, codes: &[&str], decision: Decision) {
+    for code in codes {
+        let v = check(&format!("{head}{code}"));
+        assert_eq!(v.decision, decision, "{code}\n{v:#?}");
     }
 }
