@@ -3200,6 +3200,7 @@ fn strings_passed_on_through_names_and_helpers_are_judged_where_written() {
         "def o(how):\n    def i():\n        return df.agg(how)\n    return i()\no('__getattribute__')",
         "class R:\n    def s(self, how):\n        return df.agg(how)\nR().s('__getattribute__')",
         "class R:\n    def s(self, how):\n        return df.agg(how)\nR.s(R(), '__getattribute__')",
+        "class R:\n    @classmethod\n    def s(cls, how):\n        return df.agg(how)\nR.s('__getattribute__')",
         // a helper the guard cannot follow to its calls
         "def s(how):\n    return df.agg(how)\nlist(map(s, ['mean']))",
         "def s(how):\n    return df.agg(how)\nargs = ['mean']\ns(*args)",

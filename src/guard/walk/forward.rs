@@ -29,6 +29,8 @@ pub(super) struct Frame {
     pub keyword_only: Vec<String>,
     /// Called through an instance (`obj.f(x)`), which fills the first parameter.
     pub method: bool,
+    /// A classmethod: its first parameter is filled through the class too.
+    pub class_method: bool,
     /// Index into the walker's scopes of the function's own scope.
     pub scope: usize,
 }
@@ -43,15 +45,18 @@ impl Frame {
         };
         let mut positional = names(&p.posonlyargs);
         positional.extend(names(&p.args));
-        let static_method = f
-            .decorator_list
-            .iter()
-            .any(|d| matches!(&d.expression, Expr::Name(n) if n.id.as_str() == "staticmethod"));
+        let decorated = |name: &str| {
+            f.decorator_list
+                .iter()
+                .any(|d| matches!(&d.expression, Expr::Name(n) if n.id.as_str() == name))
+        };
+        let static_method = decorated("staticmethod");
         Frame {
             name: nfkc(f.name.as_str()).into_owned(),
             positional,
             keyword_only: names(&p.kwonlyargs),
             method: in_class_body && !static_method,
+            class_method: in_class_body && decorated("classmethod"),
             scope,
         }
     }
@@ -65,6 +70,7 @@ pub(super) struct Forward {
     pub index: Option<usize>,
     pub param: String,
     pub method: bool,
+    pub class_method: bool,
     pub cap: Capability,
 }
 
@@ -108,6 +114,7 @@ impl Walker<'_> {
             index,
             param: name.to_string(),
             method: frame.method,
+            class_method: frame.class_method,
             cap: cap.clone(),
         };
         self.forwards.push(forward);
@@ -164,7 +171,7 @@ impl Walker<'_> {
             // this code) does not.
             let mut args: Vec<&Expr> = Vec::new();
             if let Some(i) = fw.index {
-                let shift = usize::from(fw.method && !through_class);
+                let shift = usize::from(fw.method && (!through_class || fw.class_method));
                 args.extend(i.checked_sub(shift).and_then(|i| positional(c, i)));
             }
             args.extend(keyword_arg(c, &fw.param));
