@@ -83,11 +83,41 @@ pub const REGISTRY: &[Spec] = &[
     spec(
         "HOST_SANDBOX_NETWORK",
         "deny",
-        "`deny`: no sockets at all. `allow`: outbound TCP/UDP over IP (still no UNIX, \
-         netlink or packet sockets; no network namespace). `allow` is the unsafe mode: \
-         the code reaches every service on this machine's loopback and local network \
-         (databases, caches, admin consoles without a password), and whatever it reads \
-         it can send anywhere.",
+        "`deny`: no sockets at all. `proxy`: the worker keeps a network namespace of its \
+         own whose only endpoint is warden's HTTP(S) egress proxy (`HTTP_PROXY` and \
+         `HTTPS_PROXY` are set); the proxy lets through the hosts `SANDBOX_EGRESS_ALLOW` \
+         names, and never a loopback, private, link-local or metadata address that DNS \
+         returned. `allow`: the same proxy letting through every public host (LLM API \
+         hosts excepted unless named): the unsafe mode, since whatever the code reads it \
+         can send anywhere. Neither reaches this machine's loopback. The Docker backend \
+         has `deny` and `allow` (a bridge network).",
+    ),
+    spec(
+        "SANDBOX_EGRESS_ALLOW",
+        "",
+        "hosts the egress proxy lets through (`proxy` network), comma-separated: `host`, \
+         `*.suffix` (subdomains only) or `*`, each optionally `:port`; without a port only \
+         80 and 443. LLM API hosts (policies/llm-hosts.toml) pass only when named exactly.",
+    ),
+    spec(
+        "SANDBOX_EGRESS_DENY",
+        "",
+        "hosts the egress proxy refuses, in the syntax of `SANDBOX_EGRESS_ALLOW`; the deny \
+         list wins.",
+    ),
+    spec(
+        "SANDBOX_EGRESS_RESOLVE",
+        "",
+        "names the egress proxy resolves to a fixed address, comma-separated `name=addr` \
+         (like curl's `--resolve`): an internal mirror, a test's origin. The operator chose \
+         these addresses, so the private-address rule does not judge them; an address DNS \
+         returned always is.",
+    ),
+    spec(
+        "SANDBOX_EGRESS_LIMIT",
+        "1g",
+        "bytes one session may move through the egress proxy, both ways together \
+         (`512m`, `4g`, bytes); the connection that passes it is cut.",
     ),
     spec(
         "SANDBOX_MEM_LIMIT",
@@ -367,6 +397,8 @@ pub enum ConfigError {
     Unknown { given: String, known: String },
     #[error("{name} cannot be set in the config file's [settings] (set it in the environment)")]
     NotInFile { name: String },
+    #[error("{name}: {reason}")]
+    Egress { name: &'static str, reason: String },
     #[error("--set expects NAME=VALUE, got {0:?}")]
     BadFlag(String),
     #[error("WARDEN_CONFIG={path} (from {origin}): {problem}")]
@@ -465,7 +497,53 @@ impl Serialize for HttpBind {
 #[serde(rename_all = "kebab-case")]
 pub enum NetworkMode {
     Deny,
+    /// Every public host through the egress proxy.
     Allow,
+    /// The hosts `SANDBOX_EGRESS_ALLOW` names, through the egress proxy.
+    Proxy,
+}
+
+impl NetworkMode {
+    /// Whether the worker reaches out through the egress proxy.
+    pub fn proxied(self) -> bool {
+        self != NetworkMode::Deny
+    }
+}
+
+/// The egress proxy's settings.
+#[derive(Debug, Clone, Serialize)]
+pub struct EgressSettings {
+    pub rules: crate::egress::rules::EgressRules,
+    /// `SANDBOX_EGRESS_LIMIT`: bytes per session, both ways.
+    pub limit_bytes: u64,
+}
+
+/// Reads `SANDBOX_EGRESS_*`; `allow` adds `*` to the allow list.
+fn egress_settings(
+    r: &mut Reader<'_>,
+    network: NetworkMode,
+) -> Result<EgressSettings, ConfigError> {
+    let text = |t: &str| Some(t.to_string());
+    let mut allow = r.value("SANDBOX_EGRESS_ALLOW", "host patterns", text)?;
+    let deny = r.value("SANDBOX_EGRESS_DENY", "host patterns", text)?;
+    let resolve = r.value("SANDBOX_EGRESS_RESOLVE", "name=addr pairs", text)?;
+    let limit_bytes = r.value("SANDBOX_EGRESS_LIMIT", SIZE_1K, size_at_least(1 << 10))?;
+    if network == NetworkMode::Allow {
+        allow = if allow.trim().is_empty() {
+            "*".to_string()
+        } else {
+            format!("*,{allow}")
+        };
+    }
+    use crate::egress::rules::EgressRules;
+    let egress = |name, e: crate::egress::rules::RuleError| ConfigError::Egress {
+        name,
+        reason: e.to_string(),
+    };
+    let llm = EgressRules::builtin_llm_hosts().map_err(|e| egress("policies/llm-hosts.toml", e))?;
+    let rules = EgressRules::parse(&allow, &deny, &resolve, &llm)
+        .map_err(|e| egress("SANDBOX_EGRESS_ALLOW, _DENY or _RESOLVE", e))?;
+    Ok(EgressSettings { rules, limit_bytes })
 }
 
 /// `SANDBOX_LAUNCHER`: where a Docker worker container's launcher comes from.
@@ -504,6 +582,8 @@ pub struct Settings {
     pub docker: DockerSettings,
     pub host_sandbox: SandboxMode,
     pub network: NetworkMode,
+    /// `SANDBOX_EGRESS_*`: what the egress proxy lets through.
+    pub egress: EgressSettings,
     pub mem_limit_bytes: u64,
     pub pids_limit: u64,
     pub file_size_limit_bytes: u64,
@@ -689,9 +769,14 @@ impl Settings {
         )?;
         let network = r.choice(
             "HOST_SANDBOX_NETWORK",
-            "deny or allow",
-            &[("deny", NetworkMode::Deny), ("allow", NetworkMode::Allow)],
+            "deny, proxy or allow",
+            &[
+                ("deny", NetworkMode::Deny),
+                ("proxy", NetworkMode::Proxy),
+                ("allow", NetworkMode::Allow),
+            ],
         )?;
+        let egress = egress_settings(&mut r, network)?;
         let mem_limit_bytes = r.value("SANDBOX_MEM_LIMIT", SIZE_64M, size_at_least(64 << 20))?;
         let pids_limit = r.value("SANDBOX_PIDS_LIMIT", "a whole number from 8", |t| {
             t.parse::<u64>()
@@ -791,6 +876,7 @@ impl Settings {
             docker,
             host_sandbox,
             network,
+            egress,
             mem_limit_bytes,
             pids_limit,
             file_size_limit_bytes,

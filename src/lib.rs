@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod backend;
 pub mod config;
+pub mod egress;
 pub mod execution;
 pub mod grants;
 pub mod guard;

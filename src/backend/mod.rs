@@ -226,6 +226,7 @@ impl AnyBackend {
     pub async fn resolve(
         settings: Arc<Settings>,
         instance_dir: &Path,
+        egress: Option<Arc<crate::egress::Egress>>,
     ) -> Result<Resolution, BackendError> {
         #[cfg(feature = "docker")]
         if settings.backend == BackendKind::Docker {
@@ -238,7 +239,8 @@ impl AnyBackend {
                 }
                 Err(e) => {
                     tracing::warn!(reason = %e, "EXECUTION_BACKEND=docker is unavailable; the host backend runs instead");
-                    let backend = AnyBackend::Host(host::HostBackend::new(settings, instance_dir)?);
+                    let backend =
+                        AnyBackend::Host(host::HostBackend::new(settings, instance_dir, egress)?);
                     return Ok(Resolution {
                         backend,
                         fallback: Some(e.to_string()),
@@ -247,7 +249,7 @@ impl AnyBackend {
             }
         }
         Ok(Resolution {
-            backend: AnyBackend::Host(host::HostBackend::new(settings, instance_dir)?),
+            backend: AnyBackend::Host(host::HostBackend::new(settings, instance_dir, egress)?),
             fallback: None,
         })
     }

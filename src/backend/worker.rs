@@ -231,6 +231,8 @@ pub struct Worker {
     channel: Channel,
     process: WorkerProcessKind,
     report: SandboxReport,
+    /// The egress proxy serving this worker's world, when its network is proxied.
+    egress: Option<crate::egress::Link>,
 }
 
 impl Worker {
@@ -239,7 +241,28 @@ impl Worker {
             channel,
             process,
             report,
+            egress: None,
         }
+    }
+
+    /// Ties the worker to the proxy serving its world (the link ends with the worker).
+    pub fn attach_egress(&mut self, link: crate::egress::Link) {
+        self.egress = Some(link);
+    }
+
+    /// Names the session whose traffic this worker's proxy connections are.
+    pub fn set_egress_session(&self, session: &str) {
+        if let Some(link) = &self.egress {
+            link.set_session(session);
+        }
+    }
+
+    /// The proxy's refusals and cuts since the last call, one line each.
+    pub fn take_egress_refusals(&self) -> Vec<String> {
+        self.egress
+            .as_ref()
+            .map(crate::egress::Link::take_refused)
+            .unwrap_or_default()
     }
 
     /// Stops the worker until its next call (warm workers wait frozen).

@@ -212,6 +212,26 @@ impl Guard {
         })
     }
 
+    /// This guard for a proxied network (`HOST_SANDBOX_NETWORK=proxy` or `allow`): the
+    /// policy's `[modules] proxied` HTTP clients are allowed, and the cache keys differ
+    /// from the sealed network's.
+    pub fn with_proxied_network(mut self) -> Guard {
+        use sha2::Digest;
+        match Arc::get_mut(&mut self.policy) {
+            Some(policy) => policy.allow_proxied_modules(),
+            // Only a guard not yet shared can change; a shared one keeps refusing.
+            None => {
+                tracing::error!("the guard was shared before the network setting applied");
+                return self;
+            }
+        }
+        let mut digest = sha2::Sha256::new();
+        digest.update(self.digest);
+        digest.update(b"network=proxied");
+        self.digest = digest.finalize().into();
+        self
+    }
+
     /// A policy file on disk.
     pub fn from_policy_file(path: &Path) -> Result<Guard, GuardError> {
         let text = std::fs::read_to_string(path).map_err(|source| GuardError::ReadPolicy {

@@ -172,6 +172,10 @@ struct ModulesFile {
     /// policies/judged.toml.
     #[serde(default)]
     judged: Vec<String>,
+    /// Blocked modules a proxied network allows: HTTP clients whose every connection
+    /// the egress proxy judges.
+    #[serde(default)]
+    proxied: Vec<String>,
 }
 
 /// What an import of an unjudged module does (`[modules] unjudged`): a module
@@ -486,6 +490,8 @@ pub struct Policy {
     pub limits: Limits,
     actions: HashMap<String, Action>,
     pub blocked_modules: HashSet<String>,
+    /// Blocked modules a proxied network allows (`[modules] proxied`).
+    pub proxied_modules: HashSet<String>,
     /// What to use instead of a blocked module.
     pub module_hints: HashMap<String, String>,
     /// Modules whose `from m import *` is allowed.
@@ -637,6 +643,21 @@ impl Policy {
         Policy::compile(file, reexports, judged)
     }
 
+    /// This policy for a proxied network: the `[modules] proxied` HTTP clients are
+    /// allowed, since the OS walls leave the proxy as their only way out.
+    pub fn allow_proxied_modules(&mut self) {
+        for module in &self.proxied_modules {
+            self.blocked_modules.remove(module);
+            self.module_hints.remove(module);
+            // `urllib.request` reached as `urllib.request` is the module itself.
+            let target = format!("module {module}");
+            for entry in self.reexports.values_mut() {
+                entry.targets.retain(|t| *t != target);
+            }
+        }
+        self.reexports.retain(|_, entry| !entry.targets.is_empty());
+    }
+
     fn compile(
         file: PolicyFile,
         reexports: ReexportsFile,
@@ -771,6 +792,7 @@ impl Policy {
             },
             actions: file.actions,
             blocked_modules: name_set("modules.blocked", &file.modules.blocked)?,
+            proxied_modules: name_set("modules.proxied", &file.modules.proxied)?,
             module_hints: file.modules.hints,
             star_import_allowed: name_set(
                 "modules.star_import_allowed",

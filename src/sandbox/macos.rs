@@ -95,8 +95,10 @@ const BASE: &str = r#"(version 1)
 "#;
 
 /// Rules when `HOST_SANDBOX_NETWORK=allow`: outbound IP and name resolution through
-/// mDNSResponder; never inbound.
+/// mDNSResponder; never inbound, and never this machine's own loopback (the later rule
+/// wins), where local services and warden's own HTTP server listen.
 const NETWORK_ALLOW: &str = r#"(allow network-outbound (remote ip))
+(deny network-outbound (remote ip "localhost:*"))
 (allow network-outbound (literal "/private/var/run/mDNSResponder"))
 (allow mach-lookup (global-name "com.apple.dnssd.service"))
 "#;
@@ -247,7 +249,8 @@ pub fn profile(view: &FsView, executables: &[PathBuf], network: NetworkMode) -> 
     add(&mut text, &mut params, Grant::WriteFile, &write_files);
     add(&mut text, &mut params, Grant::Ancestor, &ancestors);
     text.push_str(match network {
-        NetworkMode::Deny => NETWORK_DENY,
+        // The egress proxy needs a network namespace to be the only endpoint.
+        NetworkMode::Deny | NetworkMode::Proxy => NETWORK_DENY,
         NetworkMode::Allow => NETWORK_ALLOW,
     });
     Profile { text, params }
@@ -335,6 +338,9 @@ pub fn walls(
     };
     let net = match network {
         NetworkMode::Deny => "no network",
+        NetworkMode::Proxy => {
+            "no network: the egress proxy (HOST_SANDBOX_NETWORK=proxy) needs a network namespace, which macOS has not"
+        }
         NetworkMode::Allow => "outbound network allowed (HOST_SANDBOX_NETWORK=allow)",
     };
     let wall = |name: &str, detail: String| WallStatus {

@@ -88,6 +88,9 @@ pub struct WorkerPolicy {
     pub limits: Limits,
     /// The server's pid: the helper exits if its parent is already gone.
     pub parent_pid: i32,
+    /// The descriptor of the socket pair over which the world hands its proxy endpoint
+    /// to the server (proxied network); `None` when the network is denied.
+    pub egress_fd: Option<i32>,
 }
 
 /// System trees every CPython needs at run time when there is no world: libc,
@@ -164,12 +167,15 @@ impl WorkerPolicy {
                     inputs.quota_bytes.unwrap_or(settings.disk_limit_bytes),
                 ),
             });
-            let env = worker_env(
+            let mut env = worker_env(
                 &plan.view.workspace,
                 &plan.view.tmp,
                 &inputs.runtime.executable,
                 inherited_env,
             );
+            if settings.network.proxied() {
+                env.extend(crate::egress::proxy_env());
+            }
             let quota_bytes = match inputs.source {
                 WorkspaceSource::Keeper { .. } => {
                     Some(inputs.quota_bytes.unwrap_or(settings.disk_limit_bytes))
@@ -200,6 +206,7 @@ impl WorkerPolicy {
                 processes: Some(settings.pids_limit),
             },
             parent_pid: inputs.parent_pid,
+            egress_fd: None,
         }
     }
 }
@@ -331,6 +338,7 @@ pub(crate) fn example_policy(network: NetworkMode) -> WorkerPolicy {
             processes: None,
         },
         parent_pid: 1,
+        egress_fd: None,
     }
 }
 

@@ -145,6 +145,7 @@ pub async fn run(manager: &SessionManager) -> SelftestReport {
         network_mode: match settings.network {
             NetworkMode::Deny => "deny".into(),
             NetworkMode::Allow => "allow".into(),
+            NetworkMode::Proxy => "proxy".into(),
         },
         filesystem_isolation: aggregate(&probes, "filesystem"),
         network_isolation: aggregate(&probes, "network"),

@@ -217,6 +217,11 @@ impl SessionManager {
             sessions.remove(&session.key);
         }
         session.drop_worker(state);
+        if why != Closing::Reset
+            && let Some(egress) = &self.egress
+        {
+            egress.forget(&session.key.to_string());
+        }
         let keep = (why != Closing::Reset && self.settings.keep_workspaces).then(|| {
             let suffix: String = crate::hex(&crate::random_bytes::<4>());
             self.kept_dir

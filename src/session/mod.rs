@@ -114,7 +114,9 @@ pub struct SessionManager {
     operator_grants: Vec<Grant>,
     /// Operator's grants left out at start: another one already gives them.
     dropped_grants: Vec<crate::grants::Dropped>,
-    audit: crate::audit::AuditLog,
+    audit: Arc<crate::audit::AuditLog>,
+    /// The egress proxy (proxied network): its byte counts end with their sessions.
+    egress: Option<Arc<crate::egress::Egress>>,
     /// One inotify instance for every session's workspace tracker.
     watcher: Arc<crate::workspace::Watcher>,
 }
@@ -195,7 +197,14 @@ impl SessionManager {
         .map_err(|source| SessionError::Guard {
             setting: settings.describe("SANDBOX_POLICY"),
             source,
-        })?;
+        })?
+        .map(|g| {
+            if settings.network.proxied() {
+                g.with_proxied_network()
+            } else {
+                g
+            }
+        });
         let data_dir = match &settings.data_dir {
             Some(d) => d.clone(),
             None => crate::config::default_data_dir(crate::os::running_as_root())
@@ -225,14 +234,19 @@ impl SessionManager {
                 "reaped a dead server instance"
             );
         }
-        let resolution = match AnyBackend::resolve(settings.clone(), &instance_dir).await {
-            Ok(b) => b,
-            Err(e) => {
-                let _ = std::fs::remove_dir(&instance_dir);
-                return Err(e.into());
-            }
-        };
-        let audit = crate::audit::AuditLog::open(&data_dir.join("audit"), &instance);
+        let audit = Arc::new(crate::audit::AuditLog::open(
+            &data_dir.join("audit"),
+            &instance,
+        ));
+        let egress = crate::egress::Egress::for_settings(&settings, audit.clone());
+        let resolution =
+            match AnyBackend::resolve(settings.clone(), &instance_dir, egress.clone()).await {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = std::fs::remove_dir(&instance_dir);
+                    return Err(e.into());
+                }
+            };
         let enforcement = resolution.backend.enforcement();
         let mut forbidden = grants::forbidden_paths(&settings, &data_dir)?;
         forbidden.add_runtime(&enforcement.protected_paths, &[]);
@@ -283,6 +297,7 @@ impl SessionManager {
             operator_grants,
             dropped_grants,
             audit,
+            egress,
             watcher,
         };
         if let Some(why) = &manager.fallback

@@ -146,6 +146,7 @@ impl Session {
             }) as Gate<'_>
         });
         let run = worker.execute_gated(code, inputs, timeout, cap, gate).await;
+        let egress_refusals = worker.take_egress_refusals();
         drop(running);
         if !run.reusable {
             self.drop_worker(state);
@@ -166,6 +167,7 @@ impl Session {
             }
         }
         warnings.extend(worker_warnings);
+        warnings.extend(egress_refusals);
         let report = self.workspace_report();
         let done = Done {
             worker_restarted,

@@ -105,6 +105,7 @@ impl Session {
         if let Ok(mut probe) = self.probe.lock() {
             *probe = Some(live.worker.usage_probe());
         }
+        live.worker.set_egress_session(&self.key.to_string());
         state.worker = Some(live);
     }
 

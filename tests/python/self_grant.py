@@ -9,7 +9,8 @@ step got: an HTTP status, or the exception that stopped it.
 
 Arguments: one JSON object, as argv[1], or as the global ARGS when the text is run as
 code in a session: {"tcp": "127.0.0.1:PORT"} or {"unix": "/path"}, "token_file",
-"target", and optionally "token".
+"target", and optionally "token" and "proxy" ("HOST:PORT": go through that HTTP proxy
+with CONNECT, as any client honouring HTTPS_PROXY would).
 """
 import http.client
 import json
@@ -33,6 +34,11 @@ def connection(args):
     if "unix" in args:
         return UnixConnection(args["unix"])
     host, port = args["tcp"].rsplit(":", 1)
+    if args.get("proxy"):
+        proxy_host, proxy_port = args["proxy"].rsplit(":", 1)
+        conn = http.client.HTTPConnection(proxy_host, int(proxy_port), timeout=30)
+        conn.set_tunnel(host, int(port))
+        return conn
     return http.client.HTTPConnection(host, int(port), timeout=30)
 
 

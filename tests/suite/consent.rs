@@ -102,6 +102,14 @@ fn refusals(data: &Path, rule: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The egress proxy's refusals (each recorded before the code hears its 403).
+fn egress_refusals(data: &Path) -> Vec<Value> {
+    records(data)
+        .into_iter()
+        .filter(|r| r["phase"] == "egress" && r["decision"] == "refused")
+        .collect()
+}
+
 /// An exception's text, not an HTTP status: the step never reached the server.
 fn stopped_before_http(step: &Value) -> bool {
     step.is_string()
@@ -220,44 +228,75 @@ fn another_local_user_cannot_use_a_unix_socket_server() {
     }
 }
 
+/// A port no one listens on now, for a server whose address a setting must name first.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
 #[test]
 fn code_in_a_session_cannot_approve_its_own_grant_in_any_network_mode() {
     for who in both_modes() {
-        for network in ["deny", "allow"] {
+        for network in ["deny", "proxy", "allow"] {
             let context = format!("{who:?} HOST_SANDBOX_NETWORK={network}");
             let canaries = Canaries::plant(who);
-            let server =
-                HttpServer::start_as(who, "127.0.0.1:0", &[("HOST_SANDBOX_NETWORK", network)]);
+            let addr = format!("127.0.0.1:{}", free_port());
+            // Even a proxy told to let the server's own name and port through refuses
+            // it: DNS (here, the literal) gives a loopback address.
+            let allow = format!("{addr},localhost:{}", &addr[10..]);
+            let server = HttpServer::start_as(
+                who,
+                &addr,
+                &[
+                    ("HOST_SANDBOX_NETWORK", network),
+                    ("SANDBOX_EGRESS_ALLOW", &allow),
+                ],
+            );
             let data = server.data_dir.path().to_path_buf();
             let mut owner = server.client();
             owner.initialize(json!({"elicitation": {"form": {}}}));
-            let args = json!({"tcp": server.addr, "token_file": data.join("http-token"),
-                              "target": canaries.bashrc});
-            let code = format!("ARGS = {args}\n{}", script());
-            let r = owner.run("s", &code);
-            assert_eq!(r["status"], "ok", "{context}: {r}");
-            let report: Value = serde_json::from_str(stdout(&r).trim())
-                .unwrap_or_else(|e| panic!("{context}: {e}: {r}"));
-            // The token file is not in the world.
-            assert_ne!(report["token_file"], "read", "{context}: {report}");
-            match network {
-                // No socket at all.
-                "deny" => {
-                    assert!(
-                        stopped_before_http(&report["session"]),
-                        "{context}: {report}"
-                    );
-                    assert!(
-                        stopped_before_http(&report["stateless"]),
-                        "{context}: {report}"
-                    );
+            let mut routes = vec![
+                json!({"tcp": server.addr, "token_file": data.join("http-token"),
+                                         "target": canaries.bashrc}),
+            ];
+            if network != "deny" {
+                for host in [server.addr.clone(), format!("localhost:{}", &addr[10..])] {
+                    routes.push(json!({"tcp": host, "token_file": data.join("http-token"),
+                                       "target": canaries.bashrc, "proxy": "127.0.0.1:3128"}));
                 }
-                // The server's port is reachable, and refuses.
-                _ => {
-                    assert_eq!(report["session"], 401, "{context}: {report}");
-                    assert_eq!(report["stateless"], 401, "{context}: {report}");
-                    assert!(!refusals(&data, "no_token").is_empty(), "{context}");
+            }
+            for args in routes {
+                let code = format!("ARGS = {args}\n{}", script());
+                let r = owner.run("s", &code);
+                assert_eq!(r["status"], "ok", "{context}: {r}");
+                let report: Value = serde_json::from_str(stdout(&r).trim())
+                    .unwrap_or_else(|e| panic!("{context}: {e}: {r}"));
+                // The token file is not in the world; no route reaches the server.
+                assert_ne!(report["token_file"], "read", "{context}: {report}");
+                assert!(
+                    stopped_before_http(&report["session"]),
+                    "{context}: {report}"
+                );
+                assert!(
+                    stopped_before_http(&report["stateless"]),
+                    "{context}: {report}"
+                );
+                if args.get("proxy").is_some() {
+                    let text = report["session"].as_str().unwrap();
+                    assert!(text.contains("403"), "{context}: {report}");
+                    let warnings = r["warnings"].to_string();
+                    assert!(warnings.contains("loopback address"), "{context}: {r}");
                 }
+            }
+            assert!(refusals(&data, "no_token").is_empty(), "{context}");
+            if network != "deny" {
+                let refused = egress_refusals(&data);
+                assert!(
+                    refused.iter().any(|e| e["rule"]
+                        .as_str()
+                        .is_some_and(|r| r.contains("127.0.0.1 is a loopback address"))),
+                    "{context}: {refused:?}"
+                );
             }
             let grants = owner.call("list_grants", json!({}));
             let listed = grants["structuredContent"]["grants"].as_array().unwrap();

@@ -6,6 +6,7 @@ pub mod benign;
 pub mod clients;
 pub mod consent;
 pub mod docker;
+pub mod egress;
 pub mod exhaustion;
 pub mod fail_closed;
 

@@ -139,7 +139,8 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
     }
     let memory = i64::try_from(plan.memory_bytes).unwrap_or(i64::MAX);
     let network_mode = match plan.network {
-        NetworkMode::Deny => "none",
+        // The egress proxy is not bridged into containers: no network at all.
+        NetworkMode::Deny | NetworkMode::Proxy => "none",
         NetworkMode::Allow => "bridge",
     };
     let host_config = HostConfig {
@@ -182,7 +183,7 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         open_stdin: Some(true),
         stdin_once: Some(true),
         tty: Some(false),
-        network_disabled: Some(plan.network == NetworkMode::Deny),
+        network_disabled: Some(plan.network != NetworkMode::Allow),
         host_config: Some(host_config),
         ..Default::default()
     }

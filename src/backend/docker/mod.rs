@@ -306,6 +306,7 @@ impl Inner {
                 processes: None,
             },
             parent_pid: 0,
+            egress_fd: None,
         }
     }
 
@@ -395,13 +396,18 @@ impl Inner {
                 self.users.describe(user),
                 match self.settings.network {
                     crate::config::NetworkMode::Deny => "none",
+                    crate::config::NetworkMode::Proxy => {
+                        "none (the egress proxy is not bridged into containers: no network at all)"
+                    }
                     crate::config::NetworkMode::Allow => "bridge",
                 },
                 self.settings.mem_limit_bytes >> 20,
                 self.settings.pids_limit,
                 self.settings.docker.tmp_size_bytes >> 20,
                 match self.settings.network {
-                    crate::config::NetworkMode::Deny => "/network",
+                    crate::config::NetworkMode::Deny | crate::config::NetworkMode::Proxy => {
+                        "/network"
+                    }
                     crate::config::NetworkMode::Allow => "",
                 },
                 self.launcher.describe(),

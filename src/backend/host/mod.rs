@@ -52,12 +52,18 @@ pub struct HostBackend {
     /// Where this instance records the processes it starts (for a later server to reap
     /// should this one die without killing them).
     instance_dir: PathBuf,
+    /// The egress proxy, when the network is proxied.
+    egress: Option<Arc<crate::egress::Egress>>,
 }
 
 impl HostBackend {
     /// Resolves the interpreter; as root, checks that the unprivileged sandbox uids can
     /// reach `instance_dir` and picks this instance's uid range.
-    pub fn new(settings: Arc<Settings>, instance_dir: &Path) -> Result<HostBackend, BackendError> {
+    pub fn new(
+        settings: Arc<Settings>,
+        instance_dir: &Path,
+        egress: Option<Arc<crate::egress::Egress>>,
+    ) -> Result<HostBackend, BackendError> {
         let root = crate::os::running_as_root();
         let sandboxed = settings.host_sandbox != SandboxMode::Off;
         let runtime =
@@ -104,6 +110,7 @@ impl HostBackend {
             store,
             store_warning,
             instance_dir: instance_dir.to_path_buf(),
+            egress,
         })
     }
 
@@ -194,8 +201,24 @@ impl Backend for HostBackend {
         slot: &HostSlot,
         spec: &WorkerSpec<'_>,
     ) -> Result<Worker, StartError> {
-        let (_, fds) = self.store.join();
-        let worker = spawn::spawn(&self.policy_for(slot, spec.grants), &fds).await?;
+        let (_, mut fds) = self.store.join();
+        let mut policy = self.policy_for(slot, spec.grants);
+        let bridge = match (&self.egress, &policy.world) {
+            (Some(_), Some(_)) => Some(std::os::unix::net::UnixStream::pair()?),
+            _ => None,
+        };
+        if let Some((_, theirs)) = &bridge {
+            policy.egress_fd = Some(spawn::inherited_fd(fds.len()));
+            fds.push(std::os::fd::AsFd::as_fd(theirs));
+        }
+        let mut worker = spawn::spawn(&policy, &fds).await?;
+        drop(fds);
+        if let (Some(egress), Some((ours, theirs))) = (&self.egress, bridge) {
+            drop(theirs);
+            if let Some(listener) = spawn::receive_endpoint(&ours)? {
+                worker.attach_egress(egress.serve(listener)?);
+            }
+        }
         #[allow(irrefutable_let_patterns)]
         if let crate::backend::ExitWitness::HostPid(pid) = worker.exit_witness()
             && let Ok(pid) = u32::try_from(pid)

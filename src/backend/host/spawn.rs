@@ -300,3 +300,54 @@ pub async fn spawn(
         report,
     ))
 }
+
+/// The descriptor number the helper finds the `n`th inherited descriptor at.
+pub fn inherited_fd(n: usize) -> i32 {
+    RESPONSE_FD + 1 + n as i32
+}
+
+/// The proxy endpoint a proxied world handed over before its sandbox report (so it is
+/// already queued once the handshake is done), or `None` when the worker has no world
+/// of its own (then its network is denied, and reported).
+///
+/// # Errors
+/// A message on the bridge that is not one listening socket.
+#[cfg(target_os = "linux")]
+pub fn receive_endpoint(
+    bridge: &std::os::unix::net::UnixStream,
+) -> std::io::Result<Option<std::net::TcpListener>> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    let received = rustix::net::recvmsg(
+        bridge,
+        &mut [std::io::IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+    );
+    match received {
+        Err(rustix::io::Errno::AGAIN) => return Ok(None),
+        Err(e) => return Err(e.into()),
+        Ok(_) => {}
+    }
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(rights) = message {
+            fds.extend(rights);
+        }
+    }
+    match (fds.pop(), fds.is_empty()) {
+        (Some(fd), true) => Ok(Some(std::net::TcpListener::from(fd))),
+        _ => Err(std::io::Error::other(
+            "the world's proxy endpoint did not arrive as one descriptor",
+        )),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn receive_endpoint(
+    _bridge: &std::os::unix::net::UnixStream,
+) -> std::io::Result<Option<std::net::TcpListener>> {
+    Ok(None)
+}

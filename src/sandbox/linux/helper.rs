@@ -34,7 +34,7 @@ use crate::sandbox::helper::MAX_POLICY_BYTES;
 use crate::sandbox::helper::{REFUSED_EXIT, REQUEST_FD, RESPONSE_FD};
 use crate::sandbox::linux::namespaces::{self, NamespaceError};
 use crate::sandbox::linux::world::{FsView, HOSTNAME};
-use crate::sandbox::linux::{landlock, mounts, privileges, seccomp};
+use crate::sandbox::linux::{egress, landlock, mounts, privileges, seccomp};
 use crate::sandbox::platform::HostOs;
 use crate::sandbox::policy::{WorkerPolicy, World};
 use crate::sandbox::report::{HelperMessage, SandboxReport, WallStatus};
@@ -260,7 +260,7 @@ fn enter_world(
             )
         })?;
     }
-    namespaces::unshare_world(policy.network).map_err(|e| refuse("namespaces", e))?;
+    namespaces::unshare_world().map_err(|e| refuse("namespaces", e))?;
     // Only the worker-to-be returns; its parent waits and exits as it does.
     let child = namespaces::fork_into_pid_namespace().map_err(|e| refuse("namespaces", e))?;
     child
@@ -269,16 +269,12 @@ fn enter_world(
     mounts::enter_world(&world.plan, &world.root_mount).map_err(|e| refuse("world", e))?;
     // SAFETY: sethostname reads `len` bytes of a live buffer (its own UTS namespace).
     unsafe { libc::sethostname(HOSTNAME.as_ptr().cast(), HOSTNAME.len()) };
+    let net = open_egress(policy, walls)?;
     privileges::clear_all_capabilities().map_err(|e| refuse("privileges", e))?;
-    let net = if policy.network == NetworkMode::Deny {
-        "network (no interfaces), "
-    } else {
-        ""
-    };
     walls.enforced(
         "namespaces",
         format!(
-            "own user, mount, PID, {net}IPC and UTS namespaces; the worker is PID 1 of its own"
+            "own user, mount, PID, network ({net}), IPC and UTS namespaces; the worker is PID 1 of its own"
         ),
     );
     walls.enforced(
@@ -304,6 +300,48 @@ fn enter_world(
     Ok(true)
 }
 
+/// A proxied world's one endpoint (see [`egress`]); says what the world's network has.
+fn open_egress(policy: &WorkerPolicy, walls: &mut Walls) -> Result<&'static str, Refusal> {
+    if !policy.network.proxied() {
+        return Ok("no interfaces");
+    }
+    let fd = policy.egress_fd.ok_or_else(|| {
+        refuse(
+            "egress",
+            "the network is proxied but the server passed no bridge for the proxy",
+        )
+    })?;
+    egress::open_endpoint(borrow(fd)).map_err(|e| refuse("egress", e))?;
+    walls.enforced(
+        "egress",
+        format!(
+            "the only endpoint is the server's egress proxy at 127.0.0.1:{}; names are \
+             resolved and judged there",
+            crate::egress::PROXY_PORT
+        ),
+    );
+    Ok("loopback only")
+}
+
+/// The network the walls after the world allow: a proxied network needs the world's
+/// own namespace, so without one the worker gets none at all (reported).
+fn effective_network(
+    policy: &WorkerPolicy,
+    in_world: bool,
+    walls: &mut Walls,
+) -> Result<NetworkMode, Refusal> {
+    if in_world || !policy.network.proxied() || policy.mode == SandboxMode::Off {
+        return Ok(policy.network);
+    }
+    walls.missing(
+        "egress",
+        "no network namespace of its own, so the egress proxy cannot be its one endpoint: \
+         the worker has no network at all"
+            .to_string(),
+    )?;
+    Ok(NetworkMode::Deny)
+}
+
 /// Every wall after the world, then the interpreter.
 fn confine_and_exec(
     policy: &WorkerPolicy,
@@ -313,6 +351,7 @@ fn confine_and_exec(
     mut walls: Walls,
 ) -> Result<Infallible, Refusal> {
     let confined = policy.mode != SandboxMode::Off;
+    let network = effective_network(policy, in_world, &mut walls)?;
     if confined {
         let tasks = rlimits::task_count(
             policy.run_as.is_some(),
@@ -356,7 +395,7 @@ fn confine_and_exec(
     );
     let mut landlock_abi = None;
     if confined {
-        match landlock::restrict_current_thread(view, policy.network) {
+        match landlock::restrict_current_thread(view, network) {
             Ok(outcome) => {
                 landlock_abi = outcome.kernel_abi;
                 if outcome.fully_enforced {
@@ -371,9 +410,9 @@ fn confine_and_exec(
             Err(e) => return Err(refuse("landlock", e.to_string())),
         }
         forbid_writable_executable_memory(&mut walls)?;
-        install_seccomp(policy, &mut walls)?;
+        install_seccomp(network, &mut walls)?;
         verify_no_new_privs(&mut walls)?;
-        self_check(policy, &walls, in_world)?;
+        self_check(network, &walls, in_world)?;
     }
     let report = SandboxReport {
         mode: mode_name(policy.mode).to_string(),
@@ -482,7 +521,7 @@ fn close_inherited_fds() -> Result<(), Refusal> {
     Ok(())
 }
 
-fn install_seccomp(policy: &WorkerPolicy, walls: &mut Walls) -> Result<(), Refusal> {
+fn install_seccomp(network: NetworkMode, walls: &mut Walls) -> Result<(), Refusal> {
     if seccomp::Arch::native().is_none() {
         return walls.missing(
             "seccomp",
@@ -493,7 +532,7 @@ fn install_seccomp(policy: &WorkerPolicy, walls: &mut Walls) -> Result<(), Refus
         );
     }
     let plan = seccomp::SeccompPlan {
-        network: policy.network,
+        network,
         // SAFETY: getpid cannot fail.
         self_pid: unsafe { libc::getpid() },
     };
@@ -503,8 +542,8 @@ fn install_seccomp(policy: &WorkerPolicy, walls: &mut Walls) -> Result<(), Refus
                 "seccomp",
                 format!(
                     "{n} filters: no sockets{}, no new processes, no ptrace/mount/namespaces/bpf/io_uring/keyctl/perf, signals, limits and scheduling only of itself, no inotify/fanotify, only never-executable memfds, {}",
-                    if policy.network == NetworkMode::Allow {
-                        " except outbound TCP/UDP"
+                    if network.proxied() {
+                        " except TCP/UDP over IP (the world's loopback: the proxy)"
                     } else {
                         ""
                     },
@@ -578,7 +617,7 @@ fn verify_no_new_privs(walls: &mut Walls) -> Result<(), Refusal> {
 
 /// Live canaries after every wall is up: if a wall we think is standing does not block,
 /// refuse rather than run.
-fn self_check(policy: &WorkerPolicy, walls: &Walls, in_world: bool) -> Result<(), Refusal> {
+fn self_check(network: NetworkMode, walls: &Walls, in_world: bool) -> Result<(), Refusal> {
     let standing = |name: &str| walls.list.iter().any(|w| w.name == name && w.enforced);
     let caps = privileges::read_caps().map_err(|e| refuse("privileges", e))?;
     if privileges::holds_capabilities(&caps) {
@@ -603,7 +642,7 @@ fn self_check(policy: &WorkerPolicy, walls: &Walls, in_world: bool) -> Result<()
         }
     }
     if standing("seccomp") {
-        if policy.network == NetworkMode::Deny {
+        if network == NetworkMode::Deny {
             // SAFETY: socket has no pointer arguments; a success is closed at once.
             let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
             if fd >= 0 {

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
     PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
@@ -112,12 +112,17 @@ pub fn restrict_current_thread(
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(TARGET_ABI))?;
-    if network == NetworkMode::Deny {
-        // No port rules: every TCP bind and connect is denied, a second wall behind seccomp.
-        ruleset = ruleset.handle_access(AccessNet::from_all(TARGET_ABI))?;
-    }
+    // Every TCP bind and connect is denied, a second wall behind seccomp and the network
+    // namespace, except a connect to the egress proxy's port when the network is proxied.
+    ruleset = ruleset.handle_access(AccessNet::from_all(TARGET_ABI))?;
     let ruleset = ruleset.scope(Scope::from_all(TARGET_ABI))?;
     let mut created = ruleset.create()?.no_new_privs(true);
+    if network.proxied() {
+        created = created.add_rule(NetPort::new(
+            crate::egress::PROXY_PORT,
+            AccessNet::ConnectTcp,
+        ))?;
+    }
     let mut skipped = Vec::new();
     for rule in &rules {
         let fd = match open_rule_path(view, &rule.path) {

@@ -3,7 +3,7 @@
 //! The helper gets capabilities in a user namespace of its own (made with the caller's
 //! ids; a desktop user's server first joins the workspace keeper's, the only way into the
 //! keeper's mount namespace, and nests its own inside it), then unshares mount, PID, IPC,
-//! UTS (and network, unless network is allowed) namespaces. A new PID namespace applies to children only, so the helper then
+//! UTS and network namespaces. A new PID namespace applies to children only, so the helper then
 //! forks: the child is PID 1 of the new namespace and becomes the worker (when it exits,
 //! the kernel kills everything else in the namespace); the parent stays outside as a
 //! plain waiter whose exit mirrors the child's. Both die with the server: the parent by
@@ -13,8 +13,6 @@
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use rustix::thread::UnshareFlags;
-
-use crate::config::NetworkMode;
 
 /// Writes a one-to-one map of the caller's own uid and gid into its new user namespace
 /// (the only map an unprivileged process may write). The process must be dumpable for
@@ -101,22 +99,23 @@ pub fn join_mount_namespace(ns: BorrowedFd<'_>) -> Result<(), String> {
         .map_err(|e| format!("joining the keeper's mount namespace: {e}"))
 }
 
-/// The namespaces unshared once capabilities are held. Pure.
-pub fn world_flags(network: NetworkMode) -> UnshareFlags {
-    let mut flags =
-        UnshareFlags::NEWNS | UnshareFlags::NEWPID | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS;
-    if network == NetworkMode::Deny {
-        flags |= UnshareFlags::NEWNET;
-    }
-    flags
+/// The namespaces unshared once capabilities are held. Pure. The network namespace is
+/// always new: a denied network has no interface at all, a proxied one only its
+/// loopback, where the egress proxy listens.
+pub fn world_flags() -> UnshareFlags {
+    UnshareFlags::NEWNS
+        | UnshareFlags::NEWPID
+        | UnshareFlags::NEWIPC
+        | UnshareFlags::NEWUTS
+        | UnshareFlags::NEWNET
 }
 
 /// Unshares the world's namespaces.
 ///
 /// # Errors
 /// The kernel's refusal.
-pub fn unshare_world(network: NetworkMode) -> Result<(), String> {
-    unshare(world_flags(network)).map_err(|e| format!("unshare: {e}"))
+pub fn unshare_world() -> Result<(), String> {
+    unshare(world_flags()).map_err(|e| format!("unshare: {e}"))
 }
 
 /// What `fork_into_pid_namespace` returns in the child: the worker-to-be.
@@ -228,17 +227,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_network_namespace_follows_the_network_mode() {
-        assert!(world_flags(NetworkMode::Deny).contains(UnshareFlags::NEWNET));
-        assert!(!world_flags(NetworkMode::Allow).contains(UnshareFlags::NEWNET));
+    fn every_world_has_its_own_network_namespace() {
         for always in [
             UnshareFlags::NEWNS,
             UnshareFlags::NEWPID,
             UnshareFlags::NEWIPC,
             UnshareFlags::NEWUTS,
+            UnshareFlags::NEWNET,
         ] {
-            assert!(world_flags(NetworkMode::Allow).contains(always));
+            assert!(world_flags().contains(always));
         }
-        assert!(!world_flags(NetworkMode::Deny).contains(UnshareFlags::NEWUSER));
+        assert!(!world_flags().contains(UnshareFlags::NEWUSER));
     }
 }

@@ -31,9 +31,10 @@ pub const HOSTNAME: &str = "warden";
 const TOP_LEVEL: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
 /// What of `/etc` the runtime reads: the loader's cache, the time zone, Debian's
 /// matplotlib defaults, and Debian's alternatives (symlinks into /usr through which
-/// libraries such as BLAS are found). None of it is secret.
+/// libraries such as BLAS are found), and the public CA certificates that TLS through
+/// the egress proxy verifies origins against. None of it is secret.
 const ETC_FILES: &[&str] = &["/etc/ld.so.cache", "/etc/localtime", "/etc/matplotlibrc"];
-const ETC_DIRS: &[&str] = &["/etc/alternatives"];
+const ETC_DIRS: &[&str] = &["/etc/alternatives", "/etc/ssl/certs"];
 /// Device nodes of the world's `/dev`, and whether the code may write to them.
 const DEVICES: &[(&str, bool)] = &[
     ("/dev/null", true),

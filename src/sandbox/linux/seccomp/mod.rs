@@ -121,8 +121,9 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>,
                 ],
             );
         }
-        NetworkMode::Allow => {
-            // Outbound IP only: never UNIX (docker.sock, session buses), netlink or packet.
+        NetworkMode::Allow | NetworkMode::Proxy => {
+            // IP only: never UNIX (docker.sock, session buses), netlink or packet. The
+            // world's network namespace has only its loopback, where the proxy listens.
             rules.insert(
                 Sys::Socket,
                 vec![rule(vec![cond(0, Ne, AF_INET)?, cond(0, Ne, AF_INET6)?])?],

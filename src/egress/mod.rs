@@ -1,0 +1,112 @@
+//! The egress proxy: the only way out of a world whose network is `proxy` (or `allow`).
+//! [`rules`] is the pure policy (which names, ports and addresses pass); [`proxy`] serves
+//! HTTP `CONNECT` and absolute-form requests on a listening socket made inside the
+//! worker's own network namespace, resolves names itself and connects only to the
+//! address it judged.
+
+pub mod rules;
+
+/// The proxy's port on the world's loopback (`HTTP_PROXY=http://127.0.0.1:3128`); every
+/// world has a network namespace of its own, so every world uses the same port.
+pub const PROXY_PORT: u16 = 3128;
+
+/// The worker's proxy variables: every client library (urllib, requests, httpx, pip,
+/// pandas' URL readers) reads one spelling or the other; `NO_PROXY` is empty so that no
+/// name bypasses the proxy (nothing else is reachable anyway).
+pub fn proxy_env() -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{PROXY_PORT}");
+    let mut out = Vec::new();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        out.push((name.to_string(), url.clone()));
+        out.push((name.to_ascii_lowercase(), url.clone()));
+    }
+    out.push(("NO_PROXY".to_string(), String::new()));
+    out.push(("no_proxy".to_string(), String::new()));
+    out
+}
+
+pub mod proxy;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::config::Settings;
+use rules::EgressRules;
+
+/// The server's egress proxy: the rules in force, every session's bytes so far, and the
+/// audit log every connection is recorded in.
+pub struct Egress {
+    rules: EgressRules,
+    limit_bytes: u64,
+    used: Mutex<HashMap<String, u64>>,
+    audit: Arc<crate::audit::AuditLog>,
+}
+
+/// One worker's tie to the proxy: its accept loop runs while the link lives.
+pub struct Link {
+    owner: Arc<proxy::Owner>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Link {
+    /// Names the session whose connections these are (a warm worker gets one late).
+    pub fn set_session(&self, session: &str) {
+        self.owner.set_session(session);
+    }
+
+    /// The refusals and cuts since the last call, one line each, naming the host.
+    pub fn take_refused(&self) -> Vec<String> {
+        self.owner.take_refused()
+    }
+}
+
+impl Egress {
+    /// The proxy for `settings`, or `None` when the network is denied.
+    pub fn for_settings(
+        settings: &Settings,
+        audit: Arc<crate::audit::AuditLog>,
+    ) -> Option<Arc<Egress>> {
+        settings.network.proxied().then(|| {
+            Arc::new(Egress {
+                rules: settings.egress.rules.clone(),
+                limit_bytes: settings.egress.limit_bytes,
+                used: Mutex::new(HashMap::new()),
+                audit,
+            })
+        })
+    }
+
+    /// Serves a world's endpoint until the returned link is dropped.
+    ///
+    /// # Errors
+    /// The listener cannot be registered with the runtime.
+    pub fn serve(self: &Arc<Self>, listener: std::net::TcpListener) -> std::io::Result<Link> {
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let owner = Arc::new(proxy::Owner::default());
+        let task = tokio::spawn(proxy::accept_loop(self.clone(), owner.clone(), listener));
+        Ok(Link {
+            owner,
+            task: task.abort_handle(),
+        })
+    }
+
+    /// Forgets a closed session's byte count.
+    pub fn forget(&self, session: &str) {
+        if let Ok(mut used) = self.used.lock() {
+            used.remove(session);
+        }
+    }
+
+    fn record(&self, event: crate::audit::AuditEvent) {
+        if let Err(e) = self.audit.record(event) {
+            tracing::warn!(error = %e, "an egress connection could not be audited");
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The proxied network, end to end: code in a world reaches an origin server only
+//! through the egress proxy, only for names the settings allow, never at a loopback,
+//! private or metadata address DNS gave, and within the session's byte budget. Every
+//! verdict is judged from outside: the origin's own log of what reached it, and the
+//! audit log.
+//!
+//! The origin is a real HTTP server this test runs on the host's loopback. The proxy
+//! would refuse a loopback address that DNS returned, so its name is pinned with
+//! `SANDBOX_EGRESS_RESOLVE` (the operator's resolver override, like curl's `--resolve`).
+//! No name is resolved through DNS: every other name is refused before resolution, is
+//! `localhost` (the hosts file) or is an IP literal.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use super::{As, Net, Server, both_modes, stdout};
+
+/// A real HTTP/1 origin: answers every request with `body`, and logs each request line
+/// it received.
+struct Origin {
+    port: u16,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Origin {
+    fn start(body: Vec<u8>) -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let body = Arc::new(body);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let (log, body) = (log.clone(), body.clone());
+                std::thread::spawn(move || {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                        head.push(byte[0]);
+                    }
+                    let text = String::from_utf8_lossy(&head).to_string();
+                    log.lock()
+                        .unwrap()
+                        .push(text.lines().next().unwrap_or("").to_string());
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/csv\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = conn.write_all(reply.as_bytes());
+                    let _ = conn.write_all(&body);
+                });
+            }
+        });
+        Origin { port, seen }
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn egress_records(data: &Path) -> Vec<Value> {
+    super::audit::records(data)
+        .into_iter()
+        .filter(|r| r["phase"] == "egress")
+        .collect()
+}
+
+async fn proxied_server(who: As, network: &str, origin: &Origin, extra: &[(&str, &str)]) -> Server {
+    let allow = format!(
+        "origin.test:{0},other.test:{0},localhost:{0},127.0.0.1:{0}",
+        origin.port
+    );
+    let mut env = vec![
+        ("HOST_SANDBOX", "require"),
+        ("HOST_SANDBOX_NETWORK", network),
+        ("SANDBOX_EGRESS_RESOLVE", "origin.test=127.0.0.1"),
+        ("SANDBOX_EGRESS_DENY", "other.test"),
+        ("CODEGUARD", "enforce"),
+    ];
+    // `allow` adds every public host on 80 and 443; the origin's port is named.
+    env.push(("SANDBOX_EGRESS_ALLOW", &allow));
+    env.extend_from_slice(extra);
+    Server::start_as(who, Net::Host, &env).await
+}
+
+/// Ordinary network code, guard on: what the settings allow is fetched through the proxy
+/// (urllib and pandas), and everything else is refused with a 403 whose reason the code
+/// can print, before any packet reaches the origin.
+#[tokio::test]
+async fn ordinary_code_fetches_allowed_hosts_and_nothing_else() {
+    for who in both_modes() {
+        for network in ["proxy", "allow"] {
+            let context = format!("{who:?} HOST_SANDBOX_NETWORK={network}");
+            let origin = Origin::start(b"a,b\n1,2\n3,4\n".to_vec());
+            let server = proxied_server(who, network, &origin, &[]).await;
+            let port = origin.port;
+            let code = format!(
+                r#"import urllib.request
+import pandas as pd
+print(urllib.request.urlopen("http://origin.test:{port}/data.csv").read().decode().splitlines()[1])
+print(pd.read_csv("http://origin.test:{port}/data.csv")["b"].sum())
+for url in ["http://other.test:{port}/", "http://127.0.0.1:{port}/", "http://localhost:{port}/",
+            "http://169.254.169.254/latest/meta-data/", "https://api.openai.com/v1/models",
+            "http://origin.test:{other}/"]:
+    try:
+        urllib.request.urlopen(url, timeout=20)
+        print("REACHED", url)
+    except Exception as e:
+        print(getattr(e, "code", None) or ("403" if "403" in str(e) else type(e).__name__))
+"#,
+                other = port + 1
+            );
+            let r = server.run("s", &code).await;
+            assert_eq!(r["guard"]["decision"], "allowed", "{context}: {r}");
+            assert_eq!(
+                stdout(&r),
+                "1,2\n6\n403\n403\n403\n403\n403\n403\n",
+                "{context}: {r}"
+            );
+            let warnings = r["warnings"].to_string();
+            for reason in [
+                "other.test",
+                "127.0.0.1 is a loopback address",
+                "localhost resolves to a refused address",
+                "169.254.169.254",
+                "api.openai.com is an LLM API host",
+            ] {
+                assert!(warnings.contains(reason), "{context}: {reason}: {r}");
+            }
+            // Judged from the origin: only the two allowed fetches reached it.
+            assert_eq!(
+                origin.seen(),
+                vec!["GET /data.csv HTTP/1.1".to_string(); 2],
+                "{context}"
+            );
+            let data = server.stop().await;
+            let records = egress_records(data.path());
+            let allowed: Vec<&Value> = records
+                .iter()
+                .filter(|r| r["decision"] == "allowed")
+                .collect();
+            assert_eq!(allowed.len(), 2, "{context}: {records:?}");
+            for record in &allowed {
+                let detail = record["detail"].as_str().unwrap();
+                assert!(detail.contains("host=origin.test"), "{detail}");
+                assert!(detail.contains("address=127.0.0.1"), "{detail}");
+                assert!(!detail.contains("down=0"), "{detail}");
+                assert_eq!(record["session"], "s", "{record}");
+            }
+            assert!(
+                records
+                    .iter()
+                    .filter(|r| r["decision"] == "refused")
+                    .count()
+                    >= 5,
+                "{context}: {records:?}"
+            );
+        }
+    }
+}
+
+/// With the guard off, raw sockets reach nothing but the proxy: a direct connect to the
+/// origin, another port, DNS and a bind are refused by the walls, judged by the origin's
+/// log; UNIX, netlink and packet sockets stay denied.
+#[tokio::test]
+async fn raw_sockets_reach_only_the_proxy() {
+    for who in both_modes() {
+        let context = format!("{who:?}");
+        let origin = Origin::start(b"x".to_vec());
+        let server = proxied_server(who, "allow", &origin, &[("CODEGUARD", "off")]).await;
+        let code = format!(
+            r#"import socket
+def attempt(what, f):
+    try:
+        f(); print(what, "OPEN")
+    except OSError as e:
+        print(what, "refused")
+def connect(addr):
+    s = socket.socket(); s.settimeout(5); s.connect(addr); s.close()
+attempt("origin", lambda: connect(("127.0.0.1", {port})))
+attempt("test-net", lambda: connect(("192.0.2.1", 80)))
+attempt("dns", lambda: socket.getaddrinfo("origin.test", 80))
+attempt("bind", lambda: socket.socket().bind(("127.0.0.1", 8000)))
+attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.1", 53)))
+attempt("proxy", lambda: connect(("127.0.0.1", 3128)))
+for fam, typ in [(socket.AF_UNIX, socket.SOCK_STREAM), (socket.AF_NETLINK, socket.SOCK_RAW), (socket.AF_PACKET, socket.SOCK_RAW)]:
+    attempt(int(fam), lambda: socket.socket(fam, typ))
+"#,
+            port = origin.port
+        );
+        let r = server.run("raw", &code).await;
+        assert_eq!(
+            stdout(&r),
+            "origin refused\ntest-net refused\ndns refused\nbind refused\nudp refused\nproxy OPEN\n1 refused\n16 refused\n17 refused\n",
+            "{context}: {r}"
+        );
+        assert!(origin.seen().is_empty(), "{context}: {:?}", origin.seen());
+        server.stop().await;
+    }
+}
+
+/// SANDBOX_EGRESS_LIMIT cuts the connection that passes it, and the result says so; a
+/// request head over the proxy's limit gets 431.
+#[tokio::test]
+async fn the_byte_budget_cuts_and_oversized_heads_are_refused() {
+    for who in both_modes() {
+        let context = format!("{who:?}");
+        let origin = Origin::start(vec![b'x'; 256 << 10]);
+        let server =
+            proxied_server(who, "proxy", &origin, &[("SANDBOX_EGRESS_LIMIT", "64k")]).await;
+        let code = format!(
+            r#"import urllib.request
+try:
+    data = urllib.request.urlopen("http://origin.test:{port}/big").read()
+    print("GOT", len(data))
+except Exception as e:
+    print("cut")
+try:
+    req = urllib.request.Request("http://origin.test:{port}/", headers={{"X-Big": "y" * (1 << 20)}})
+    urllib.request.urlopen(req)
+except Exception as e:
+    print(getattr(e, "code", None) or type(e).__name__)
+"#,
+            port = origin.port
+        );
+        let r = server.run("b", &code).await;
+        let out = stdout(&r);
+        assert!(out.starts_with("cut\n"), "{context}: {r}");
+        assert!(
+            r["warnings"].to_string().contains("SANDBOX_EGRESS_LIMIT"),
+            "{context}: {r}"
+        );
+        let data = server.stop().await;
+        let records = egress_records(data.path());
+        assert!(
+            records.iter().any(|r| r["decision"] == "cut"),
+            "{context}: {records:?}"
+        );
+        assert!(
+            records.iter().any(|r| r["rule"]
+                .as_str()
+                .is_some_and(|rule| rule.contains("request head is over"))),
+            "{context}: {records:?}"
+        );
+        // The oversized head never reached the origin: only the first request did.
+        assert_eq!(
+            origin.seen(),
+            vec!["GET /big HTTP/1.1".to_string()],
+            "{context}"
+        );
+    }
+}
