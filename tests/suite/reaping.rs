@@ -61,6 +61,14 @@ async fn a_killed_servers_instance_is_reaped_by_the_next_server() {
         );
         drop(a);
         assert!(dead[0].is_dir(), "{who:?}: nothing left to reap?");
+        // The next server reaps an instance whose lock is free: the lock goes with the
+        // last open descriptor, which the kernel closes some time after SIGKILL (a child
+        // caught between fork and exec holds a copy until it execs or dies). That
+        // release is the event to wait for; a lock held for good is a leak.
+        assert!(
+            eventually(10, || lock_is_free(&dead[0])).await,
+            "{who:?}: the dead server's instance lock is still held"
+        );
         let b = start_on(who, data.path()).await;
         let r = b.run("s", "print('b works')").await;
         assert_eq!(stdout(&r), "b works\n", "{who:?}: {r}");
@@ -134,4 +142,12 @@ async fn leftover_processes_of_a_dead_instance_are_killed_and_live_ones_left_alo
         b.stop().await;
         a.stop().await;
     }
+}
+
+/// Whether an instance's lock can be taken (and is released again at once).
+fn lock_is_free(instance: &Path) -> bool {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(instance.join("lock"))
+        .is_ok_and(|f| f.try_lock().is_ok())
 }
