@@ -114,6 +114,12 @@ pub const REGISTRY: &[Spec] = &[
          returned always is.",
     ),
     spec(
+        "SANDBOX_EGRESS_PROBE_URL",
+        "",
+        "a URL the allow list names, which `selftest` fetches through the egress proxy to \
+         show it works (`net.proxy_allowed`); without one that probe is inconclusive.",
+    ),
+    spec(
         "SANDBOX_EGRESS_LIMIT",
         "1g",
         "bytes one session may move through the egress proxy, both ways together \
@@ -516,6 +522,8 @@ pub struct EgressSettings {
     pub rules: crate::egress::rules::EgressRules,
     /// `SANDBOX_EGRESS_LIMIT`: bytes per session, both ways.
     pub limit_bytes: u64,
+    /// `SANDBOX_EGRESS_PROBE_URL`: what selftest fetches to show the proxy works.
+    pub probe_url: Option<String>,
 }
 
 /// Reads `SANDBOX_EGRESS_*`; `allow` adds `*` to the allow list.
@@ -527,6 +535,17 @@ fn egress_settings(
     let mut allow = r.value("SANDBOX_EGRESS_ALLOW", "host patterns", text)?;
     let deny = r.value("SANDBOX_EGRESS_DENY", "host patterns", text)?;
     let resolve = r.value("SANDBOX_EGRESS_RESOLVE", "name=addr pairs", text)?;
+    let probe_url = r.value(
+        "SANDBOX_EGRESS_PROBE_URL",
+        "an http:// or https:// URL",
+        |t| match t {
+            "" => Some(None),
+            url if url.starts_with("http://") || url.starts_with("https://") => {
+                Some(Some(url.to_string()))
+            }
+            _ => None,
+        },
+    )?;
     let limit_bytes = r.value("SANDBOX_EGRESS_LIMIT", SIZE_1K, size_at_least(1 << 10))?;
     if network == NetworkMode::Allow {
         allow = if allow.trim().is_empty() {
@@ -543,7 +562,11 @@ fn egress_settings(
     let llm = EgressRules::builtin_llm_hosts().map_err(|e| egress("policies/llm-hosts.toml", e))?;
     let rules = EgressRules::parse(&allow, &deny, &resolve, &llm)
         .map_err(|e| egress("SANDBOX_EGRESS_ALLOW, _DENY or _RESOLVE", e))?;
-    Ok(EgressSettings { rules, limit_bytes })
+    Ok(EgressSettings {
+        rules,
+        limit_bytes,
+        probe_url,
+    })
 }
 
 /// `SANDBOX_LAUNCHER`: where a Docker worker container's launcher comes from.

@@ -4,6 +4,7 @@
 //! judges each attempt with host-side evidence where it has some (the canary's content,
 //! its own listeners, the file it checks for, the pid it watches).
 
+mod egress;
 pub mod report;
 
 use std::path::Path;
@@ -236,7 +237,14 @@ async fn run_probes(
         unix_accepted: fixtures.unix_accepted(),
         ssh_dir_exists: ssh_dir.is_dir(),
         etc_shadow_exists: Path::new("/etc/shadow").exists(),
-        network_denied: settings.network == NetworkMode::Deny,
+        // No direct connection either way when the proxy is the world's one endpoint.
+        network_denied: settings.network == NetworkMode::Deny
+            || (settings.network.proxied()
+                && worker
+                    .report()
+                    .walls
+                    .iter()
+                    .any(|w| w.name == "egress" && w.enforced)),
         server_pid: std::process::id(),
         server_rlimit_changed: own_nofile_limit() != rlimit_before,
         server_priority_changed: own_priority() != nice_before,
@@ -250,6 +258,10 @@ async fn run_probes(
         };
         if attempt.probe == "info.cpu_count" {
             *cpu_count = attempt.data.as_deref().and_then(|d| d.parse().ok());
+            continue;
+        }
+        // A proxied world needs IP sockets (for the proxy): not a finding.
+        if attempt.probe == "net.af_inet_socket" && settings.network.proxied() {
             continue;
         }
         let mut result = judge(&attempt, &host);
@@ -271,8 +283,9 @@ async fn run_probes(
     if !run.reusable {
         worker = spawn(&eph).await?;
     }
-
-    if !run.reusable {
+    let (found, reusable) = egress::probes(&mut worker, settings).await;
+    probes.extend(found);
+    if !reusable {
         worker = spawn(&eph).await?;
     }
     let (verdict, reusable) = memfd_probe(&mut worker, &eph).await;

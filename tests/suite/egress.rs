@@ -105,6 +105,11 @@ async fn ordinary_code_fetches_allowed_hosts_and_nothing_else() {
 import pandas as pd
 print(urllib.request.urlopen("http://origin.test:{port}/data.csv").read().decode().splitlines()[1])
 print(pd.read_csv("http://origin.test:{port}/data.csv")["b"].sum())
+import http.client
+tunnel = http.client.HTTPConnection("127.0.0.1", 3128, timeout=20)
+tunnel.set_tunnel("origin.test", {port})
+tunnel.request("GET", "/tunnel")
+print(tunnel.getresponse().status)
 for url in ["http://other.test:{port}/", "http://127.0.0.1:{port}/", "http://localhost:{port}/",
             "http://169.254.169.254/latest/meta-data/", "https://api.openai.com/v1/models",
             "http://origin.test:{other}/"]:
@@ -120,7 +125,7 @@ for url in ["http://other.test:{port}/", "http://127.0.0.1:{port}/", "http://loc
             assert_eq!(r["guard"]["decision"], "allowed", "{context}: {r}");
             assert_eq!(
                 stdout(&r),
-                "1,2\n6\n403\n403\n403\n403\n403\n403\n",
+                "1,2\n6\n200\n403\n403\n403\n403\n403\n403\n",
                 "{context}: {r}"
             );
             let warnings = r["warnings"].to_string();
@@ -133,19 +138,18 @@ for url in ["http://other.test:{port}/", "http://127.0.0.1:{port}/", "http://loc
             ] {
                 assert!(warnings.contains(reason), "{context}: {reason}: {r}");
             }
-            // Judged from the origin: only the two allowed fetches reached it.
-            assert_eq!(
-                origin.seen(),
-                vec!["GET /data.csv HTTP/1.1".to_string(); 2],
-                "{context}"
-            );
+            // Judged from the origin: only the allowed fetches reached it, the last one
+            // through a CONNECT tunnel.
+            let mut expected = vec!["GET /data.csv HTTP/1.1".to_string(); 2];
+            expected.push("GET /tunnel HTTP/1.1".to_string());
+            assert_eq!(origin.seen(), expected, "{context}");
             let data = server.stop().await;
             let records = egress_records(data.path());
             let allowed: Vec<&Value> = records
                 .iter()
                 .filter(|r| r["decision"] == "allowed")
                 .collect();
-            assert_eq!(allowed.len(), 2, "{context}: {records:?}");
+            assert_eq!(allowed.len(), 3, "{context}: {records:?}");
             for record in &allowed {
                 let detail = record["detail"].as_str().unwrap();
                 assert!(detail.contains("host=origin.test"), "{detail}");
@@ -254,5 +258,65 @@ except Exception as e:
             vec!["GET /big HTTP/1.1".to_string()],
             "{context}"
         );
+    }
+}
+
+/// selftest with a proxied network: each refusal is judged from the proxy's own record,
+/// DNS fails inside the world, and the operator's probe URL is fetched through the proxy
+/// (the origin saw it).
+#[tokio::test]
+async fn selftest_proves_the_proxy_refuses_and_works() {
+    for who in both_modes() {
+        let context = format!("{who:?}");
+        let origin = Origin::start(b"ok".to_vec());
+        let url = format!("http://origin.test:{}/probe", origin.port);
+        let server =
+            proxied_server(who, "proxy", &origin, &[("SANDBOX_EGRESS_PROBE_URL", &url)]).await;
+        let raw = server
+            .call("selftest", serde_json::json!({}))
+            .await
+            .unwrap();
+        let report = raw.structured_content.unwrap();
+        assert_eq!(
+            report["failing_required"],
+            serde_json::json!([]),
+            "{context}: {report}"
+        );
+        assert_eq!(
+            report["network_isolation"]["status"], "blocked",
+            "{context}: {report}"
+        );
+        let probes = report["probes"].as_array().unwrap();
+        let status = |id: &str| {
+            probes
+                .iter()
+                .find(|p| p["id"] == id)
+                .map(|p| p["status"].as_str().unwrap().to_string())
+                .unwrap_or_else(|| panic!("{context}: no probe {id}: {report}"))
+        };
+        for id in [
+            "net.test_net_connect",
+            "net.loopback_listener",
+            "net.proxy_loopback_name",
+            "net.proxy_metadata",
+            "net.proxy_llm_host",
+            "net.proxy_not_allowed",
+            "net.world_dns",
+        ] {
+            assert_eq!(status(id), "blocked", "{context}: {id}: {report}");
+        }
+        assert_eq!(
+            status("net.proxy_allowed"),
+            "allowed",
+            "{context}: {report}"
+        );
+        // HOST_SANDBOX=require ran the probes once at start as well.
+        let seen = origin.seen();
+        assert!(!seen.is_empty(), "{context}");
+        assert!(
+            seen.iter().all(|l| l == "GET /probe HTTP/1.1"),
+            "{context}: {seen:?}"
+        );
+        server.stop().await;
     }
 }
