@@ -36,9 +36,11 @@ pub mod scan;
 
 pub use rules::NeverGrant;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Access {
+    /// The narrower access, when none is named.
+    #[default]
     Read,
     Write,
 }

@@ -43,6 +43,11 @@ enum Command {
         /// Pre-approve read and write access to a path for every session (repeatable).
         #[arg(long = "allow-write", value_name = "PATH")]
         allow_write: Vec<String>,
+        /// Pre-approve a host for every session's egress proxy (repeatable): `host`,
+        /// `host:port` or `*.suffix`, as in SANDBOX_EGRESS_ALLOW. Needs
+        /// HOST_SANDBOX_NETWORK=proxy (or allow).
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_host: Vec<String>,
         /// Serve MCP over streamable HTTP at http://ADDR/mcp instead of stdio (ADDR
         /// defaults to SANDBOX_HTTP_ADDR, 127.0.0.1:8765). Over TCP every client must send
         /// the bearer token (SANDBOX_HTTP_TOKEN, else the data directory's http-token
@@ -165,6 +170,16 @@ fn real_main() -> anyhow::Result<ExitCode> {
             "{name} is set in the environment but is not a warden setting (see `warden settings`)"
         );
     }
+    let mut settings = settings;
+    if let Command::Serve { allow_host, .. } = &cli.command
+        && !allow_host.is_empty()
+    {
+        settings.egress.rules = settings
+            .egress
+            .rules
+            .with_allowed(allow_host)
+            .context("--allow-host")?;
+    }
     let settings = Arc::new(settings);
     match &cli.command {
         Command::Check { files, json } => return check_files(&settings, files, *json),
@@ -186,6 +201,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 allow_read,
                 allow_write,
                 http,
+                ..
             } => {
                 let pre = pre_approvals(&allow_read, &allow_write, &config);
                 let transport = match http {

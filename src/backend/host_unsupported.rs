@@ -30,7 +30,11 @@ pub struct HostBackend {
 }
 
 impl HostBackend {
-    pub fn new(settings: Arc<Settings>, _instance_dir: &Path) -> Result<HostBackend, BackendError> {
+    pub fn new(
+        settings: Arc<Settings>,
+        _instance_dir: &Path,
+        _egress: Option<Arc<crate::egress::Egress>>,
+    ) -> Result<HostBackend, BackendError> {
         tracing::warn!("{}", platform::host_unsupported_reason(HostOs::current()));
         Ok(HostBackend { settings })
     }

@@ -25,6 +25,7 @@ pub fn proxy_env() -> Vec<(String, String)> {
     out
 }
 
+pub mod grants;
 pub mod proxy;
 
 use std::collections::HashMap;
@@ -39,6 +40,8 @@ pub struct Egress {
     rules: EgressRules,
     limit_bytes: u64,
     used: Mutex<HashMap<String, u64>>,
+    /// Hosts each session's person granted, by session (the audit log's name for it).
+    granted: Mutex<HashMap<String, Vec<grants::HostGrant>>>,
     audit: Arc<crate::audit::AuditLog>,
 }
 
@@ -77,6 +80,7 @@ impl Egress {
                 rules: settings.egress.rules.clone(),
                 limit_bytes: settings.egress.limit_bytes,
                 used: Mutex::new(HashMap::new()),
+                granted: Mutex::new(HashMap::new()),
                 audit,
             })
         })
@@ -97,11 +101,41 @@ impl Egress {
         })
     }
 
-    /// Forgets a closed session's byte count.
+    /// Forgets a closed session's byte count and host grants.
     pub fn forget(&self, session: &str) {
         if let Ok(mut used) = self.used.lock() {
             used.remove(session);
         }
+        if let Ok(mut granted) = self.granted.lock() {
+            granted.remove(session);
+        }
+    }
+
+    /// The rules in force (the operator's lists).
+    pub fn rules(&self) -> &EgressRules {
+        &self.rules
+    }
+
+    /// Adds a host the session's person granted (replacing an earlier grant of it).
+    pub fn grant_host(&self, session: &str, grant: grants::HostGrant) {
+        if let Ok(mut granted) = self.granted.lock() {
+            let list = granted.entry(session.to_string()).or_default();
+            list.retain(|g| (g.host.as_str(), g.port) != (grant.host.as_str(), grant.port));
+            list.push(grant);
+        }
+    }
+
+    /// The session's live host grants.
+    pub fn host_grants(&self, session: &str) -> Vec<grants::HostGrant> {
+        let now = crate::grants::now_secs();
+        self.granted
+            .lock()
+            .ok()
+            .and_then(|g| g.get(session).cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|g| g.is_live(now))
+            .collect()
     }
 
     fn record(&self, event: crate::audit::AuditEvent) {

@@ -206,7 +206,7 @@ async fn relay(
     let session = owner.session();
     // A spent budget refuses before anything is resolved or connected.
     egress.charge(&session, 0)?;
-    let address = judge(egress, &request.host, request.port).await?;
+    let address = judge(egress, &session, &request.host, request.port).await?;
     account.address = Some(address);
     let mut origin = tokio::time::timeout(CONNECT_WINDOW, TcpStream::connect(address))
         .await
@@ -343,8 +343,18 @@ fn authority(text: &str, default_port: u16) -> Result<(String, u16), Refusal> {
 /// The address to connect to: by name first, then the operator's pin, an IP literal
 /// judged as an address, or every address DNS returned judged (one bad one refuses the
 /// name: a name that also points inward is not one to trust).
-async fn judge(egress: &Egress, host: &str, port: u16) -> Result<SocketAddr, Refusal> {
-    if let Verdict::Refused(why) = egress.rules.judge_name(host, port) {
+async fn judge(
+    egress: &Egress,
+    session: &str,
+    host: &str,
+    port: u16,
+) -> Result<SocketAddr, Refusal> {
+    let granted: Vec<(String, u16)> = egress
+        .host_grants(session)
+        .into_iter()
+        .map(|g| (g.host, g.port))
+        .collect();
+    if let Verdict::Refused(why) = egress.rules.judge_name_granted(host, port, &granted) {
         return Err(refusal(403, why));
     }
     if let Some(ip) = egress.rules.pinned(host) {

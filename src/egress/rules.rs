@@ -266,11 +266,21 @@ impl EgressRules {
     /// that matches it literally (`*`, or exactly `203.0.113.5`). That does not vet the
     /// address: the proxy also calls [`judge_address`] on it before connecting.
     pub fn judge_name(&self, host: &str, port: u16) -> Verdict {
+        self.judge_name_granted(host, port, &[])
+    }
+
+    /// [`Self::judge_name`] for a session whose person granted `granted` (exact host
+    /// and port pairs): a granted pair passes, LLM API hosts included (the person named
+    /// it exactly), but the deny list still wins.
+    pub fn judge_name_granted(&self, host: &str, port: u16, granted: &[(String, u16)]) -> Verdict {
         if let Some(pattern) = self.deny.iter().find(|p| p.denies(host, port)) {
             return Verdict::Refused(format!(
                 "{} is refused by {DENY_VAR} pattern {pattern}",
                 authority(host, port)
             ));
+        }
+        if granted.iter().any(|(h, p)| h == host && *p == port) {
+            return Verdict::Allowed;
         }
         if self.is_llm_host(host) && !self.allow.iter().any(|p| p.names_exactly(host, port)) {
             return Verdict::Refused(llm_refusal(host, port));
@@ -300,7 +310,7 @@ impl EgressRules {
 
     fn unmatched(&self, host: &str, port: u16) -> String {
         let at = authority(host, port);
-        if self.allows_nothing() {
+        let why = if self.allows_nothing() {
             format!("{at} is refused: {ALLOW_VAR} is empty, so nothing is allowed")
         } else if port == 80 || port == 443 {
             format!("{at} matches no {ALLOW_VAR} pattern")
@@ -308,7 +318,20 @@ impl EgressRules {
             format!(
                 "{at} matches no {ALLOW_VAR} pattern (one without `:port` matches only ports 80 and 443)"
             )
+        };
+        format!("{why}; the agent can ask the user with request_grant(host=\"{at}\")")
+    }
+
+    /// These rules with `extra` patterns added to the allow list (`--allow-host`).
+    ///
+    /// # Errors
+    /// A pattern that does not parse.
+    pub fn with_allowed(&self, extra: &[String]) -> Result<EgressRules, RuleError> {
+        let mut out = self.clone();
+        for text in extra {
+            out.allow.push(HostPattern::parse(text)?);
         }
+        Ok(out)
     }
 }
 
@@ -914,7 +937,7 @@ mod tests {
         let reason = refused(r.judge_name("other.test", 443));
         assert_eq!(
             reason,
-            "other.test:443 matches no SANDBOX_EGRESS_ALLOW pattern"
+            "other.test:443 matches no SANDBOX_EGRESS_ALLOW pattern; the agent can ask the user with request_grant(host=\"other.test:443\")"
         );
     }
 
@@ -1311,5 +1334,36 @@ mod tests {
                 "{text:?}: {error:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_granted_host_passes_but_the_deny_list_still_wins() {
+        let rules =
+            EgressRules::parse("", "bad.test", "", &["api.openai.com".to_string()]).unwrap();
+        let granted = vec![
+            ("data.test".to_string(), 8443),
+            ("api.openai.com".to_string(), 443),
+            ("bad.test".to_string(), 443),
+        ];
+        assert_eq!(
+            rules.judge_name_granted("data.test", 8443, &granted),
+            Verdict::Allowed
+        );
+        assert!(matches!(
+            rules.judge_name_granted("data.test", 443, &granted),
+            Verdict::Refused(_)
+        ));
+        assert_eq!(
+            rules.judge_name_granted("api.openai.com", 443, &granted),
+            Verdict::Allowed
+        );
+        assert!(matches!(
+            rules.judge_name_granted("bad.test", 443, &granted),
+            Verdict::Refused(_)
+        ));
+        assert!(matches!(
+            rules.judge_name("data.test", 8443),
+            Verdict::Refused(_)
+        ));
     }
 }

@@ -4,6 +4,7 @@
 
 mod args;
 pub mod auth;
+mod consent;
 mod files;
 pub mod http;
 mod progress;
@@ -38,9 +39,15 @@ use crate::session::SessionManager;
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrantArgs {
-    /// Absolute path of the file or directory the code needs.
+    /// Absolute path of the file or directory the code needs (or give `host`).
+    #[serde(default)]
     pub path: String,
-    /// `read`, or `write` (read and write).
+    /// A host the code needs to reach through the egress proxy, instead of a path:
+    /// `host`, `host:port` or an `http(s)://` URL (its host and port are granted).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// For a path: `read` (the default), or `write` (read and write).
+    #[serde(default)]
     pub access: Access,
     /// Why the task needs it, in a sentence the user will read.
     pub reason: String,
@@ -82,6 +89,9 @@ pub struct GrantResult {
     /// not include.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts_left_out: Vec<String>,
+    /// The `host:port` a host grant names (absent for a path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -125,6 +135,15 @@ pub struct GrantEntry {
 #[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct GrantList {
     pub grants: Vec<GrantEntry>,
+    /// Hosts the person granted, per session (reached through the egress proxy).
+    #[serde(default)]
+    pub hosts: Vec<HostGrantEntry>,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct HostGrantEntry {
+    pub session: String,
+    pub grant: crate::egress::grants::HostGrant,
 }
 
 /// How long a person has to answer a consent prompt.
@@ -275,6 +294,21 @@ impl WardenServer {
             Err(e) => return Ok(e.into_result()),
         };
         let reason = crate::text::one_line(&args.reason, 200).0;
+        let one_of = match (&args.host, args.path.is_empty()) {
+            (Some(_), false) => Some("give `path` or `host`, not both (one grant per request)"),
+            (None, true) => {
+                Some("give `path` (a file or directory) or `host` (host[:port] or a URL)")
+            }
+            _ => None,
+        };
+        if let Some(why) = one_of {
+            return Ok(args::ArgError::invalid("request_grant", "path", why).into_result());
+        }
+        // What is asked for, as the audit log names it.
+        let asked = match &args.host {
+            Some(host) => format!("host {}", crate::text::one_line(host, 300).0),
+            None => format!("{:?} {}", args.access, args.path),
+        };
         let session = args
             .session
             .clone()
@@ -283,8 +317,8 @@ impl WardenServer {
         let audit = self.sessions.audit();
         // Recorded before the person is asked: no grant without its audit trail.
         let requested = crate::audit::AuditEvent {
-            detail: format!("{:?} {} (agent's reason: {reason})", args.access, args.path),
-            args_sha256: Some(crate::audit::sha256_hex(args.path.as_bytes())),
+            detail: format!("{asked} (agent's reason: {reason})"),
+            args_sha256: Some(crate::audit::sha256_hex(asked.as_bytes())),
             ..crate::audit::AuditEvent::now(&key.to_string(), "grant", "requested")
         };
         if let Err(e) = audit.record(requested) {
@@ -301,21 +335,28 @@ impl WardenServer {
                 warnings: audit.warnings(),
                 hidden: Vec::new(),
                 mounts_left_out: Vec::new(),
+                host: None,
             };
             return wrapped("request_grant", &refused, true);
         }
-        let mut result = self.consent(args, &ctx).await;
+        let mut result = match args.host.clone() {
+            Some(host) => self.consent_host(&args, &host, &ctx).await,
+            None => self.consent(args, &ctx).await,
+        };
         let decision = if result.granted {
             "approved"
         } else {
             "refused"
         };
         let outcome = crate::audit::AuditEvent {
-            detail: format!(
-                "{:?} {}: {} (agent's reason: {reason})",
-                result.access, result.path, result.message
-            ),
-            args_sha256: Some(crate::audit::sha256_hex(result.path.as_bytes())),
+            detail: match &result.host {
+                Some(host) => format!("host {host}: {} (agent's reason: {reason})", result.message),
+                None => format!(
+                    "{:?} {}: {} (agent's reason: {reason})",
+                    result.access, result.path, result.message
+                ),
+            },
+            args_sha256: Some(crate::audit::sha256_hex(asked.as_bytes())),
             ..crate::audit::AuditEvent::now(&key.to_string(), "grant", decision)
         };
         if let Err(e) = audit.record(outcome) {
@@ -405,6 +446,12 @@ impl WardenServer {
                 .list_grants(&owner, args.session.as_deref())
                 .into_iter()
                 .map(|(session, grant)| GrantEntry { session, grant })
+                .collect(),
+            hosts: self
+                .sessions
+                .list_host_grants(&owner, args.session.as_deref())
+                .into_iter()
+                .map(|(session, grant)| HostGrantEntry { session, grant })
                 .collect(),
         };
         wrapped("list_grants", &list, false)
@@ -520,6 +567,7 @@ impl WardenServer {
             warnings: Vec::new(),
             hidden: Vec::new(),
             mounts_left_out: Vec::new(),
+            host: None,
         };
         if let Err(e) = validate_session_name(&session) {
             result.message = e.message;
@@ -576,34 +624,13 @@ impl WardenServer {
             result.message = format!("refused without asking: {conflict}");
             return result;
         }
-        if self.transport(ctx) == http::Transport::HttpStateless {
-            result.message = format!(
-                "refused: this client uses MCP's stateless HTTP protocol, in which warden \
-                 cannot ask the user for consent during a call, and only the user can grant \
-                 access. To allow it, the user can {}.",
-                self.sessions.pre_approval_hint()
-            );
-            return result;
-        }
-        let client = ctx.peer.peer_info();
-        let supports = client
-            .as_ref()
-            .is_some_and(|info| info.capabilities.elicitation.is_some());
-        if !supports {
-            result.message = format!(
-                "refused: this MCP client cannot ask the user for consent (it did not declare \
-                 the elicitation capability), and only the user can grant access. To allow it, \
-                 the user can {}.",
-                self.sessions.pre_approval_hint()
-            );
-            return result;
-        }
-        let client_name = client
-            .as_ref()
-            .map(|info| format!("{} {}", info.client_info.name, info.client_info.version))
-            .unwrap_or_else(|| "unknown client".to_string())
-            + ", "
-            + &route;
+        let client_name = match self.may_elicit(ctx, &route, &self.sessions.pre_approval_hint()) {
+            Ok(name) => name,
+            Err(message) => {
+                result.message = message;
+                return result;
+            }
+        };
         // The model's words go last, on one quoted line of their own, control characters
         // removed and capped, so they can neither run into warden's text nor fake a line of
         // it.
@@ -627,33 +654,10 @@ impl WardenServer {
             },
             inside_notice(&resolved.inside),
         );
-        let answer = ctx
-            .peer
-            .elicit_with_timeout::<GrantDecision>(question, Some(CONSENT_TIMEOUT))
-            .await;
-        let decision = match answer {
-            Ok(Some(d)) if d.approve => d,
-            Ok(Some(_)) => {
-                result.message = "the user did not approve the request".to_string();
-                return result;
-            }
-            Ok(None) | Err(rmcp::service::ElicitationError::NoContent) => {
-                result.message = "the user answered without approving".to_string();
-                return result;
-            }
-            Err(rmcp::service::ElicitationError::UserDeclined) => {
-                result.message = "the user declined the request".to_string();
-                return result;
-            }
-            Err(rmcp::service::ElicitationError::UserCancelled) => {
-                result.message = "the user dismissed the request".to_string();
-                return result;
-            }
-            Err(e) => {
-                result.message = format!(
-                    "refused: the consent prompt failed ({e}); the user can {}",
-                    self.sessions.pre_approval_hint()
-                );
+        let decision = match self.ask_person(ctx, question).await {
+            Ok(d) => d,
+            Err(message) => {
+                result.message = message;
                 return result;
             }
         };

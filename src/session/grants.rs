@@ -376,3 +376,66 @@ fn unix_mode(path: &Path) -> Option<u32> {
 fn unix_mode(_path: &Path) -> Option<u32> {
     None
 }
+
+impl SessionManager {
+    /// The egress proxy, when the network is proxied.
+    pub fn egress(&self) -> Option<&Arc<crate::egress::Egress>> {
+        self.egress.as_ref()
+    }
+
+    /// Records a host the person granted `session` (opened if it does not exist yet, as
+    /// for a path). The worker keeps running: the proxy reads the grant per connection.
+    pub async fn add_host_grant(
+        &self,
+        session: &SessionKey,
+        grant: crate::egress::grants::HostGrant,
+    ) -> Result<(), ErrorInfo> {
+        let Some(egress) = &self.egress else {
+            return Err(ErrorInfo::new(
+                "NoNetwork",
+                "HOST_SANDBOX_NETWORK=deny: the sandbox has no network, so a host grant would change nothing",
+            ));
+        };
+        let opened = self.open_session(session, true).await?;
+        let state = opened.state.lock().await;
+        if state.closed {
+            return Err(ErrorInfo::new(
+                "SessionClosed",
+                "the session was closed while the grant was being recorded; ask again",
+            )
+            .retryable());
+        }
+        egress.grant_host(&session.to_string(), grant);
+        Ok(())
+    }
+
+    /// Every live host grant of `owner`'s sessions, per session name.
+    pub fn list_host_grants(
+        &self,
+        owner: &Owner,
+        only: Option<&str>,
+    ) -> Vec<(String, crate::egress::grants::HostGrant)> {
+        let Some(egress) = &self.egress else {
+            return Vec::new();
+        };
+        let sessions: Vec<Arc<Session>> = match self.sessions.lock() {
+            Ok(map) => map
+                .values()
+                .filter(|s| &s.key.owner == owner && only.is_none_or(|o| o == s.name))
+                .cloned()
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        let mut out = Vec::new();
+        for s in sessions {
+            out.extend(
+                egress
+                    .host_grants(&s.key.to_string())
+                    .into_iter()
+                    .map(|g| (s.name.clone(), g)),
+            );
+        }
+        out.sort_by(|a, b| (&a.0, &a.1.host, a.1.port).cmp(&(&b.0, &b.1.host, b.1.port)));
+        out
+    }
+}

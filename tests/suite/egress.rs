@@ -21,13 +21,13 @@ use super::{As, Net, Server, both_modes, stdout};
 
 /// A real HTTP/1 origin: answers every request with `body`, and logs each request line
 /// it received.
-struct Origin {
-    port: u16,
+pub struct Origin {
+    pub port: u16,
     seen: Arc<Mutex<Vec<String>>>,
 }
 
 impl Origin {
-    fn start(body: Vec<u8>) -> Origin {
+    pub fn start(body: Vec<u8>) -> Origin {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -59,12 +59,12 @@ impl Origin {
         Origin { port, seen }
     }
 
-    fn seen(&self) -> Vec<String> {
+    pub fn seen(&self) -> Vec<String> {
         self.seen.lock().unwrap().clone()
     }
 }
 
-fn egress_records(data: &Path) -> Vec<Value> {
+pub fn egress_records(data: &Path) -> Vec<Value> {
     super::audit::records(data)
         .into_iter()
         .filter(|r| r["phase"] == "egress")

@@ -4,6 +4,7 @@
 //! granted directory holds that no grant gives (the never-grant list, `.git`, other
 //! mounts) is in [`reach`].
 
+mod hosts;
 mod reach;
 
 use std::os::unix::fs::PermissionsExt;
@@ -90,15 +91,18 @@ impl Harness {
 
     /// The server as `who` (root, or the login user).
     async fn start_as(who: As, answer: Answer, args: &[&str], codeguard: &str) -> Harness {
+        Harness::start_env(who, answer, args, &[("CODEGUARD", codeguard)]).await
+    }
+
+    /// The server as `who` with these settings.
+    async fn start_env(who: As, answer: Answer, args: &[&str], env: &[(&str, &str)]) -> Harness {
         let data = data_dir_for(who);
-        let cmd = server_command_as(
-            who,
-            Net::Host,
-            &[("CODEGUARD", codeguard)],
-            args,
-            data.path(),
-        );
+        let cmd = server_command_as(who, Net::Host, env, args, data.path());
         Harness::start_command(cmd, data, answer).await
+    }
+
+    fn data_dir(&self) -> &Path {
+        self._data.path()
     }
 
     /// The server a test built itself, with its data directory.

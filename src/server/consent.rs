@@ -1,0 +1,198 @@
+//! Asking the person: whether this client can be asked at all, the question itself, and
+//! reading the answer, shared by path and host grants; and the host grant's own flow.
+//! Everything the model sent is input to the question, never to the answer.
+
+use rmcp::RoleServer;
+use rmcp::service::RequestContext;
+
+use super::{
+    CONSENT_TIMEOUT, GrantArgs, GrantDecision, GrantResult, MAX_REASON_CHARS, WardenServer, http,
+};
+use crate::egress::grants::{HostGrant, authority, parse_requested_host};
+use crate::egress::rules::Verdict;
+use crate::owner::SessionKey;
+
+impl WardenServer {
+    /// Whether this client can be asked now; the client's name and route for the
+    /// grant's record, or the refusal to return, which ends with `pre_approval` (what
+    /// the user can do instead).
+    pub(super) fn may_elicit(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        route: &str,
+        pre_approval: &str,
+    ) -> Result<String, String> {
+        if self.transport(ctx) == http::Transport::HttpStateless {
+            return Err(format!(
+                "refused: this client uses MCP's stateless HTTP protocol, in which warden \
+                 cannot ask the user for consent during a call, and only the user can grant \
+                 access. To allow it, the user can {pre_approval}."
+            ));
+        }
+        let client = ctx.peer.peer_info();
+        let supports = client
+            .as_ref()
+            .is_some_and(|info| info.capabilities.elicitation.is_some());
+        if !supports {
+            return Err(format!(
+                "refused: this MCP client cannot ask the user for consent (it did not declare \
+                 the elicitation capability), and only the user can grant access. To allow it, \
+                 the user can {pre_approval}."
+            ));
+        }
+        Ok(client
+            .as_ref()
+            .map(|info| format!("{} {}", info.client_info.name, info.client_info.version))
+            .unwrap_or_else(|| "unknown client".to_string())
+            + ", "
+            + route)
+    }
+
+    /// Asks `question`; the approving answer, or what to tell the agent.
+    pub(super) async fn ask_person(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        question: String,
+    ) -> Result<GrantDecision, String> {
+        let answer = ctx
+            .peer
+            .elicit_with_timeout::<GrantDecision>(question, Some(CONSENT_TIMEOUT))
+            .await;
+        match answer {
+            Ok(Some(d)) if d.approve => Ok(d),
+            Ok(Some(_)) => Err("the user did not approve the request".to_string()),
+            Ok(None) | Err(rmcp::service::ElicitationError::NoContent) => {
+                Err("the user answered without approving".to_string())
+            }
+            Err(rmcp::service::ElicitationError::UserDeclined) => {
+                Err("the user declined the request".to_string())
+            }
+            Err(rmcp::service::ElicitationError::UserCancelled) => {
+                Err("the user dismissed the request".to_string())
+            }
+            Err(e) => Err(format!(
+                "refused: the consent prompt failed ({e}); the user can {}",
+                self.sessions.pre_approval_hint()
+            )),
+        }
+    }
+
+    /// The host grant: the exact host and port, asked of the person like a path. It lets
+    /// the session's code reach that host through the egress proxy; the deny list and the
+    /// private-address rule still hold.
+    pub(super) async fn consent_host(
+        &self,
+        args: &GrantArgs,
+        raw_host: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> GrantResult {
+        let session = args
+            .session
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        let mut result = GrantResult {
+            granted: false,
+            path: String::new(),
+            access: args.access,
+            session: session.clone(),
+            expires_at: None,
+            worker_restarted: false,
+            message: String::new(),
+            warnings: Vec::new(),
+            hidden: Vec::new(),
+            mounts_left_out: Vec::new(),
+            host: Some(crate::text::one_line(raw_host, 300).0),
+        };
+        if let Err(e) = super::validate_session_name(&session) {
+            result.message = e.message;
+            return result;
+        }
+        let key = SessionKey::new(&self.owner(ctx), &session);
+        let route = match http::consent_route(self.stdio, ctx) {
+            Ok(route) => route,
+            Err(why) => {
+                result.message =
+                    format!("refused without asking: {why}, and only the person can grant access");
+                return result;
+            }
+        };
+        let (host, port) = match parse_requested_host(raw_host) {
+            Ok(pair) => pair,
+            Err(e) => {
+                result.message = format!("refused without asking: {e}");
+                return result;
+            }
+        };
+        let shown = authority(&host, port);
+        result.host = Some(shown.clone());
+        let Some(egress) = self.sessions.egress() else {
+            result.message = "refused without asking: HOST_SANDBOX_NETWORK=deny, so the sandbox \
+                 has no network and a host grant would change nothing; the operator can set \
+                 HOST_SANDBOX_NETWORK=proxy"
+                .to_string();
+            return result;
+        };
+        let granted: Vec<(String, u16)> = egress
+            .host_grants(&key.to_string())
+            .into_iter()
+            .map(|g| (g.host, g.port))
+            .collect();
+        if egress.rules().judge_name_granted(&host, port, &granted) == Verdict::Allowed {
+            result.granted = true;
+            result.message = format!("{shown} is already allowed; nothing changed");
+            return result;
+        }
+        if let Verdict::Refused(why) =
+            egress
+                .rules()
+                .judge_name_granted(&host, port, &[(host.clone(), port)])
+        {
+            result.message = format!("refused without asking: {why}");
+            return result;
+        }
+        let pre_approval =
+            format!("start warden with --allow-host {shown}, or add it to SANDBOX_EGRESS_ALLOW");
+        let client_name = match self.may_elicit(ctx, &route, &pre_approval) {
+            Ok(name) => name,
+            Err(message) => {
+                result.message = format!("{shown}: {message}");
+                return result;
+            }
+        };
+        let (reason, _) = crate::text::one_line(&args.reason, MAX_REASON_CHARS);
+        let (quoted, _) = crate::text::quoted_one_line(&args.reason, MAX_REASON_CHARS);
+        let question = format!(
+            "warden: the AI agent asks to let its code connect to\n\n    {shown}\n\nthrough warden's egress proxy, for the Python sandbox of session \"{session}\". Approve only if code written by the agent may send data to this host and read what it answers. Loopback and private addresses stay refused whatever the host resolves to.\n\n---- the agent's stated reason: its own words, not warden's, shown as one quoted line ----\n{quoted}"
+        );
+        let decision = match self.ask_person(ctx, question).await {
+            Ok(d) => d,
+            Err(message) => {
+                result.message = format!("{shown}: {message}");
+                return result;
+            }
+        };
+        let now = crate::grants::now_secs();
+        let expires_at =
+            (decision.expires_minutes > 0).then(|| now + u64::from(decision.expires_minutes) * 60);
+        let grant = HostGrant {
+            host,
+            port,
+            granted_at: now,
+            expires_at,
+            approved_by: format!("user via elicitation ({client_name})"),
+            reason,
+        };
+        tracing::warn!(session = %key, host = %shown, approved_by = %grant.approved_by, "host grant approved by the user");
+        match self.sessions.add_host_grant(&key, grant).await {
+            Ok(()) => {
+                result.granted = true;
+                result.expires_at = expires_at;
+                result.message = format!(
+                    "granted: the session's code can reach {shown} through the proxy now (no restart)"
+                );
+            }
+            Err(e) => result.message = e.message,
+        }
+        result
+    }
+}
