@@ -89,8 +89,9 @@ pub const REGISTRY: &[Spec] = &[
          names, and never a loopback, private, link-local or metadata address that DNS \
          returned. `allow`: the same proxy letting through every public host (LLM API \
          hosts excepted unless named): the unsafe mode, since whatever the code reads it \
-         can send anywhere. Neither reaches this machine's loopback. The Docker backend \
-         has `deny` and `allow` (a bridge network).",
+         can send anywhere. Neither reaches this machine's loopback. Docker containers \
+         get the same proxy (a root server makes its endpoint in the container's \
+         namespace).",
     ),
     spec(
         "SANDBOX_EGRESS_ALLOW",

@@ -230,7 +230,7 @@ impl AnyBackend {
     ) -> Result<Resolution, BackendError> {
         #[cfg(feature = "docker")]
         if settings.backend == BackendKind::Docker {
-            match docker::DockerBackend::new(settings.clone(), instance_dir).await {
+            match docker::DockerBackend::new(settings.clone(), instance_dir, egress.clone()).await {
                 Ok(b) => {
                     return Ok(Resolution {
                         backend: AnyBackend::Docker(b),

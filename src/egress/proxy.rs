@@ -411,7 +411,7 @@ where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
-    let mut buf = vec![0u8; 64 << 10];
+    let mut buf = vec![0u8; 256 << 10];
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => {

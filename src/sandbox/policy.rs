@@ -91,6 +91,10 @@ pub struct WorkerPolicy {
     /// The descriptor of the socket pair over which the world hands its proxy endpoint
     /// to the server (proxied network); `None` when the network is denied.
     pub egress_fd: Option<i32>,
+    /// The proxy's endpoint is made from outside, in the namespace the helper already
+    /// runs in (a container's): the helper keeps the proxied walls without a world.
+    #[serde(default)]
+    pub egress_outside: bool,
 }
 
 /// System trees every CPython needs at run time when there is no world: libc,
@@ -207,6 +211,7 @@ impl WorkerPolicy {
             },
             parent_pid: inputs.parent_pid,
             egress_fd: None,
+            egress_outside: false,
         }
     }
 }
@@ -339,6 +344,7 @@ pub(crate) fn example_policy(network: NetworkMode) -> WorkerPolicy {
         },
         parent_pid: 1,
         egress_fd: None,
+        egress_outside: false,
     }
 }
 

@@ -1606,3 +1606,51 @@ async fn workspace_mounts_of_a_killed_server_are_removed_by_the_next_one_on_any_
     }
     next.stop().await;
 }
+
+/// A proxied network in a container: the container has no route (network `none`); its
+/// one endpoint is the egress proxy, made by the server inside the container's own
+/// namespace. An allowed origin is fetched; a loopback address, the metadata address and
+/// a direct socket are refused, judged from the origin's log.
+#[tokio::test]
+async fn a_container_reaches_out_only_through_the_egress_proxy() {
+    if !docker_ready() {
+        return;
+    }
+    for network in ["proxy", "allow"] {
+        let origin = super::egress::Origin::start(b"a,b\n1,2\n".to_vec());
+        let port = origin.port.to_string();
+        let allow = format!("origin.test:{port}");
+        let server = start(&[
+            ("HOST_SANDBOX_NETWORK", network),
+            ("SANDBOX_EGRESS_ALLOW", &allow),
+            ("SANDBOX_EGRESS_RESOLVE", "origin.test=127.0.0.1"),
+        ])
+        .await;
+        let code = format!(
+            r#"import socket, urllib.request
+print(urllib.request.urlopen("http://origin.test:{port}/d.csv", timeout=20).read().decode().splitlines()[1])
+for url in ["http://127.0.0.1:{port}/", "http://169.254.169.254/"]:
+    try:
+        urllib.request.urlopen(url, timeout=20); print("REACHED")
+    except Exception as e:
+        print(getattr(e, "code", None) or type(e).__name__)
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=5); print("DIRECT")
+except OSError as e:
+    print("direct refused")
+"#
+        );
+        let r = server.run("net", &code).await;
+        assert_eq!(
+            stdout(&r),
+            "1,2\n403\n403\ndirect refused\n",
+            "{network}: {r}"
+        );
+        assert_eq!(
+            origin.seen(),
+            vec!["GET /d.csv HTTP/1.1".to_string()],
+            "{network}"
+        );
+        server.stop().await;
+    }
+}

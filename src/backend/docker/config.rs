@@ -138,11 +138,9 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         );
     }
     let memory = i64::try_from(plan.memory_bytes).unwrap_or(i64::MAX);
-    let network_mode = match plan.network {
-        // The egress proxy is not bridged into containers: no network at all.
-        NetworkMode::Deny | NetworkMode::Proxy => "none",
-        NetworkMode::Allow => "bridge",
-    };
+    // Never a route out: a proxied network's one endpoint is the egress proxy, whose
+    // listener the server makes inside the container's own namespace.
+    let network_mode = "none";
     let host_config = HostConfig {
         mounts: Some(mounts),
         readonly_rootfs: Some(true),
@@ -183,7 +181,7 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         open_stdin: Some(true),
         stdin_once: Some(true),
         tty: Some(false),
-        network_disabled: Some(plan.network != NetworkMode::Allow),
+        network_disabled: Some(true),
         host_config: Some(host_config),
         ..Default::default()
     }
@@ -378,6 +376,13 @@ fn check_namespaces(hc: &HostConfig) -> Result<(), Refused> {
     }
     if hc.ipc_mode.as_deref() == Some("shareable") {
         return Err(Refused("a shareable IPC namespace".into()));
+    }
+    // No route out of a container, ever: the egress proxy is its only way out.
+    if hc.network_mode.as_deref() != Some("none") {
+        return Err(Refused(format!(
+            "network mode {:?}: a container's network is `none` (the egress proxy is its only endpoint)",
+            hc.network_mode.as_deref().unwrap_or_default()
+        )));
     }
     Ok(())
 }
@@ -746,6 +751,10 @@ mod tests {
             (
                 "host net",
                 Box::new(|c| hc(c).network_mode = Some("host".into())),
+            ),
+            (
+                "a bridge network",
+                Box::new(|c| hc(c).network_mode = Some("bridge".into())),
             ),
             (
                 "host pid",

@@ -99,6 +99,8 @@ pub(crate) struct Inner {
     quota: Quota,
     /// The server is shutting down: no container is created any more.
     closing: std::sync::atomic::AtomicBool,
+    /// The egress proxy, when the network is proxied.
+    egress: Option<Arc<crate::egress::Egress>>,
 }
 
 /// The launcher every container of this server runs (see [`route`]).
@@ -190,6 +192,7 @@ impl DockerBackend {
     pub async fn new(
         settings: Arc<Settings>,
         instance_dir: &Path,
+        egress: Option<Arc<crate::egress::Egress>>,
     ) -> Result<DockerBackend, Unavailable> {
         let d = &settings.docker;
         let docker = engine::connect(d).map_err(Unavailable)?;
@@ -235,6 +238,7 @@ impl DockerBackend {
             users,
             quota: Quota::Unavailable(String::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
+            egress,
         };
         make_empty_file(instance_dir).map_err(|e| {
             Unavailable(format!(
@@ -290,12 +294,16 @@ impl Inner {
     fn policy(&self, grants: &[Grant]) -> WorkerPolicy {
         let (workspace, tmp) = (Path::new(WORKSPACE), Path::new("/tmp"));
         let s = &self.settings;
+        let mut env = worker_env(workspace, tmp, &self.runtime.executable, &|_| None);
+        if s.network.proxied() {
+            env.extend(crate::egress::proxy_env());
+        }
         WorkerPolicy {
             mode: SandboxMode::BestEffort,
             network: s.network,
             python: self.runtime.executable.clone(),
             host_view: host_view(&self.runtime, workspace, tmp, grants),
-            host_env: worker_env(workspace, tmp, &self.runtime.executable, &|_| None),
+            host_env: env,
             world: None,
             run_as: None,
             limits: Limits {
@@ -307,6 +315,8 @@ impl Inner {
             },
             parent_pid: 0,
             egress_fd: None,
+            // The server makes the endpoint in the container's namespace.
+            egress_outside: s.network.proxied(),
         }
     }
 
@@ -368,12 +378,54 @@ impl Inner {
             // Created while shutdown swept: dropping `process` removes it.
             return Err(shutting_down());
         }
-        let report = self.judge_report(report, &process, slot.user)?;
-        Ok(Worker::new(
-            channel,
-            WorkerProcessKind::Docker(process),
-            report,
-        ))
+        let mut report = self.judge_report(report, &process, slot.user)?;
+        let link = self.bridge_egress(&process, &mut report).await?;
+        let mut worker = Worker::new(channel, WorkerProcessKind::Docker(process), report);
+        if let Some(link) = link {
+            worker.attach_egress(link);
+        }
+        Ok(worker)
+    }
+
+    /// A proxied network's one endpoint: a listener the server makes inside the
+    /// container's network namespace (which has only its loopback), served by the proxy.
+    /// A container the proxy cannot reach is refused (dropping it removes it).
+    async fn bridge_egress(
+        &self,
+        process: &container::DockerProcess,
+        report: &mut SandboxReport,
+    ) -> Result<Option<crate::egress::Link>, StartError> {
+        let Some(egress) = self
+            .egress
+            .as_ref()
+            .filter(|_| self.settings.network.proxied())
+        else {
+            return Ok(None);
+        };
+        let refuse = |message: String| StartError::Refused {
+            wall: "egress".into(),
+            message: format!(
+                "the egress proxy cannot be bridged into the container: {message} (a server that \
+                 is not root cannot enter a container's network namespace; use \
+                 HOST_SANDBOX_NETWORK=deny, or the host backend)"
+            ),
+        };
+        let pid = process
+            .host_pid()
+            .ok_or_else(|| refuse("the engine did not say the container's pid".into()))?;
+        let listener = bridge_listener(pid).await.map_err(refuse)?;
+        let link = egress
+            .serve(listener)
+            .map_err(|e| refuse(format!("serving the endpoint: {e}")))?;
+        report.walls.push(WallStatus {
+            name: "egress".into(),
+            enforced: true,
+            detail: format!(
+                "the container's only endpoint is the server's egress proxy at 127.0.0.1:{}",
+                crate::egress::PROXY_PORT
+            ),
+        });
+        Ok(Some(link))
     }
 
     /// The container's walls join the helper's report; the helper's own namespaces are
@@ -394,22 +446,15 @@ impl Inner {
                 &process.id()[..12.min(process.id().len())],
                 self.settings.docker.image,
                 self.users.describe(user),
-                match self.settings.network {
-                    crate::config::NetworkMode::Deny => "none",
-                    crate::config::NetworkMode::Proxy => {
-                        "none (the egress proxy is not bridged into containers: no network at all)"
-                    }
-                    crate::config::NetworkMode::Allow => "bridge",
+                if self.settings.network.proxied() {
+                    "none but the egress proxy"
+                } else {
+                    "none"
                 },
                 self.settings.mem_limit_bytes >> 20,
                 self.settings.pids_limit,
                 self.settings.docker.tmp_size_bytes >> 20,
-                match self.settings.network {
-                    crate::config::NetworkMode::Deny | crate::config::NetworkMode::Proxy => {
-                        "/network"
-                    }
-                    crate::config::NetworkMode::Allow => "",
-                },
+                "/network",
                 self.launcher.describe(),
             ),
         });
@@ -677,4 +722,18 @@ impl Backend for DockerBackend {
             gaps,
         }
     }
+}
+
+/// See [`crate::sandbox::linux::egress::listen_in_network_of`]; off the runtime's threads.
+#[cfg(target_os = "linux")]
+async fn bridge_listener(pid: i32) -> Result<std::net::TcpListener, String> {
+    tokio::task::spawn_blocking(move || crate::sandbox::linux::egress::listen_in_network_of(pid))
+        .await
+        .map_err(|e| format!("the bridging task failed: {e}"))?
+}
+
+/// Only Linux can enter a container's network namespace (the engine runs there).
+#[cfg(not(target_os = "linux"))]
+async fn bridge_listener(_pid: i32) -> Result<std::net::TcpListener, String> {
+    Err("a server on this platform cannot enter the engine's network namespaces".into())
 }

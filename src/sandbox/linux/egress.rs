@@ -66,3 +66,26 @@ pub fn open_endpoint(channel: BorrowedFd<'_>) -> Result<(), String> {
     .map_err(|e| format!("handing the proxy endpoint to the server: {e}"))?;
     Ok(())
 }
+
+/// A listener on [`PROXY_PORT`] in the network namespace of process `pid` (a container's
+/// worker), made on a thread of its own that enters that namespace and ends: the socket
+/// keeps the namespace, the server's threads keep theirs. Needs CAP_SYS_ADMIN over the
+/// namespace (a root server).
+///
+/// # Errors
+/// The namespace cannot be entered or the port bound, with the reason.
+pub fn listen_in_network_of(pid: i32) -> Result<std::net::TcpListener, String> {
+    let path = format!("/proc/{pid}/ns/net");
+    let ns = std::fs::File::open(&path).map_err(|e| format!("opening {path}: {e}"))?;
+    std::thread::spawn(move || {
+        rustix::thread::move_into_link_name_space(
+            ns.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .map_err(|e| format!("entering the container's network namespace: {e}"))?;
+        std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, PROXY_PORT))
+            .map_err(|e| format!("listening on 127.0.0.1:{PROXY_PORT} in the container: {e}"))
+    })
+    .join()
+    .map_err(|_| "the namespace thread panicked".to_string())?
+}

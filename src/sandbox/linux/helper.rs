@@ -330,7 +330,11 @@ fn effective_network(
     in_world: bool,
     walls: &mut Walls,
 ) -> Result<NetworkMode, Refusal> {
-    if in_world || !policy.network.proxied() || policy.mode == SandboxMode::Off {
+    if in_world
+        || policy.egress_outside
+        || !policy.network.proxied()
+        || policy.mode == SandboxMode::Off
+    {
         return Ok(policy.network);
     }
     walls.missing(
