@@ -47,6 +47,18 @@ impl Origin {
                     log.lock()
                         .unwrap()
                         .push(text.lines().next().unwrap_or("").to_string());
+                    // `/redirect?to=URL` answers a redirect there.
+                    if let Some(to) = text
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|t| t.strip_prefix("/redirect?to="))
+                    {
+                        let reply = format!(
+                            "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        );
+                        let _ = conn.write_all(reply.as_bytes());
+                        return;
+                    }
                     let reply = format!(
                         "HTTP/1.1 200 OK\r\nContent-Type: text/csv\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                         body.len()
@@ -166,6 +178,37 @@ for url in ["http://other.test:{port}/", "http://127.0.0.1:{port}/", "http://loc
                 "{context}: {records:?}"
             );
         }
+    }
+}
+
+/// A redirect is a new request through the proxy, judged like the first: an allowed
+/// origin that redirects to a loopback or metadata address gets the code a 403, and
+/// only the redirecting requests reach the origin.
+#[tokio::test]
+async fn redirects_to_private_addresses_are_refused() {
+    for who in both_modes() {
+        let context = format!("{who:?}");
+        let origin = Origin::start(b"secret".to_vec());
+        let server = proxied_server(who, "allow", &origin, &[]).await;
+        let port = origin.port;
+        let code = format!(
+            r#"import urllib.request
+for to in ["http://127.0.0.1:{port}/secret", "http://localhost:{port}/secret", "http://169.254.169.254/latest/", "http://[::ffff:127.0.0.1]:{port}/secret"]:
+    try:
+        print(urllib.request.urlopen("http://origin.test:{port}/redirect?to=" + to, timeout=20).read())
+    except Exception as e:
+        print(getattr(e, "code", None) or type(e).__name__)
+"#
+        );
+        let r = server.run("r", &code).await;
+        assert_eq!(stdout(&r), "403\n403\n403\n403\n", "{context}: {r}");
+        let seen = origin.seen();
+        assert_eq!(seen.len(), 4, "{context}: {seen:?}");
+        assert!(
+            seen.iter().all(|l| l.starts_with("GET /redirect?to=")),
+            "{context}: {seen:?}"
+        );
+        server.stop().await;
     }
 }
 
