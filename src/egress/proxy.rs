@@ -208,6 +208,18 @@ async fn relay(
     egress.charge(&session, 0)?;
     let address = judge(egress, &session, &request.host, request.port).await?;
     account.address = Some(address);
+    // No connection leaves unaudited: its opening is on record before it is made.
+    let mut opening = crate::audit::AuditEvent::now(&session, "egress", "connect");
+    opening.detail = format!(
+        "host={} port={} address={}",
+        request.host,
+        request.port,
+        address.ip()
+    );
+    egress
+        .audit
+        .record(opening)
+        .map_err(|e| refusal(502, format!("the connection cannot be audited: {e}")))?;
     let mut origin = tokio::time::timeout(CONNECT_WINDOW, TcpStream::connect(address))
         .await
         .map_err(|_| refusal(502, format!("{address} did not answer in time")))?

@@ -192,7 +192,10 @@ fn pending_signals(enforcement: &Enforcement, mode: SandboxMode) -> Option<u64> 
 
 /// A probe worker from the backend, started exactly as a session's would be.
 async fn spawn(eph: &Ephemeral<'_>) -> Result<Worker, String> {
-    eph.start_worker().await.map_err(|e| e.to_string())
+    let worker = eph.start_worker().await.map_err(|e| e.to_string())?;
+    // The proxy's records of the probes' connections name them.
+    worker.set_egress_session("selftest");
+    Ok(worker)
 }
 
 async fn run_probes(

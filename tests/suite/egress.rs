@@ -162,6 +162,14 @@ for url in ["http://other.test:{port}/", "http://127.0.0.1:{port}/", "http://loc
                 .iter()
                 .filter(|r| r["decision"] == "allowed")
                 .collect();
+            let opened = records
+                .iter()
+                .filter(|r| r["decision"] == "connect")
+                .count();
+            assert_eq!(
+                opened, 3,
+                "{context}: every connection is on record before it is made"
+            );
             assert_eq!(allowed.len(), 3, "{context}: {records:?}");
             for record in &allowed {
                 let detail = record["detail"].as_str().unwrap();
