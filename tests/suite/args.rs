@@ -83,7 +83,8 @@ async fn every_tool_answers_bad_arguments_with_an_is_error_result_naming_them() 
             json!({"code": "1", "timeout": 3}),
             "timeout",
         ),
-        ("request_grant", json!({}), "path"),
+        ("request_grant", json!({}), "reason"),
+        ("request_grant", json!({"reason": "x"}), "path"),
         (
             "request_grant",
             json!({"path": "/tmp", "access": "rw", "reason": "x"}),

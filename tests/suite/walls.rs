@@ -584,10 +584,20 @@ async fn the_world_as_the_host_sees_it_holds_only_the_runtime_and_the_session() 
         assert_eq!(entries(&dev).len(), 9, "{who:?}: {:?}", entries(&dev));
         for name in entries(&root.join("etc")) {
             assert!(
-                ["alternatives", "ld.so.cache", "localtime", "matplotlibrc"]
-                    .contains(&name.as_str()),
+                [
+                    "alternatives",
+                    "ld.so.cache",
+                    "localtime",
+                    "matplotlibrc",
+                    "ssl"
+                ]
+                .contains(&name.as_str()),
                 "{who:?}: /etc/{name} in the world"
             );
+        }
+        // Of /etc/ssl only the public CA certificates (TLS through the egress proxy).
+        if root.join("etc/ssl").exists() {
+            assert_eq!(entries(&root.join("etc/ssl")), ["certs"], "{who:?}");
         }
         // mountinfo: id parent major:minor root mount-point options ... - fstype source super
         let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();

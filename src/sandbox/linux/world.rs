@@ -6,8 +6,9 @@
 //! worker's own PID namespace, the grants at their own paths) and the view Landlock's
 //! rules are written against. [`crate::sandbox::linux::mounts`] applies it, thinly.
 //!
-//! Nothing else exists in the world: no `/sys`, `/home`, `/root`, `/etc` beyond the two
-//! files the loader and the time zone need, no other session. What is not in the world
+//! Nothing else exists in the world: no `/sys`, `/home`, `/root`, `/etc` beyond what the
+//! loader, the time zone, matplotlib and TLS (the public CA certificates) read, no other
+//! session. What is not in the world
 //! cannot be stat'ed, watched, listed or reached through a symlink planted later (the
 //! kernel resolves every path in the worker's own root).
 
