@@ -90,19 +90,7 @@ impl WardenServer {
             .session
             .clone()
             .unwrap_or_else(|| "default".to_string());
-        let mut result = GrantResult {
-            granted: false,
-            path: String::new(),
-            access: args.access,
-            session: session.clone(),
-            expires_at: None,
-            worker_restarted: false,
-            message: String::new(),
-            warnings: Vec::new(),
-            hidden: Vec::new(),
-            mounts_left_out: Vec::new(),
-            host: Some(crate::text::one_line(raw_host, 300).0),
-        };
+        let mut result = GrantResult::not_granted(args);
         if let Err(e) = super::validate_session_name(&session) {
             result.message = e.message;
             return result;

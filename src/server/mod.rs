@@ -56,6 +56,31 @@ pub struct GrantArgs {
     pub session: Option<String>,
 }
 
+impl GrantResult {
+    /// Nothing granted yet for `args`: the starting point of every answer.
+    fn not_granted(args: &GrantArgs) -> GrantResult {
+        GrantResult {
+            granted: false,
+            path: args.path.clone(),
+            access: args.access,
+            session: args
+                .session
+                .clone()
+                .unwrap_or_else(|| "default".to_string()),
+            expires_at: None,
+            worker_restarted: false,
+            message: String::new(),
+            warnings: Vec::new(),
+            hidden: Vec::new(),
+            mounts_left_out: Vec::new(),
+            host: args
+                .host
+                .as_deref()
+                .map(|h| crate::text::one_line(h, 300).0),
+        }
+    }
+}
+
 /// What the person is asked. Accepting with `approve` true grants; anything else refuses.
 #[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct GrantDecision {
@@ -323,19 +348,11 @@ impl WardenServer {
         };
         if let Err(e) = audit.record(requested) {
             let refused = GrantResult {
-                granted: false,
-                path: args.path.clone(),
-                access: args.access,
-                session,
-                expires_at: None,
-                worker_restarted: false,
                 message: format!(
                     "refused without asking: {e}; every grant request is recorded before the user is asked"
                 ),
                 warnings: audit.warnings(),
-                hidden: Vec::new(),
-                mounts_left_out: Vec::new(),
-                host: None,
+                ..GrantResult::not_granted(&args)
             };
             return wrapped("request_grant", &refused, true);
         }
@@ -556,19 +573,7 @@ impl WardenServer {
             .clone()
             .unwrap_or_else(|| "default".to_string());
         let key = SessionKey::new(&self.owner(ctx), &session);
-        let mut result = GrantResult {
-            granted: false,
-            path: args.path.clone(),
-            access: args.access,
-            session: session.clone(),
-            expires_at: None,
-            worker_restarted: false,
-            message: String::new(),
-            warnings: Vec::new(),
-            hidden: Vec::new(),
-            mounts_left_out: Vec::new(),
-            host: None,
-        };
+        let mut result = GrantResult::not_granted(&args);
         if let Err(e) = validate_session_name(&session) {
             result.message = e.message;
             return result;
