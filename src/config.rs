@@ -127,6 +127,45 @@ pub const REGISTRY: &[Spec] = &[
          (`512m`, `4g`, bytes); the connection that passes it is cut.",
     ),
     spec(
+        "SANDBOX_PACKAGES",
+        "allow",
+        "`install_packages`: `allow` installs what the agent asks for; `ask` asks the user \
+         first (through the MCP client), naming every requirement; `deny` refuses the tool.",
+    ),
+    spec(
+        "SANDBOX_PACKAGE_INDEX",
+        "https://pypi.org/simple",
+        "the PEP 503 index `install_packages` reads (PyPI's by default, or a mirror). The \
+         installer's proxy reaches this host only (and, for PyPI, files.pythonhosted.org). \
+         An `https://` index is verified against the system's CAs (or `SANDBOX_PACKAGE_CA`); \
+         an `http://` one is used as named. A mirror at a private address needs its name \
+         pinned in `SANDBOX_EGRESS_RESOLVE`.",
+    ),
+    spec(
+        "SANDBOX_PACKAGE_CA",
+        "",
+        "a PEM file of the CA certificates an `https://` package index is verified against, \
+         instead of the system's (a mirror with a private CA).",
+    ),
+    spec(
+        "SANDBOX_WHEELHOUSE",
+        "",
+        "a directory of wheels: `install_packages` installs from it alone, with no network \
+         at all (air-gapped machines).",
+    ),
+    spec(
+        "SANDBOX_PACKAGE_LIMIT",
+        "1g",
+        "what one session's installed packages may take, and what one install may download \
+         (`512m`, `4g`, bytes); an install over it changes nothing.",
+    ),
+    spec(
+        "SANDBOX_PACKAGE_TIMEOUT",
+        "300",
+        "seconds one `install_packages` call may take (downloads included); one that takes \
+         longer is stopped and changes nothing.",
+    ),
+    spec(
         "SANDBOX_MEM_LIMIT",
         "2g",
         "address-space limit per worker (`512m`, `4g`, bytes; at least `64m`).",
@@ -570,6 +609,78 @@ fn egress_settings(
     })
 }
 
+/// `SANDBOX_PACKAGES`: whether `install_packages` runs, and whether the user is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PackagesMode {
+    Allow,
+    Ask,
+    Deny,
+}
+
+/// What `install_packages` installs from, and within what.
+#[derive(Debug, Clone, Serialize)]
+pub struct PackageSettings {
+    pub mode: PackagesMode,
+    /// `SANDBOX_PACKAGE_INDEX`, parsed.
+    pub index: crate::packages::IndexUrl,
+    /// `SANDBOX_PACKAGE_CA`.
+    pub ca: Option<PathBuf>,
+    /// `SANDBOX_WHEELHOUSE`: wheels only from here, no network.
+    pub wheelhouse: Option<PathBuf>,
+    /// `SANDBOX_PACKAGE_LIMIT`.
+    pub limit_bytes: u64,
+    /// `SANDBOX_PACKAGE_TIMEOUT`, seconds.
+    pub timeout_s: u64,
+}
+
+/// Reads `SANDBOX_PACKAGE*` and `SANDBOX_WHEELHOUSE`, in registry order.
+fn package_settings(r: &mut Reader<'_>) -> Result<PackageSettings, ConfigError> {
+    let mode = r.choice(
+        "SANDBOX_PACKAGES",
+        "allow, ask or deny",
+        &[
+            ("allow", PackagesMode::Allow),
+            ("ask", PackagesMode::Ask),
+            ("deny", PackagesMode::Deny),
+        ],
+    )?;
+    let index = r.value(
+        "SANDBOX_PACKAGE_INDEX",
+        "an http:// or https:// URL of a PEP 503 index, without user or password",
+        |t| crate::packages::IndexUrl::parse(t).ok(),
+    )?;
+    let absolute = |t: &str| match t {
+        "" => Some(None),
+        t if Path::new(t).is_absolute() => Some(Some(PathBuf::from(t))),
+        _ => None,
+    };
+    let ca = r.value(
+        "SANDBOX_PACKAGE_CA",
+        "an absolute path to a PEM file",
+        absolute,
+    )?;
+    let wheelhouse = r.value(
+        "SANDBOX_WHEELHOUSE",
+        "an absolute path to a directory",
+        absolute,
+    )?;
+    let limit_bytes = r.value("SANDBOX_PACKAGE_LIMIT", SIZE_1K, size_at_least(1 << 10))?;
+    let timeout_s = r.value(
+        "SANDBOX_PACKAGE_TIMEOUT",
+        "whole seconds from 1 to 3600",
+        |t| t.parse::<u64>().ok().filter(|s| (1..=3600).contains(s)),
+    )?;
+    Ok(PackageSettings {
+        mode,
+        index,
+        ca,
+        wheelhouse,
+        limit_bytes,
+        timeout_s,
+    })
+}
+
 /// `SANDBOX_LAUNCHER`: where a Docker worker container's launcher comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -608,6 +719,8 @@ pub struct Settings {
     pub network: NetworkMode,
     /// `SANDBOX_EGRESS_*`: what the egress proxy lets through.
     pub egress: EgressSettings,
+    /// `SANDBOX_PACKAGE*`, `SANDBOX_WHEELHOUSE`: what `install_packages` may do.
+    pub packages: PackageSettings,
     pub mem_limit_bytes: u64,
     pub pids_limit: u64,
     pub file_size_limit_bytes: u64,
@@ -801,6 +914,7 @@ impl Settings {
             ],
         )?;
         let egress = egress_settings(&mut r, network)?;
+        let packages = package_settings(&mut r)?;
         let mem_limit_bytes = r.value("SANDBOX_MEM_LIMIT", SIZE_64M, size_at_least(64 << 20))?;
         let pids_limit = r.value("SANDBOX_PIDS_LIMIT", "a whole number from 8", |t| {
             t.parse::<u64>()
@@ -901,6 +1015,7 @@ impl Settings {
             host_sandbox,
             network,
             egress,
+            packages,
             mem_limit_bytes,
             pids_limit,
             file_size_limit_bytes,

@@ -16,6 +16,7 @@ pub mod guard;
 pub mod instances;
 pub mod os;
 pub mod owner;
+pub mod packages;
 pub mod provenance;
 pub mod sandbox;
 pub mod selftest;

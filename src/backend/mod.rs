@@ -147,6 +147,19 @@ pub struct WorkerSpec<'a> {
     pub grants: &'a [Grant],
 }
 
+/// Everything a session's package installer is started for.
+pub struct InstallerSpec<'a> {
+    /// The install's stage on the server's disk: the installer's workspace.
+    pub stage: &'a Path,
+    /// What it reads besides the runtime (the wheelhouse, the index's CA file), bound
+    /// read-only at their own paths.
+    pub grants: &'a [Grant],
+    /// Its own proxy, reaching the index alone; `None`: no network at all.
+    pub egress: Option<Arc<crate::egress::Egress>>,
+    /// The size of its /tmp, where pip installs before the tree is copied out.
+    pub tmp_bytes: u64,
+}
+
 /// What the resolved backend can enforce, for `selftest` and `warden://settings`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Enforcement {
@@ -290,6 +303,39 @@ impl AnyBackend {
             _ => Err(StartError::Protocol(
                 "a session slot of another backend".into(),
             )),
+        }
+    }
+
+    /// Starts the package installer of the session in `slot`.
+    ///
+    /// # Errors
+    /// As [`AnyBackend::start_worker`]; the Docker backend does not install packages.
+    pub async fn start_installer(
+        &self,
+        slot: &SessionSlot,
+        spec: &InstallerSpec<'_>,
+    ) -> Result<Worker, StartError> {
+        match (self, slot) {
+            (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.start_installer(slot, spec).await,
+            #[cfg(feature = "docker")]
+            _ => Err(StartError::Refused {
+                wall: "packages".into(),
+                message: "install_packages runs with the host backend only: this server's \
+                          workers are Docker containers"
+                    .into(),
+            }),
+        }
+    }
+
+    /// The session's package layer, and the uid its installer runs as (a root server's).
+    pub fn package_layer<'s>(
+        &self,
+        slot: &'s SessionSlot,
+    ) -> Option<(&'s crate::packages::layer::Layer, Option<(u32, u32)>)> {
+        match slot {
+            SessionSlot::Host(slot) => Some((&slot.layer, slot.run_as.map(|r| (r.uid, r.gid)))),
+            #[cfg(feature = "docker")]
+            SessionSlot::Docker(_) => None,
         }
     }
 

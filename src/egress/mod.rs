@@ -39,6 +39,8 @@ use rules::EgressRules;
 pub struct Egress {
     rules: EgressRules,
     limit_bytes: u64,
+    /// The setting `limit_bytes` comes from, as refusals name it.
+    limit_name: &'static str,
     used: Mutex<HashMap<String, u64>>,
     /// Hosts each session's person granted, by session (the audit log's name for it).
     granted: Mutex<HashMap<String, Vec<grants::HostGrant>>>,
@@ -79,10 +81,28 @@ impl Egress {
             Arc::new(Egress {
                 rules: settings.egress.rules.clone(),
                 limit_bytes: settings.egress.limit_bytes,
+                limit_name: "SANDBOX_EGRESS_LIMIT",
                 used: Mutex::new(HashMap::new()),
                 granted: Mutex::new(HashMap::new()),
                 audit,
             })
+        })
+    }
+
+    /// The proxy of one package install: `rules` (the index's hosts), `limit_bytes`
+    /// for the whole install, recorded in `audit` like a session's connections.
+    pub fn for_installer(
+        rules: EgressRules,
+        limit_bytes: u64,
+        audit: Arc<crate::audit::AuditLog>,
+    ) -> Arc<Egress> {
+        Arc::new(Egress {
+            rules,
+            limit_bytes,
+            limit_name: "SANDBOX_PACKAGE_LIMIT",
+            used: Mutex::new(HashMap::new()),
+            granted: Mutex::new(HashMap::new()),
+            audit,
         })
     }
 

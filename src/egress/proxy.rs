@@ -442,7 +442,7 @@ where
 
 impl Egress {
     /// Adds `bytes` to the session's use, or refuses (status 499: the cut) when that
-    /// would pass `SANDBOX_EGRESS_LIMIT`.
+    /// would pass its limit (`SANDBOX_EGRESS_LIMIT`, or the installer's).
     fn charge(&self, session: &str, bytes: u64) -> Result<(), Refusal> {
         let Ok(mut used) = self.used.lock() else {
             return Err(refusal(499, "the byte counter is unavailable"));
@@ -452,8 +452,8 @@ impl Egress {
             return Err(refusal(
                 499,
                 format!(
-                    "SANDBOX_EGRESS_LIMIT: this session may move {} bytes through the proxy and has used {}",
-                    self.limit_bytes, *entry
+                    "{}: this session may move {} bytes through the proxy and has used {}",
+                    self.limit_name, self.limit_bytes, *entry
                 ),
             ));
         }

@@ -322,6 +322,20 @@ impl EgressRules {
         format!("{why}; the agent can ask the user with request_grant(host=\"{at}\")")
     }
 
+    /// These rules with `only` as the whole allow list (the package installer's proxy:
+    /// the index's hosts); the deny list and the pinned names stay.
+    ///
+    /// # Errors
+    /// A pattern that does not parse.
+    pub fn allowing_only(&self, only: &[String]) -> Result<EgressRules, RuleError> {
+        let mut out = self.clone();
+        out.allow = only
+            .iter()
+            .map(|text| HostPattern::parse(text))
+            .collect::<Result<_, _>>()?;
+        Ok(out)
+    }
+
     /// These rules with `extra` patterns added to the allow list (`--allow-host`).
     ///
     /// # Errors

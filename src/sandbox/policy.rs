@@ -68,6 +68,10 @@ pub struct World {
     pub env: Vec<(String, String)>,
     /// The size of the session's workspace tmpfs, when the keeper holds it.
     pub quota_bytes: Option<u64>,
+    /// What bounds the workspace's writes instead of a tmpfs quota (the package
+    /// installer's stage), said as the enforced `disk_quota` wall.
+    #[serde(default)]
+    pub bounded_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,6 +142,13 @@ pub struct PolicyInputs<'a> {
     /// The instance's empty directory for the world's root.
     pub root_mount: &'a Path,
     pub join: Option<JoinFds>,
+    /// The network the worker gets (the settings', or the package installer's own).
+    pub network: NetworkMode,
+    /// The session's package layer, bound read-only at [`crate::packages::MOUNT`].
+    pub packages: Option<&'a Path>,
+    /// The size of the world's /tmp, when not derived from the workspace quota (the
+    /// package installer's: the package limit).
+    pub tmp_bytes: Option<u64>,
 }
 
 impl WorkerPolicy {
@@ -155,21 +166,29 @@ impl WorkerPolicy {
             unmasked_grants: true,
             ..host_view(inputs.runtime, &host_workspace, &host_tmp, inputs.grants)
         };
-        let host_env = worker_env(
+        let mut host_env = worker_env(
             &host_workspace,
             &host_tmp,
             &inputs.runtime.executable,
             inherited_env,
         );
+        let mut host_view = host_view;
+        if let Some(layer) = inputs.packages {
+            host_view.read_dirs.push(layer.to_path_buf());
+            host_env.push(packages_env(layer));
+        }
         let world = (settings.host_sandbox != SandboxMode::Off).then(|| {
             let plan = crate::sandbox::linux::world::plan(WorldSpec {
                 host: inputs.host,
                 runtime: inputs.runtime,
                 workspace: inputs.source,
                 grants: inputs.grants,
-                tmp_bytes: crate::sandbox::linux::world::tmp_bytes_for(
-                    inputs.quota_bytes.unwrap_or(settings.disk_limit_bytes),
-                ),
+                packages: inputs.packages,
+                tmp_bytes: inputs.tmp_bytes.unwrap_or_else(|| {
+                    crate::sandbox::linux::world::tmp_bytes_for(
+                        inputs.quota_bytes.unwrap_or(settings.disk_limit_bytes),
+                    )
+                }),
             });
             let mut env = worker_env(
                 &plan.view.workspace,
@@ -177,8 +196,11 @@ impl WorkerPolicy {
                 &inputs.runtime.executable,
                 inherited_env,
             );
-            if settings.network.proxied() {
+            if inputs.network.proxied() {
                 env.extend(crate::egress::proxy_env());
+            }
+            if inputs.packages.is_some() {
+                env.push(packages_env(Path::new(crate::packages::MOUNT)));
             }
             let quota_bytes = match inputs.source {
                 WorkspaceSource::Keeper { .. } => {
@@ -192,11 +214,12 @@ impl WorkerPolicy {
                 join: inputs.join,
                 env,
                 quota_bytes,
+                bounded_by: None,
             }
         });
         WorkerPolicy {
             mode: settings.host_sandbox,
-            network: settings.network,
+            network: inputs.network,
             python: inputs.runtime.executable.clone(),
             host_view,
             host_env,
@@ -260,6 +283,15 @@ pub fn host_view(
         ));
     }
     view
+}
+
+/// The variable that puts a package layer (its `current` generation) on the worker's
+/// `sys.path`.
+fn packages_env(layer: &Path) -> (String, String) {
+    (
+        crate::packages::ENV.to_string(),
+        layer.join("current").display().to_string(),
+    )
 }
 
 /// Variables that pass through from the server because they are not secrets and some
@@ -390,6 +422,9 @@ mod tests {
                 parent_pid: 42,
                 root_mount: Path::new("/data/root"),
                 join: None,
+                network: settings.network,
+                packages: None,
+                tmp_bytes: None,
             },
             &|_| None,
         )

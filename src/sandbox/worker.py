@@ -23,6 +23,15 @@ import sys
 import types
 
 _REQUESTS = os.fdopen(3, "rb", buffering=1 << 16)
+# The session's installed packages (a read-only layer the server switches to a new
+# generation after each install): on sys.path ahead of site-packages, so the set pip
+# resolved together is the one imported, but never ahead of the standard library.
+_PACKAGES = os.environ.get("WARDEN_PACKAGES")
+if _PACKAGES:
+    _at = next((i for i, p in enumerate(sys.path)
+                if p.endswith(("site-packages", "dist-packages"))), len(sys.path))
+    sys.path.insert(_at, _PACKAGES)
+    del _at
 _RESPONSE_FD = 4
 _WORKSPACE = os.getcwd()
 _MAX_REQUEST = 64 << 20
@@ -314,6 +323,9 @@ def _run(request, namespace, counter, held=None):
         response["error"] = _error("InputError", _safe_str(exc), "", cap)
         return response
 
+    if _PACKAGES:
+        # An install since the last call switched the layer: find its modules afresh.
+        sys.path_importer_cache.pop(_PACKAGES, None)
     if held is None:
         bodies, tail, exc = _compile(request["code"], "<cell %d>" % counter)
     else:

@@ -183,4 +183,48 @@ impl WardenServer {
         }
         result
     }
+
+    /// Under `SANDBOX_PACKAGES=ask`, the person's approval of an install: who approved
+    /// it, or the refusal to return. Nothing is asked for a list the session layer would
+    /// refuse anyway, nor under `allow` (`Ok(None)`).
+    pub(super) async fn consent_packages(
+        &self,
+        args: &crate::packages::InstallArgs,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Option<String>, crate::packages::InstallResult> {
+        let settings = self.sessions.settings();
+        if settings.packages.mode != crate::config::PackagesMode::Ask {
+            return Ok(None);
+        }
+        let session = args
+            .session
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        let refuse = |message: String| {
+            crate::packages::InstallResult::refused(
+                &session,
+                crate::execution::ErrorInfo::new("ConsentRefused", message),
+            )
+        };
+        let Ok(reqs) = crate::packages::requirements::parse_all(&args.packages) else {
+            return Ok(None);
+        };
+        let route = http::consent_route(self.stdio, ctx)
+            .map_err(|why| refuse(format!("refused without asking: {why}, and SANDBOX_PACKAGES=ask needs the person's approval")))?;
+        let pre_approval = "set SANDBOX_PACKAGES=allow";
+        let client_name = self.may_elicit(ctx, &route, pre_approval).map_err(refuse)?;
+        let list: Vec<String> = reqs.iter().map(|r| format!("    {}", r.text)).collect();
+        let from = match &settings.packages.wheelhouse {
+            Some(dir) => format!("the wheelhouse {}", dir.display()),
+            None => format!("the package index {}", settings.packages.index.url),
+        };
+        let question = format!(
+            "warden: the AI agent asks to install these Python packages (and their dependencies) for the sandbox of session \"{session}\":\n\n{}\n\nfrom {from}. They run inside the sandbox, under the same walls as the agent's own code.",
+            list.join("\n")
+        );
+        self.ask_person(ctx, question)
+            .await
+            .map(|_| Some(format!("user via elicitation ({client_name})")))
+            .map_err(refuse)
+    }
 }

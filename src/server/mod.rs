@@ -386,6 +386,39 @@ impl WardenServer {
     }
 
     #[tool(
+        description = include_str!("../../tools/install_packages.md"),
+        input_schema = schema::input::<crate::packages::InstallArgs>(),
+        output_schema = schema::output::<crate::packages::InstallResult>(),
+        annotations(
+            title = "Install Python packages for a session",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn install_packages(
+        &self,
+        Parameters(raw): Parameters<JsonObject>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let args: crate::packages::InstallArgs = match args::parse("install_packages", raw) {
+            Ok(a) => a,
+            Err(e) => return Ok(e.into_result()),
+        };
+        let approved_by = match self.consent_packages(&args, &ctx).await {
+            Ok(by) => by,
+            Err(refused) => return wrapped("install_packages", &refused, true),
+        };
+        let owner = self.owner(&ctx);
+        let result = self
+            .sessions
+            .install_packages(&owner, &args, approved_by)
+            .await;
+        wrapped("install_packages", &result, !result.ok)
+    }
+
+    #[tool(
         description = include_str!("../../tools/reset_session.md"),
         input_schema = schema::input::<ResetArgs>(),
         output_schema = schema::output::<ResetResult>(),

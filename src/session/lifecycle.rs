@@ -37,7 +37,7 @@ pub(super) enum Opened {
     /// A warm home with a frozen worker, from the pool.
     Warm(Box<Warm>),
     /// A new, empty home and its workspace's tracker; the worker starts at the first call.
-    Fresh(Home, Box<Tracker>),
+    Fresh(Box<Home>, Box<Tracker>),
 }
 
 impl SessionManager {
@@ -87,7 +87,7 @@ impl SessionManager {
             return self.insert(key, Opened::Warm(Box::new(warm)));
         }
         let (home, tracker) = self.make_home(key).await?;
-        self.insert(key, Opened::Fresh(home, Box::new(tracker)))
+        self.insert(key, Opened::Fresh(Box::new(home), Box::new(tracker)))
     }
 
     /// A new, empty home and its workspace's tracker, made on a blocking thread:
@@ -137,7 +137,7 @@ impl SessionManager {
             drop(sessions);
             match opened {
                 Opened::Warm(warm) => self.pool.put_back(*warm),
-                Opened::Fresh(home, _) => self.close_home_later(home),
+                Opened::Fresh(home, _) => self.close_home_later(*home),
             }
             return outcome;
         }
@@ -152,7 +152,7 @@ impl SessionManager {
                 } = *warm;
                 (home, Some(LiveWorker::new(worker, permit)), tracker)
             }
-            Opened::Fresh(home, tracker) => (home, None, *tracker),
+            Opened::Fresh(home, tracker) => (*home, None, *tracker),
         };
         let session = Arc::new(Session::new(key, home, self.now_ms(), tracker));
         if let Some(live) = live

@@ -23,6 +23,7 @@ mod grants;
 mod guard;
 mod keep;
 mod lifecycle;
+mod packages;
 mod run;
 mod workers;
 
@@ -75,6 +76,8 @@ pub enum SessionError {
     PreApproval { origin: String, error: GrantError },
     #[error(transparent)]
     NeverGrant(#[from] crate::grants::rules::RulesError),
+    #[error("{setting}: {error}")]
+    Packages { setting: String, error: GrantError },
 }
 
 pub struct SessionManager {
@@ -119,6 +122,9 @@ pub struct SessionManager {
     egress: Option<Arc<crate::egress::Egress>>,
     /// One inotify instance for every session's workspace tracker.
     watcher: Arc<crate::workspace::Watcher>,
+    /// What the package installer reads besides the runtime (`SANDBOX_WHEELHOUSE`,
+    /// `SANDBOX_PACKAGE_CA`), as read-only grants.
+    package_grants: Vec<Grant>,
 }
 
 /// A page of workspace files: (session, raw path, size).
@@ -162,6 +168,8 @@ pub struct Session {
     tracker: Mutex<crate::workspace::Tracker>,
     /// Modules nobody judged that this session's code imported (`warden://settings`).
     unjudged: Mutex<guard::UnjudgedSeen>,
+    /// What its package layer was last built from (`install_packages`).
+    packages: Mutex<Vec<crate::packages::Requirement>>,
 }
 
 #[derive(Default)]
@@ -254,6 +262,7 @@ impl SessionManager {
         let grant_walls = enforcement.grant_walls;
         let (operator_grants, dropped_grants) =
             grants::operator_grants(pre_approved, &forbidden, in_world, grant_walls)?;
+        let package_grants = packages::installer_grants(&settings, &forbidden, grant_walls)?;
         // One warm pool for every backend; its size depends on what a warm worker is
         // (SANDBOX_POOL_SIZE for containers when set, else SANDBOX_WARM_WORKERS).
         let warm_target = settings.warm_target(resolution.backend.kind());
@@ -299,6 +308,7 @@ impl SessionManager {
             audit,
             egress,
             watcher,
+            package_grants,
         };
         if let Some(why) = &manager.fallback
             && manager.settings.host_sandbox == crate::config::SandboxMode::Require

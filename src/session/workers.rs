@@ -89,6 +89,7 @@ impl Session {
             running: std::sync::Mutex::new(None),
             tracker: std::sync::Mutex::new(tracker),
             unjudged: std::sync::Mutex::new(super::guard::UnjudgedSeen::default()),
+            packages: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -150,7 +151,7 @@ impl SessionManager {
 
     /// A place in the budget for one more worker: free room, else a shed warm worker's,
     /// else the least recently used idle session's.
-    async fn make_room(&self, session: &Session) -> Result<Permit, ErrorInfo> {
+    pub(super) async fn make_room(&self, session: &Session) -> Result<Permit, ErrorInfo> {
         for _ in 0..ROOM_ROUNDS {
             if let Some(permit) = self.budget.try_acquire() {
                 return Ok(permit);

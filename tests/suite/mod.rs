@@ -15,6 +15,8 @@ pub mod guard_mcp;
 pub mod http;
 pub mod lifecycle;
 pub mod mcp;
+pub mod netorigin;
+pub mod packages;
 pub mod quota;
 pub mod reaping;
 pub mod redteam;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::backend::{
-    Backend, BackendError, BackendKind, Enforcement, StartError, Worker, WorkerSpec,
+    Backend, BackendError, BackendKind, Enforcement, InstallerSpec, StartError, Worker, WorkerSpec,
 };
 use crate::config::{SandboxMode, Settings};
 use crate::sandbox::platform::{HostOs, host_capabilities};
@@ -31,6 +31,8 @@ pub struct HostSlot {
     pub run_as: Option<RunAs>,
     /// The session's workspace (and /tmp): what its worlds bind.
     pub workspace: Workspace,
+    /// The session's installed packages, bound read-only into its worlds.
+    pub layer: crate::packages::layer::Layer,
 }
 
 impl HostSlot {
@@ -132,9 +134,100 @@ impl HostBackend {
                 parent_pid: std::process::id() as i32,
                 root_mount: self.store.root_mount(),
                 join,
+                network: self.settings.network,
+                packages: Some(slot.layer.root()),
+                tmp_bytes: None,
             },
             &|name| std::env::var(name).ok(),
         )
+    }
+
+    /// The package installer's policy: the stage as its workspace, the installer's
+    /// read-only inputs as grants, its own network (the index through its own proxy, or
+    /// none), a /tmp of the package limit; no keeper namespaces to join.
+    fn installer_policy(&self, slot: &HostSlot, spec: &InstallerSpec<'_>) -> WorkerPolicy {
+        let source = crate::sandbox::linux::world::WorkspaceSource::HostDirs {
+            workspace: spec.stage.to_path_buf(),
+            tmp: spec.stage.join(".tmp"),
+        };
+        WorkerPolicy::build(
+            &PolicyInputs {
+                settings: &self.settings,
+                runtime: &self.runtime,
+                host: self.store.host_layout(),
+                source: &source,
+                quota_bytes: None,
+                run_as: slot.run_as,
+                grants: spec.grants,
+                parent_pid: std::process::id() as i32,
+                root_mount: self.store.root_mount(),
+                join: None,
+                network: if spec.egress.is_some() {
+                    crate::config::NetworkMode::Proxy
+                } else {
+                    crate::config::NetworkMode::Deny
+                },
+                packages: None,
+                tmp_bytes: Some(spec.tmp_bytes),
+            },
+            &|name| std::env::var(name).ok(),
+        )
+    }
+
+    /// Starts the package installer of a session: a worker under the same walls whose
+    /// only way out is `spec.egress`.
+    ///
+    /// # Errors
+    /// As [`Backend::start_worker`].
+    pub async fn start_installer(
+        &self,
+        slot: &HostSlot,
+        spec: &InstallerSpec<'_>,
+    ) -> Result<Worker, StartError> {
+        let mut policy = self.installer_policy(slot, spec);
+        if let Some(world) = &mut policy.world {
+            world.bounded_by = Some(format!(
+                "the installer downloads at most SANDBOX_PACKAGE_LIMIT through its proxy (or copies the operator's wheelhouse), and \
+                 pip installs into a /tmp of {} bytes",
+                spec.tmp_bytes
+            ));
+        }
+        let fds = Vec::new();
+        self.spawn_with_egress(&mut policy, fds, spec.egress.as_ref())
+            .await
+    }
+
+    /// Spawns a worker for `policy` and, with an egress proxy and a world, serves the
+    /// endpoint the world hands over.
+    async fn spawn_with_egress(
+        &self,
+        policy: &mut WorkerPolicy,
+        mut fds: Vec<std::os::fd::BorrowedFd<'_>>,
+        egress: Option<&Arc<crate::egress::Egress>>,
+    ) -> Result<Worker, StartError> {
+        let bridge = match (egress, &policy.world) {
+            (Some(_), Some(_)) => Some(std::os::unix::net::UnixStream::pair()?),
+            _ => None,
+        };
+        if let Some((_, theirs)) = &bridge {
+            policy.egress_fd = Some(spawn::inherited_fd(fds.len()));
+            fds.push(std::os::fd::AsFd::as_fd(theirs));
+        }
+        let mut worker = spawn::spawn(policy, &fds).await?;
+        drop(fds);
+        if let (Some(egress), Some((ours, theirs))) = (egress, bridge) {
+            drop(theirs);
+            if let Some(listener) = spawn::receive_endpoint(&ours)? {
+                worker.attach_egress(egress.serve(listener)?);
+            }
+        }
+        #[allow(irrefutable_let_patterns)]
+        if let crate::backend::ExitWitness::HostPid(pid) = worker.exit_witness()
+            && let Ok(pid) = u32::try_from(pid)
+        {
+            crate::instances::record_process(&self.instance_dir, pid);
+        }
+        Ok(worker)
     }
 
     /// What a grant may never cover: what the interpreter loads and the programs the
@@ -173,8 +266,27 @@ impl Backend for HostBackend {
         let run_as = self.allocate_uid()?;
         match self.store.create(run_as) {
             Ok(workspace) => {
+                let root = self.instance_dir.join("pkg").join(&workspace.id);
+                let layer = match crate::packages::layer::Layer::create(&root) {
+                    Ok(layer) => layer,
+                    Err(e) => {
+                        let _ = self.store.remove(&workspace);
+                        self.release(run_as);
+                        return Err(std::io::Error::new(
+                            e.kind(),
+                            format!("the session's package layer {}: {e}", root.display()),
+                        ));
+                    }
+                };
                 let paths = workspace.paths.clone();
-                Ok((HostSlot { run_as, workspace }, paths))
+                Ok((
+                    HostSlot {
+                        run_as,
+                        workspace,
+                        layer,
+                    },
+                    paths,
+                ))
             }
             Err(e) => {
                 self.release(run_as);
@@ -192,7 +304,8 @@ impl Backend for HostBackend {
     /// Deletes the session's workspace and frees its uid for a later session.
     fn close_session(&self, slot: &HostSlot) -> Result<(), String> {
         self.release(slot.run_as);
-        self.store.remove(&slot.workspace)
+        let layer = slot.layer.remove();
+        self.store.remove(&slot.workspace).and(layer)
     }
 
     /// Starts a worker confined to the session's paths and grants.
@@ -201,31 +314,10 @@ impl Backend for HostBackend {
         slot: &HostSlot,
         spec: &WorkerSpec<'_>,
     ) -> Result<Worker, StartError> {
-        let (_, mut fds) = self.store.join();
+        let (_, fds) = self.store.join();
         let mut policy = self.policy_for(slot, spec.grants);
-        let bridge = match (&self.egress, &policy.world) {
-            (Some(_), Some(_)) => Some(std::os::unix::net::UnixStream::pair()?),
-            _ => None,
-        };
-        if let Some((_, theirs)) = &bridge {
-            policy.egress_fd = Some(spawn::inherited_fd(fds.len()));
-            fds.push(std::os::fd::AsFd::as_fd(theirs));
-        }
-        let mut worker = spawn::spawn(&policy, &fds).await?;
-        drop(fds);
-        if let (Some(egress), Some((ours, theirs))) = (&self.egress, bridge) {
-            drop(theirs);
-            if let Some(listener) = spawn::receive_endpoint(&ours)? {
-                worker.attach_egress(egress.serve(listener)?);
-            }
-        }
-        #[allow(irrefutable_let_patterns)]
-        if let crate::backend::ExitWitness::HostPid(pid) = worker.exit_witness()
-            && let Ok(pid) = u32::try_from(pid)
-        {
-            crate::instances::record_process(&self.instance_dir, pid);
-        }
-        Ok(worker)
+        self.spawn_with_egress(&mut policy, fds, self.egress.as_ref())
+            .await
     }
 
     fn enforcement(&self) -> Enforcement {

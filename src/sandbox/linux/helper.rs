@@ -283,6 +283,10 @@ fn enter_world(
          minimal /dev and its own /proc; nothing else of the host exists",
     );
     match world.quota_bytes {
+        _ if world.bounded_by.is_some() => walls.enforced(
+            "disk_quota",
+            world.bounded_by.clone().unwrap_or_default(),
+        ),
         Some(bytes) => walls.enforced(
             "disk_quota",
             format!(

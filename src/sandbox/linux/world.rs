@@ -219,6 +219,9 @@ pub struct WorldSpec<'a> {
     pub runtime: &'a PythonRuntime,
     pub workspace: &'a WorkspaceSource,
     pub grants: &'a [Grant],
+    /// The session's package layer, bound read-only (and executable) at
+    /// [`crate::packages::MOUNT`].
+    pub packages: Option<&'a Path>,
     /// The size of the worker's private /tmp.
     pub tmp_bytes: u64,
 }
@@ -318,6 +321,17 @@ pub fn plan(spec: WorldSpec<'_>) -> WorldPlan {
         });
         view.read_dirs.push(dir.clone());
     }
+    // The session's installed packages: read-only, executable (C extensions are mapped
+    // from there), a directory of warden's own.
+    if let Some(layer) = spec.packages {
+        steps.push(MountStep::Bind {
+            source: layer.to_path_buf(),
+            target: crate::packages::MOUNT.into(),
+            kind: Kind::Dir,
+            mode: BindMode::Runtime,
+        });
+        view.read_dirs.push(crate::packages::MOUNT.into());
+    }
     // A minimal /dev: the host's own nodes bound onto files of a small tmpfs (a user
     // namespace cannot mknod), and the usual links to /proc/self/fd.
     steps.push(MountStep::Tmpfs {
@@ -416,6 +430,7 @@ pub fn reserved_in_world(path: &Path) -> Option<&'static str> {
         ("/proc", "the worker's /proc"),
         ("/dev", "the worker's /dev"),
         ("/usr", "the read-only runtime"),
+        (crate::packages::MOUNT, "the installed packages"),
     ] {
         if path.starts_with(place) {
             return Some(what);
@@ -495,6 +510,7 @@ mod tests {
             runtime: &runtime(),
             workspace: &ws,
             grants: &[],
+            packages: None,
             tmp_bytes: 1 << 20,
         });
         assert_eq!(
@@ -574,6 +590,7 @@ mod tests {
                 runtime: &runtime(),
                 workspace: &ws,
                 grants: &[],
+                packages: None,
                 tmp_bytes: 64 << 20,
             });
             assert!(plan.steps.contains(&MountStep::Tmpfs {
@@ -598,6 +615,7 @@ mod tests {
             runtime: &runtime(),
             workspace: &ws,
             grants: &grants,
+            packages: None,
             tmp_bytes: 1 << 20,
         });
         let binds: Vec<(String, bool)> = plan
@@ -642,6 +660,7 @@ mod tests {
             runtime: &runtime,
             workspace: &ws,
             grants: &[],
+            packages: None,
             tmp_bytes: 1 << 20,
         });
         let t = targets(&plan);
