@@ -318,12 +318,13 @@ impl AnyBackend {
         match (self, slot) {
             (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.start_installer(slot, spec).await,
             #[cfg(feature = "docker")]
-            _ => Err(StartError::Refused {
-                wall: "packages".into(),
-                message: "install_packages runs with the host backend only: this server's \
-                          workers are Docker containers"
-                    .into(),
-            }),
+            (AnyBackend::Docker(b), SessionSlot::Docker(slot)) => {
+                b.start_installer(slot, spec).await
+            }
+            #[cfg(feature = "docker")]
+            _ => Err(StartError::Protocol(
+                "a session slot of another backend".into(),
+            )),
         }
     }
 
@@ -335,7 +336,7 @@ impl AnyBackend {
         match slot {
             SessionSlot::Host(slot) => Some((&slot.layer, slot.run_as.map(|r| (r.uid, r.gid)))),
             #[cfg(feature = "docker")]
-            SessionSlot::Docker(_) => None,
+            SessionSlot::Docker(slot) => slot.package_layer().map(|(l, user)| (l, Some(user))),
         }
     }
 

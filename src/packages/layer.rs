@@ -6,8 +6,9 @@
 //! tree or the new one, never a mix. The previous generation is removed after the
 //! switch (a running interpreter keeps what it already loaded).
 
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use crate::os::{create_dir, set_mode};
 
 /// The link to the generation in use.
 const CURRENT: &str = "current";
@@ -16,7 +17,7 @@ const MAX_DEPTH: usize = 128;
 const MAX_ENTRIES: u64 = 500_000;
 
 /// One session's layer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layer {
     root: PathBuf,
 }
@@ -30,20 +31,15 @@ impl Layer {
     /// The file system's refusal.
     pub fn create(root: &Path) -> std::io::Result<Layer> {
         if let Some(parent) = root.parent() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o711)
-                .create(parent)?;
+            create_dir(parent, 0o711, true)?;
         }
-        std::fs::DirBuilder::new().mode(0o755).create(root)?;
-        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755))?;
+        create_dir(root, 0o755, false)?;
+        set_mode(root, 0o755)?;
         let layer = Layer {
             root: root.to_path_buf(),
         };
-        std::fs::DirBuilder::new()
-            .mode(0o755)
-            .create(layer.generation_dir(0))?;
-        std::os::unix::fs::symlink("gen-0", root.join(CURRENT))?;
+        create_dir(&layer.generation_dir(0), 0o755, false)?;
+        relative_link("gen-0", &root.join(CURRENT))?;
         Ok(layer)
     }
 
@@ -78,10 +74,13 @@ impl Layer {
         if stage.exists() {
             std::fs::remove_dir_all(&stage)?;
         }
-        std::fs::DirBuilder::new().mode(0o700).create(&stage)?;
+        create_dir(&stage, 0o700, false)?;
+        #[cfg(unix)]
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::chown(&stage, Some(uid), Some(gid))?;
         }
+        #[cfg(not(unix))]
+        let _ = owner;
         Ok(stage)
     }
 
@@ -99,10 +98,10 @@ impl Layer {
             std::fs::remove_dir_all(&target)?;
         }
         std::fs::rename(site, &target)?;
-        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))?;
+        set_mode(&target, 0o755)?;
         let link = self.root.join(".current-next");
         let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(format!("gen-{new}"), &link)?;
+        relative_link(&format!("gen-{new}"), &link)?;
         std::fs::rename(&link, self.root.join(CURRENT))?;
         if let Err(e) = std::fs::remove_dir_all(self.generation_dir(old)) {
             tracing::warn!(error = %e, layer = %self.root.display(), "a previous package generation could not be removed");
@@ -132,6 +131,21 @@ impl Layer {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(format!("{}: {e}", self.root.display())),
         }
+    }
+}
+
+/// A symbolic link `at -> target` (relative, so that it resolves inside a world or a
+/// container as well as here). Package layers need them: Unix only.
+fn relative_link(target: &str, at: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    return std::os::unix::fs::symlink(target, at);
+    #[cfg(not(unix))]
+    {
+        let _ = (target, at);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "package layers are made on Unix servers only",
+        ))
     }
 }
 
@@ -173,11 +187,15 @@ pub fn tree_size(root: &Path) -> Option<u64> {
 pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     use sha2::Digest;
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
+    #[cfg(not(unix))]
+    if path.symlink_metadata()?.file_type().is_symlink() {
+        return Err(std::io::Error::other("a symbolic link"));
+    }
+    let mut file = options.open(path)?;
     if !file.metadata()?.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }

@@ -138,6 +138,10 @@ impl Plan {
     collector = logging.getLogger("pip._internal.index.collector")
     collector.setLevel(logging.DEBUG)
     collector.addHandler(_Unfetched())
+    # pip's user agent describes the machine (reading /etc files the sandbox hides): the
+    # index learns nothing of it.
+    import pip._internal.network.session as session
+    session.user_agent = lambda: "pip (warden installer)"
     from pip._internal.cli.main import main as pip
     for code, args in zip((10, 20), steps):
         try:

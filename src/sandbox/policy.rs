@@ -117,11 +117,14 @@ const SYSTEM_READ_DIRS: &[&str] = &[
 
 /// Single system files the runtime reads; nothing else under /etc (no passwd, no hosts).
 /// Debian's matplotlib reads its defaults from `/etc/matplotlibrc` and fails to import
-/// without them (the host world binds the same file).
+/// without them (the host world binds the same file). `mimetypes` reads
+/// `/etc/mime.types` when it exists, and fails on a file it sees but may not read (a
+/// container has it; the host world does not).
 const SYSTEM_READ_FILES: &[&str] = &[
     "/etc/ld.so.cache",
     "/etc/localtime",
     "/etc/matplotlibrc",
+    "/etc/mime.types",
     "/dev/urandom",
 ];
 

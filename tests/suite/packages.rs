@@ -345,3 +345,50 @@ async fn a_wheelhouse_needs_no_network_and_the_operator_decides() {
         h.stop().await;
     }
 }
+
+/// The Docker backend does the same: the installer is a container of the image (pip
+/// picks wheels for the image's interpreter) whose only endpoint is its own proxy, and
+/// the session's container binds the layer read-only.
+#[tokio::test]
+async fn docker_containers_install_through_the_proxy_and_bind_the_layer_read_only() {
+    if !super::docker::docker_ready() {
+        return;
+    }
+    let index = start_index();
+    let url = format!("https://index.test:{PORT}/simple");
+    let resolve = format!("index.test={}", index.addr);
+    let ca = index_dir().join("ca.pem").display().to_string();
+    let env = super::docker::docker_env(&[
+        ("SANDBOX_PACKAGE_INDEX", &url),
+        ("SANDBOX_EGRESS_RESOLVE", &resolve),
+        ("SANDBOX_PACKAGE_CA", &ca),
+    ]);
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let h = Server::start_as(As::Root, Net::Host, &pairs).await;
+    let v = install(&h, "d", &["wtiny", "wfast"]).await;
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(
+        index
+            .requests()
+            .iter()
+            .any(|r| r.starts_with("GET /simple/wfast/")),
+        "{:?}",
+        index.requests()
+    );
+    let r = h
+        .run(
+            "d",
+            "import wtiny, wfast\nprint(wtiny.VALUE, wfast.add(2, 3))\ntry:\n    open('/packages/current/wtiny/__init__.py', 'w')\n    print('wrote')\nexcept OSError as e:\n    print('refused', e.errno)",
+        )
+        .await;
+    assert_eq!(stdout(&r), "42 5\nrefused 30\n", "{r}");
+    // pip's install step reads the image's /etc/mime.types, and so can the code.
+    let r = h
+        .run(
+            "d",
+            "import mimetypes\nprint(mimetypes.guess_type('a.csv')[0])",
+        )
+        .await;
+    assert_eq!(stdout(&r), "text/csv\n", "{r}");
+    h.stop().await;
+}

@@ -516,7 +516,8 @@ fn entries(dir: &Path) -> Vec<String> {
 }
 
 /// Item 1 of #8, seen from the host: the worker's root (`/proc/PID/root`) holds only
-/// the runtime, `/workspace`, `/tmp`, a `/dev` of five nodes (and the usual links to
+/// the runtime, `/workspace`, `/tmp`, the session's installed packages (read-only), a
+/// `/dev` of five nodes (and the usual links to
 /// `/proc/self/fd`), the loader's and time zone's
 /// files of `/etc` and its own `/proc`; its mount table shows the runtime read-only,
 /// `/workspace` and `/tmp` as size-capped tmpfs, and no sysfs. The result reports the
@@ -531,6 +532,7 @@ async fn the_world_as_the_host_sees_it_holds_only_the_runtime_and_the_session() 
         "lib32",
         "lib64",
         "libx32",
+        "packages",
         "proc",
         "sbin",
         "tmp",
@@ -626,7 +628,7 @@ async fn the_world_as_the_host_sees_it_holds_only_the_runtime_and_the_session() 
                 !point.starts_with("/home") && !point.starts_with("/root") && point != "/sys",
                 "{who:?}: {point} mounted: {mountinfo}"
             );
-            if point == "/usr" || point == "/" {
+            if point == "/usr" || point == "/" || point == "/packages" {
                 assert!(
                     opts.split(',').any(|o| o == "ro"),
                     "{who:?}: {point} {opts}"

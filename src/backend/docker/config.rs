@@ -81,6 +81,8 @@ pub struct ContainerPlan<'a> {
     pub pids_limit: u64,
     pub tmp_bytes: u64,
     pub network: NetworkMode,
+    /// The session's package layer, bound read-only at [`crate::packages::MOUNT`].
+    pub packages: Option<&'a Path>,
 }
 
 fn bind(source: &Path, target: &str, read_only: bool) -> Mount {
@@ -128,6 +130,9 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         .into_iter()
         .collect();
     mounts.push(bind(plan.workspace, WORKSPACE, false));
+    if let Some(layer) = plan.packages {
+        mounts.push(bind(layer, crate::packages::MOUNT, true));
+    }
     for g in plan.grants {
         let target = g.path.display().to_string();
         mounts.push(bind(&g.path, &target, g.access == Access::Read));
@@ -520,6 +525,7 @@ mod tests {
             pids_limit: 256,
             tmp_bytes: 64 << 20,
             network: NetworkMode::Deny,
+            packages: None,
         })
     }
 
@@ -604,6 +610,7 @@ mod tests {
             pids_limit: 256,
             tmp_bytes: 64 << 20,
             network: NetworkMode::Deny,
+            packages: None,
         });
         validate_container_config(&cfg, &no_sockets).unwrap();
         let mounts = cfg.host_config.as_ref().unwrap().mounts.clone().unwrap();

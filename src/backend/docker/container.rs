@@ -522,6 +522,7 @@ mod tests {
                 pids_limit: 64,
                 tmp_bytes: 1 << 20,
                 network: crate::config::NetworkMode::Deny,
+                packages: None,
             });
             let Err(err) = start(&docker, cfg, "warden-test", b"{}").await else {
                 panic!("{bad} was accepted")

@@ -73,6 +73,31 @@ pub struct DockerSlot {
     dir: PathBuf,
     workspace: PathBuf,
     user: (u32, u32),
+    /// The session's installed packages, bound read-only at [`crate::packages::MOUNT`]
+    /// (`None` where layers cannot be made: a server that is not on Unix).
+    layer: Option<crate::packages::layer::Layer>,
+}
+
+impl DockerSlot {
+    /// The session's package layer and the container user its installer runs as.
+    pub fn package_layer(&self) -> Option<(&crate::packages::layer::Layer, (u32, u32))> {
+        self.layer.as_ref().map(|l| (l, self.user))
+    }
+}
+
+/// One container to start: whose, with what, reaching what.
+struct Run<'a> {
+    /// "pool", "session" or "installer".
+    role: &'a str,
+    workspace: &'a Path,
+    user: (u32, u32),
+    grants: &'a [Grant],
+    network: crate::config::NetworkMode,
+    /// The package layer to bind read-only.
+    packages: Option<&'a Path>,
+    tmp_bytes: u64,
+    /// The proxy its endpoint is served by, when its network is proxied.
+    egress: Option<&'a Arc<crate::egress::Egress>>,
 }
 
 /// Why the Docker backend could not be used; the server falls back to the host backend
@@ -187,6 +212,34 @@ fn causes(e: &dyn std::error::Error) -> String {
 }
 
 impl DockerBackend {
+    /// Starts a session's package installer: a container of the same image (so pip
+    /// picks the wheels its interpreter loads) on the install's stage, with the
+    /// installer's own proxy or no network.
+    ///
+    /// # Errors
+    /// As [`Backend::start_worker`].
+    pub async fn start_installer(
+        &self,
+        slot: &DockerSlot,
+        spec: &crate::backend::InstallerSpec<'_>,
+    ) -> Result<Worker, StartError> {
+        let run = Run {
+            role: "installer",
+            workspace: spec.stage,
+            user: slot.user,
+            grants: spec.grants,
+            network: if spec.egress.is_some() {
+                crate::config::NetworkMode::Proxy
+            } else {
+                crate::config::NetworkMode::Deny
+            },
+            packages: None,
+            tmp_bytes: spec.tmp_bytes,
+            egress: spec.egress.as_ref(),
+        };
+        self.inner.start_container(&run).await
+    }
+
     /// Connects to the engine, checks the image, asks it where its Python is, reaps the
     /// containers of dead warden instances and starts the warm pool.
     pub async fn new(
@@ -291,18 +344,26 @@ impl Inner {
     /// is the world), Landlock and seccomp by the container's paths, the grants at their
     /// own paths. Always best-effort inside: the container's own walls stand whatever the
     /// kernel lets the helper add.
-    fn policy(&self, grants: &[Grant]) -> WorkerPolicy {
+    fn policy(&self, run: &Run<'_>) -> WorkerPolicy {
         let (workspace, tmp) = (Path::new(WORKSPACE), Path::new("/tmp"));
         let s = &self.settings;
         let mut env = worker_env(workspace, tmp, &self.runtime.executable, &|_| None);
-        if s.network.proxied() {
+        if run.network.proxied() {
             env.extend(crate::egress::proxy_env());
+        }
+        let mut view = host_view(&self.runtime, workspace, tmp, run.grants);
+        if run.packages.is_some() {
+            view.read_dirs.push(crate::packages::MOUNT.into());
+            env.push((
+                crate::packages::ENV.to_string(),
+                format!("{}/current", crate::packages::MOUNT),
+            ));
         }
         WorkerPolicy {
             mode: SandboxMode::BestEffort,
-            network: s.network,
+            network: run.network,
             python: self.runtime.executable.clone(),
-            host_view: host_view(&self.runtime, workspace, tmp, grants),
+            host_view: view,
             host_env: env,
             world: None,
             run_as: None,
@@ -316,70 +377,77 @@ impl Inner {
             parent_pid: 0,
             egress_fd: None,
             // The server makes the endpoint in the container's namespace.
-            egress_outside: s.network.proxied(),
+            egress_outside: run.network.proxied(),
         }
     }
 
     fn plan<'a>(
         &'a self,
-        role: &'a str,
-        workspace: &'a Path,
-        user: (u32, u32),
+        run: &Run<'a>,
         grants: &'a [BoundGrant],
         empty_file: &'a Path,
     ) -> ContainerPlan<'a> {
         ContainerPlan {
             image: &self.settings.docker.image,
-            user,
+            user: run.user,
             owner: &self.owner,
-            role,
+            role: run.role,
             launcher: match &self.launcher {
                 Launcher::Bound(path) => Some(path.as_path()),
                 Launcher::Image { .. } => None,
             },
-            workspace,
+            workspace: run.workspace,
             grants,
             empty_file,
             memory_bytes: self.settings.mem_limit_bytes,
             pids_limit: self.settings.pids_limit,
-            tmp_bytes: self.settings.docker.tmp_size_bytes,
-            network: self.settings.network,
+            tmp_bytes: run.tmp_bytes,
+            network: run.network,
+            packages: run.packages,
         }
     }
 
-    /// Starts one worker container bound to the slot's workspace with `grants`, as the
-    /// slot's user.
-    async fn start_container(
-        &self,
-        role: &str,
-        slot: &DockerSlot,
-        grants: &[Grant],
-    ) -> Result<Worker, StartError> {
+    /// A session's worker container: its workspace, grants, network and packages.
+    fn session_run<'a>(
+        &'a self,
+        role: &'a str,
+        slot: &'a DockerSlot,
+        grants: &'a [Grant],
+    ) -> Run<'a> {
+        Run {
+            role,
+            workspace: &slot.workspace,
+            user: slot.user,
+            grants,
+            network: self.settings.network,
+            packages: slot.layer.as_ref().map(|l| l.root()),
+            tmp_bytes: self.settings.docker.tmp_size_bytes,
+            egress: self.egress.as_ref(),
+        }
+    }
+
+    /// Starts one worker container as `run` describes.
+    async fn start_container(&self, run: &Run<'_>) -> Result<Worker, StartError> {
         let closing = || self.closing.load(std::sync::atomic::Ordering::Acquire);
         let shutting_down = || StartError::Engine("the server is shutting down".into());
         if closing() {
             return Err(shutting_down());
         }
         let empty_file = self.instance_dir.join(EMPTY_FILE);
-        let bound = bind_grants(grants, &empty_file)?;
-        let config = config::container_config(&self.plan(
-            role,
-            &slot.workspace,
-            slot.user,
-            &bound,
-            &empty_file,
-        ));
-        let policy = serde_json::to_vec(&self.policy(grants))
+        let bound = bind_grants(run.grants, &empty_file)?;
+        let config = config::container_config(&self.plan(run, &bound, &empty_file));
+        let policy = serde_json::to_vec(&self.policy(run))
             .map_err(|e| StartError::Protocol(format!("policy: {e}")))?;
-        let name = container::container_name(&self.owner.instance, role);
+        let name = container::container_name(&self.owner.instance, run.role);
         let (channel, process, report) =
             container::start(&self.docker, config, &name, &policy).await?;
         if closing() {
             // Created while shutdown swept: dropping `process` removes it.
             return Err(shutting_down());
         }
-        let mut report = self.judge_report(report, &process, slot.user)?;
-        let link = self.bridge_egress(&process, &mut report).await?;
+        let mut report = self.judge_report(report, &process, run.user)?;
+        let egress = run.egress.filter(|_| run.network.proxied());
+        let link = self.bridge_egress(egress, &process, &mut report).await?;
         let mut worker = Worker::new(channel, WorkerProcessKind::Docker(process), report);
         if let Some(link) = link {
             worker.attach_egress(link);
@@ -392,14 +460,11 @@ impl Inner {
     /// A container the proxy cannot reach is refused (dropping it removes it).
     async fn bridge_egress(
         &self,
+        egress: Option<&Arc<crate::egress::Egress>>,
         process: &container::DockerProcess,
         report: &mut SandboxReport,
     ) -> Result<Option<crate::egress::Link>, StartError> {
-        let Some(egress) = self
-            .egress
-            .as_ref()
-            .filter(|_| self.settings.network.proxied())
-        else {
+        let Some(egress) = egress else {
             return Ok(None);
         };
         let refuse = |message: String| StartError::Refused {
@@ -646,10 +711,20 @@ impl Backend for DockerBackend {
         let paths = SessionPaths {
             workspace: workspace.clone(),
         };
+        let layer = match crate::packages::layer::Layer::create(&dir.join("packages")) {
+            Ok(layer) => Some(layer),
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => None,
+            Err(e) => {
+                inner.users.release(user);
+                let _ = std::fs::remove_dir_all(dir);
+                return Err(e);
+            }
+        };
         let slot = DockerSlot {
             dir: dir.to_path_buf(),
             workspace,
             user,
+            layer,
         };
         Ok((slot, paths))
     }
@@ -661,8 +736,9 @@ impl Backend for DockerBackend {
         slot: &DockerSlot,
         spec: &WorkerSpec<'_>,
     ) -> Result<Worker, StartError> {
-        self.inner
-            .start_container("session", slot, spec.grants)
+        let inner = &self.inner;
+        inner
+            .start_container(&inner.session_run("session", slot, spec.grants))
             .await
     }
 

@@ -71,7 +71,17 @@ async fn query_in(
     };
     let marked = std::fs::write(dir.join(MARKER), &nonce);
     let empty_file = inner.instance_dir.join(super::EMPTY_FILE);
-    let mut cfg = config::container_config(&inner.plan("query", &dir, user, &[], &empty_file));
+    let run = super::Run {
+        role: "query",
+        workspace: &dir,
+        user,
+        grants: &[],
+        network: crate::config::NetworkMode::Deny,
+        packages: None,
+        tmp_bytes: inner.settings.docker.tmp_size_bytes,
+        egress: None,
+    };
+    let mut cfg = config::container_config(&inner.plan(&run, &[], &empty_file));
     cfg.cmd = Some(vec![super::route::QUERY_SUBCOMMAND.to_string()]);
     cfg.open_stdin = Some(false);
     cfg.stdin_once = Some(false);
