@@ -60,6 +60,11 @@ impl Layer {
             .unwrap_or(0)
     }
 
+    /// The directory of the generation in use (not the link to it).
+    pub fn current_dir(&self) -> PathBuf {
+        self.generation_dir(self.current())
+    }
+
     fn generation_dir(&self, n: u64) -> PathBuf {
         self.root.join(format!("gen-{n}"))
     }

@@ -406,11 +406,23 @@ impl WardenServer {
             Ok(a) => a,
             Err(e) => return Ok(e.into_result()),
         };
+        let owner = self.owner(&ctx);
         let approved_by = match self.consent_packages(&args, &ctx).await {
             Ok(by) => by,
-            Err(refused) => return wrapped("install_packages", &refused, true),
+            Err(mut refused) => {
+                let key = SessionKey::new(&owner, &refused.session);
+                let event = crate::audit::AuditEvent {
+                    detail: format!("{}: {}", args.packages.join(" "), refused.message),
+                    ..crate::audit::AuditEvent::now(&key.to_string(), "packages", "refused")
+                };
+                if let Err(e) = self.sessions.audit().record(event) {
+                    refused
+                        .warnings
+                        .push(format!("the refusal could not be audited: {e}"));
+                }
+                return wrapped("install_packages", &refused, true);
+            }
         };
-        let owner = self.owner(&ctx);
         let result = self
             .sessions
             .install_packages(&owner, &args, approved_by)

@@ -229,11 +229,30 @@ impl SessionManager {
         });
         let backend = self.backend.clone();
         let closing = session.clone();
-        let quota = self.settings.disk_limit_bytes;
-        let (kept, removed) = tokio::task::spawn_blocking(move || {
+        let (quota, package_limit) = (
+            self.settings.disk_limit_bytes,
+            self.settings.packages.limit_bytes,
+        );
+        let (kept, packages, removed) = tokio::task::spawn_blocking(move || {
             let kept = keep
-                .map(|to| super::keep::copy_workspace(&closing.home.paths.workspace, &to, quota));
-            (kept, backend.close_session(&closing.home.slot))
+                .as_ref()
+                .map(|to| super::keep::copy_workspace(&closing.home.paths.workspace, to, quota));
+            // The installed packages stay with the kept workspace, beside it.
+            let layer = backend.package_layer(&closing.home.slot).map(|(l, _)| l);
+            let packages = match (&kept, keep, layer) {
+                (Some(Ok(_)), Some(to), Some(layer)) if layer.current() > 0 => {
+                    let mut beside = to.into_os_string();
+                    beside.push("-packages");
+                    let beside = std::path::PathBuf::from(beside);
+                    Some(super::keep::copy_workspace(
+                        &layer.current_dir(),
+                        &beside,
+                        package_limit,
+                    ))
+                }
+                _ => None,
+            };
+            (kept, packages, backend.close_session(&closing.home.slot))
         })
         .await
         .map_err(|e| format!("the closing task failed: {e}"))?;
@@ -242,6 +261,9 @@ impl SessionManager {
         }
         if let Some(kept) = kept {
             self.record_keep(session, kept);
+        }
+        if let Some(packages) = packages {
+            self.record_keep(session, packages);
         }
         removed
     }

@@ -129,17 +129,26 @@ async fn a_session_runs_in_a_hardened_container_of_its_own() {
             u == g && u.parse::<u32>().unwrap() >= 1_000_000_000,
             "{user}"
         );
-        let sources: Vec<&str> = c["Mounts"]
+        let binds: Vec<&Value> = c["Mounts"]
             .as_array()
             .unwrap()
             .iter()
             .filter(|m| m["Type"] == "bind")
+            .collect();
+        let sources: Vec<&str> = binds
+            .iter()
             .map(|m| m["Source"].as_str().unwrap())
             .collect();
         assert_eq!(
             sources.len(),
-            2,
-            "the binary and the workspace only: {sources:?}"
+            3,
+            "the binary, the workspace and the package layer only: {sources:?}"
+        );
+        assert!(
+            binds
+                .iter()
+                .any(|m| m["Destination"] == "/packages" && m["RW"] == false),
+            "the package layer is read-only: {binds:?}"
         );
         assert!(!sources.iter().any(|s| s.contains("docker.sock")));
     }
@@ -1045,10 +1054,11 @@ async fn a_package_from_a_local_wheel_directory_is_importable_in_the_container()
 /// The image-launcher route, run on this Linux machine (`SANDBOX_LAUNCHER=image` forces
 /// it; a server on macOS or Windows, or with a remote engine, takes it by itself): an
 /// image carrying this build's warden as its launcher (`--launcher`, one layer on the
-/// base image), containers that bind nothing of this machine but the workspace, and the
+/// base image), containers that bind nothing of this machine but the workspace and the
+/// read-only package layer, and the
 /// same walls and freezing as with the bound binary (`selftest`: every probe blocked).
 #[tokio::test]
-async fn with_the_images_launcher_nothing_of_the_host_but_the_workspace_is_bound() {
+async fn with_the_images_launcher_only_the_workspace_and_the_packages_are_bound() {
     if !docker_ready() {
         return;
     }
@@ -1072,8 +1082,14 @@ async fn with_the_images_launcher_nothing_of_the_host_but_the_workspace_is_bound
     let ids = containers_of(server.pid);
     assert_eq!(ids.len(), 1, "{ids:?}");
     let mounts = inspect(&ids[0])["Mounts"].as_array().unwrap().clone();
-    assert_eq!(mounts.len(), 1, "the workspace only: {mounts:?}");
+    assert_eq!(
+        mounts.len(),
+        2,
+        "the workspace and the package layer only: {mounts:?}"
+    );
     assert_eq!(mounts[0]["Destination"], "/workspace", "{mounts:?}");
+    assert_eq!(mounts[1]["Destination"], "/packages", "{mounts:?}");
+    assert_eq!(mounts[1]["RW"], false, "{mounts:?}");
     let settings = server.settings().await;
     let launcher = settings["resolved"]["docker_launcher"]
         .as_str()

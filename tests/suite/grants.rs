@@ -5,6 +5,7 @@
 //! mounts) is in [`reach`].
 
 mod hosts;
+mod packages;
 mod reach;
 
 use std::os::unix::fs::PermissionsExt;

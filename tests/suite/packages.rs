@@ -18,7 +18,7 @@ const PORT: u16 = 8443;
 
 /// The index tree (wheels, pages, CA, server certificate), built once per test run in a
 /// directory every test user can read.
-fn index_dir() -> &'static Path {
+pub fn index_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("warden-index-{}", std::process::id()));
@@ -319,8 +319,9 @@ async fn bad_installs_are_clear_errors_and_change_nothing() {
     h.stop().await;
 }
 
-/// `SANDBOX_WHEELHOUSE` installs with no network at all; `SANDBOX_PACKAGES=deny` refuses
-/// the tool, and `ask` refuses a client that cannot ask the user.
+/// `SANDBOX_WHEELHOUSE` installs with no network at all, and a kept workspace keeps its
+/// packages; `SANDBOX_PACKAGES=deny` refuses the tool, and `ask` refuses a client that
+/// cannot ask the user.
 #[tokio::test]
 async fn a_wheelhouse_needs_no_network_and_the_operator_decides() {
     let files = index_dir().join("files").display().to_string();
@@ -329,14 +330,25 @@ async fn a_wheelhouse_needs_no_network_and_the_operator_decides() {
         let h = Server::start_as(
             who,
             Net::Isolated,
-            &[("HOST_SANDBOX", "require"), ("SANDBOX_WHEELHOUSE", &files)],
+            &[
+                ("HOST_SANDBOX", "require"),
+                ("SANDBOX_WHEELHOUSE", &files),
+                ("SANDBOX_KEEP_WORKSPACES", "true"),
+            ],
         )
         .await;
         let v = install(&h, "w", &["wtiny"]).await;
         assert_eq!(v["ok"], true, "{context}: {v}");
         let r = h.run("w", "import wtiny\nprint(wtiny.VALUE)").await;
         assert_eq!(stdout(&r), "42\n", "{context}: {r}");
-        h.stop().await;
+        // A kept workspace keeps its packages beside it.
+        let data = h.stop().await;
+        let kept = super::find_files(&data.path().join("kept"), "__init__.py");
+        assert!(
+            kept.iter()
+                .any(|p| p.display().to_string().contains("-packages/wtiny/")),
+            "{context}: {kept:?}"
+        );
     }
     for (mode, kind) in [("deny", "PackagesDenied"), ("ask", "ConsentRefused")] {
         let h = Server::start(&[("SANDBOX_PACKAGES", mode), ("SANDBOX_WHEELHOUSE", &files)]).await;
