@@ -261,6 +261,89 @@ for fam, typ in [(socket.AF_UNIX, socket.SOCK_STREAM), (socket.AF_NETLINK, socke
     }
 }
 
+/// The bypasses a client library offers reach nothing: `NO_PROXY` (the code's own, `*`
+/// or the name) sends urllib straight out of a world that has no route; IPv6 spellings
+/// of loopback and IPv4-mapped addresses and a `CONNECT` to another port of an allowed
+/// name are refused by the proxy; a client that drips its request head one byte at a
+/// time holds nothing (another request is served meanwhile) and is cut when the head's
+/// window ends. Judged by the origin's log.
+#[tokio::test]
+async fn client_side_bypasses_and_slow_clients_get_nowhere() {
+    for who in both_modes() {
+        let context = format!("{who:?}");
+        let origin = Origin::start(b"secret".to_vec());
+        let server = proxied_server(who, "allow", &origin, &[("CODEGUARD", "off")]).await;
+        let port = origin.port;
+        let code = format!(
+            r#"import os, socket, threading, time, urllib.request
+def fetch(url):
+    try:
+        return urllib.request.urlopen(url, timeout=10).read().decode()
+    except Exception as e:
+        return str(getattr(e, "code", None) or type(e).__name__)
+for bypass in ["*", "origin.test", "127.0.0.1"]:
+    os.environ["no_proxy"] = os.environ["NO_PROXY"] = bypass
+    print("no_proxy", bypass, fetch("http://origin.test:{port}/a") if bypass != "127.0.0.1" else fetch("http://127.0.0.1:{port}/a"))
+os.environ["no_proxy"] = os.environ["NO_PROXY"] = ""
+for host in ["[::1]", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[0:0:0:0:0:ffff:127.0.0.1]", "[::127.0.0.1]"]:
+    print(host, fetch("http://%s:{port}/b" % host))
+def tunnel(target):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+    answer = s.recv(100).split(b" ")[1].decode()
+    s.close()
+    return answer
+print("connect other port", tunnel("origin.test:22"))
+drip = socket.create_connection(("127.0.0.1", 3128), timeout=60)
+def slowly():
+    try:
+        for b in b"GET http://origin.test:{port}/drip HTTP/1.1\r\n":
+            drip.send(bytes([b]))
+            time.sleep(0.5)
+    except OSError:
+        pass
+threading.Thread(target=slowly, daemon=True).start()
+print("meanwhile", fetch("http://origin.test:{port}/c"))
+try:
+    answer = drip.recv(100)
+except OSError as e:
+    answer = type(e).__name__.encode()
+print("drip cut", answer.split(b"\r\n")[0].decode())
+"#
+        );
+        // The head's window (30 s) is the event awaited: the call may take that long.
+        let r = server
+            .exec(serde_json::json!({"session": "b", "code": code, "timeout_s": 90}))
+            .await;
+        let out = stdout(&r);
+        for line in [
+            "no_proxy * URLError",
+            "no_proxy origin.test URLError",
+            "no_proxy 127.0.0.1 URLError",
+            "[::1] 403",
+            "[::ffff:127.0.0.1] 403",
+            "[::ffff:7f00:1] 403",
+            "[0:0:0:0:0:ffff:127.0.0.1] 403",
+            "[::127.0.0.1] 403",
+            "connect other port 403",
+            "meanwhile secret",
+            "drip cut HTTP/1.1 408 Request Timeout",
+        ] {
+            assert!(
+                out.lines().any(|l| l == line),
+                "{context}: no {line:?} in {r}"
+            );
+        }
+        let seen = origin.seen();
+        assert_eq!(
+            seen,
+            ["GET /c HTTP/1.1"],
+            "{context}: only the proxied fetch arrived"
+        );
+        server.stop().await;
+    }
+}
+
 /// SANDBOX_EGRESS_LIMIT cuts the connection that passes it, and the result says so; a
 /// request head over the proxy's limit gets 431.
 #[tokio::test]
