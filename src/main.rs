@@ -14,10 +14,13 @@ use warden::execution::ExecuteArgs;
 use warden::server::WardenServer;
 use warden::session::{PreApproval, SessionManager};
 
+/// The version and the commit it was built from (`build.rs`).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WARDEN_COMMIT"), ")");
+
 #[derive(Parser)]
 #[command(
     name = "warden",
-    version,
+    version = VERSION,
     about = "An MCP server that runs Python in a sandbox",
     after_help = "Every setting, with its default: `warden serve --help` or `warden settings`."
 )]
@@ -88,6 +91,10 @@ enum Command {
         #[arg(long)]
         human: bool,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff), e.g. `warden man > warden.1`.
+    Man,
 }
 
 fn main() -> ExitCode {
@@ -156,6 +163,22 @@ fn render_error(e: &anyhow::Error) -> String {
 
 fn real_main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    // Generated from the command definitions; no setting is read.
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut command, "warden", &mut std::io::stdout());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Man => {
+            let command = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(command)
+                .render(&mut std::io::stdout())
+                .context("writing the manual page")?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
     let (settings, config, misspelt) = warden::config::load(&cli.set, std::env::vars())?;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -223,9 +246,11 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 .await
                 .map(|()| ExitCode::SUCCESS),
             Command::Selftest { human } => selftest(settings, human).await,
-            Command::Check { .. } | Command::AuditVerify { .. } | Command::Settings { .. } => {
-                Ok(ExitCode::SUCCESS)
-            }
+            Command::Check { .. }
+            | Command::AuditVerify { .. }
+            | Command::Settings { .. }
+            | Command::Completions { .. }
+            | Command::Man => Ok(ExitCode::SUCCESS),
         }
     });
     // Whatever is still blocked (a stdin read) must not keep the process alive.

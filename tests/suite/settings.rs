@@ -256,3 +256,48 @@ async fn settings_come_from_the_file_and_flags_and_say_so() {
     assert_eq!(stdout(&r).len(), 4096, "the flag's 4k, not the file's 2k");
     server.stop().await;
 }
+
+/// `--version` names the commit the binary was built from; shell completions and the
+/// manual page come from the same command definitions, every subcommand in them.
+#[test]
+fn version_completions_and_the_manual_page() {
+    let out = |args: &[&str]| {
+        let o = std::process::Command::new(super::BIN)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let version = out(&["--version"]);
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    assert!(
+        version.starts_with(&format!("warden {} (", env!("CARGO_PKG_VERSION"))),
+        "{version}"
+    );
+    if let Some(head) = head {
+        assert!(
+            version.contains(&head),
+            "{version} is not built from {head}"
+        );
+    }
+    for shell in ["bash", "zsh", "fish"] {
+        let script = out(&["completions", shell]);
+        for sub in ["serve", "selftest", "audit-verify", "completions"] {
+            assert!(script.contains(sub), "{shell}: no {sub}");
+        }
+    }
+    let man = out(&["man"]);
+    assert!(man.contains(".TH warden 1"), "{man}");
+    assert!(man.contains("selftest"), "{man}");
+}
