@@ -1,8 +1,8 @@
 //! Settings: the one registry of every setting warden reads ([`REGISTRY`]: name, default,
-//! meaning), and their parsing. `warden serve --help`, the README's settings table and
-//! the `warden://settings` resource are all generated from the registry, so a setting
-//! cannot exist in one of them and not in the others (unit tests hold the README and the
-//! parser to it).
+//! meaning), and their parsing. `warden serve --help`, the book's settings chapter
+//! (docs/settings.md) and the `warden://settings` resource are all generated from the
+//! registry, so a setting cannot exist in one of them and not in the others (unit tests
+//! hold the chapter, the README's short table and the parser to it).
 //!
 //! A value comes from, strongest first: `--set NAME=VALUE` on the command line, the
 //! environment, the `[settings]` table of the config file, the registry's default.
@@ -12,7 +12,7 @@
 //!
 //! Adding a setting: one [`Spec`] row in [`REGISTRY`], one field in [`Settings`], one line
 //! in [`Settings::from_layers`] reading it through the [`Reader`] (which takes the default
-//! from the row), and the README table regenerated with `warden settings --markdown`.
+//! from the row), and docs/settings.md's table regenerated with `warden settings --markdown`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -63,7 +63,7 @@ const fn computed(name: &'static str, how: &'static str, doc: &'static str) -> S
     }
 }
 
-/// Every setting warden reads, in the order the README and `--help` show them.
+/// Every setting warden reads, in the order the settings chapter and `--help` show them.
 pub const REGISTRY: &[Spec] = &[
     spec(
         "EXECUTION_BACKEND",
@@ -1448,7 +1448,7 @@ pub fn default_data_dir(running_as_root: bool) -> Option<PathBuf> {
     directories::ProjectDirs::from("dev", "warden", "warden").map(|d| d.data_dir().to_path_buf())
 }
 
-/// The registry as the README's Markdown table.
+/// The registry as the settings chapter's Markdown table (docs/settings.md).
 pub fn markdown_table() -> String {
     let mut out = String::from("| setting | default | meaning |\n|---|---|---|\n");
     for s in REGISTRY {
@@ -1597,17 +1597,48 @@ mod tests {
         assert!(valid_http_token("0123456789abcdef"));
     }
 
-    /// The README's settings table is the registry's (regenerate it with
+    /// The book's settings chapter is the registry's table (regenerate it with
     /// `warden settings --markdown`).
     #[test]
-    fn readme_lists_every_setting() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    fn the_settings_chapter_is_the_registry() {
+        let chapter =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/settings.md"))
+                .unwrap();
         let table = markdown_table();
         assert!(
-            readme.contains(&table),
-            "README.md's settings table differs from the registry; replace it with:\n\n{table}"
+            chapter.contains(&table),
+            "docs/settings.md's table differs from the registry; replace it with:\n\n{table}"
         );
+    }
+
+    /// The README's short table names settings that exist, with their defaults.
+    #[test]
+    fn the_readmes_settings_exist_with_their_defaults() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let start = readme.find("| setting | default |").unwrap();
+        let rows: Vec<&str> = readme[start..]
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        assert!(rows.len() >= 10, "{rows:?}");
+        for row in rows {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            let name = cells[0].trim_start_matches("| ").trim_matches('`');
+            let spec = lookup_spec(name).unwrap_or_else(|| panic!("{name} is not a setting"));
+            let shown = cells[1];
+            let right = match spec.default {
+                DefaultValue::Value("") => shown == "(empty)",
+                DefaultValue::Value(v) => shown == format!("`{v}`"),
+                DefaultValue::Computed(how) => how.starts_with(shown),
+            };
+            assert!(
+                right,
+                "{name}: README shows {shown}, the registry {:?}",
+                spec.default
+            );
+        }
     }
 
     #[test]

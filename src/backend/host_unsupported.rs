@@ -23,6 +23,11 @@ impl HostSlot {
     pub fn workspace_notice(&self) -> Option<String> {
         None
     }
+
+    /// No package layer: nothing runs here.
+    pub fn package_layer(&self) -> Option<(&crate::packages::layer::Layer, Option<(u32, u32)>)> {
+        None
+    }
 }
 
 pub struct HostBackend {
@@ -37,6 +42,23 @@ impl HostBackend {
     ) -> Result<HostBackend, BackendError> {
         tracing::warn!("{}", platform::host_unsupported_reason(HostOs::current()));
         Ok(HostBackend { settings })
+    }
+}
+
+impl HostBackend {
+    /// Nothing runs here, the package installer neither.
+    ///
+    /// # Errors
+    /// Always: the host backend is unsupported on this platform.
+    pub async fn start_installer(
+        &self,
+        _slot: &HostSlot,
+        _spec: &crate::backend::InstallerSpec<'_>,
+    ) -> Result<Worker, StartError> {
+        Err(StartError::Refused {
+            wall: "host_sandbox".into(),
+            message: platform::host_unsupported_reason(HostOs::current()),
+        })
     }
 }
 

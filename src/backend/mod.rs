@@ -334,7 +334,7 @@ impl AnyBackend {
         slot: &'s SessionSlot,
     ) -> Option<(&'s crate::packages::layer::Layer, Option<(u32, u32)>)> {
         match slot {
-            SessionSlot::Host(slot) => Some((&slot.layer, slot.run_as.map(|r| (r.uid, r.gid)))),
+            SessionSlot::Host(slot) => slot.package_layer(),
             #[cfg(feature = "docker")]
             SessionSlot::Docker(slot) => slot.package_layer().map(|(l, user)| (l, Some(user))),
         }

@@ -216,7 +216,7 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     Ok(crate::hex(&hasher.finalize()))
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 

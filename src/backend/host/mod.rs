@@ -40,6 +40,11 @@ impl HostSlot {
     pub fn workspace_notice(&self) -> Option<String> {
         self.workspace.notice.clone()
     }
+
+    /// The session's package layer, and the uid its installer runs as (a root server's).
+    pub fn package_layer(&self) -> Option<(&crate::packages::layer::Layer, Option<(u32, u32)>)> {
+        Some((&self.layer, self.run_as.map(|r| (r.uid, r.gid))))
+    }
 }
 
 pub struct HostBackend {
