@@ -16,7 +16,7 @@ fn main() {
     let dirty =
         git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
     let suffix = if dirty { "-dirty" } else { "" };
-    println!("cargo:rustc-env=WARDEN_COMMIT={commit}{suffix}");
+    println!("cargo:rustc-env=BUILT_FROM_COMMIT={commit}{suffix}");
     for path in [".git/HEAD", ".git/index", ".git/refs"] {
         println!("cargo:rerun-if-changed={path}");
     }

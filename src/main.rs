@@ -15,7 +15,12 @@ use warden::server::WardenServer;
 use warden::session::{PreApproval, SessionManager};
 
 /// The version and the commit it was built from (`build.rs`).
-const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WARDEN_COMMIT"), ")");
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("BUILT_FROM_COMMIT"),
+    ")"
+);
 
 #[derive(Parser)]
 #[command(
