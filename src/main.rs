@@ -44,12 +44,14 @@ enum Command {
     /// `/mcp` with `--http`.
     #[command(after_help = warden::config::help_text())]
     Serve {
-        /// Pre-approve read access to a path for every session (repeatable). Use this
-        /// when the MCP client cannot ask you for consent.
-        #[arg(long = "allow-read", value_name = "PATH")]
+        /// Pre-approve read access to paths for every session (repeatable; one flag may
+        /// name several, or none). Use this when the MCP client cannot ask you for
+        /// consent.
+        #[arg(long = "allow-read", value_name = "PATH", num_args = 0..)]
         allow_read: Vec<String>,
-        /// Pre-approve read and write access to a path for every session (repeatable).
-        #[arg(long = "allow-write", value_name = "PATH")]
+        /// Pre-approve read and write access to paths for every session (as
+        /// --allow-read).
+        #[arg(long = "allow-write", value_name = "PATH", num_args = 0..)]
         allow_write: Vec<String>,
         /// Pre-approve a host for every session's egress proxy (repeatable): `host`,
         /// `host:port` or `*.suffix`, as in SANDBOX_EGRESS_ALLOW. Needs

@@ -2,7 +2,8 @@
 //! calls every tool over stdio and over HTTP with the bearer token (arguments given as
 //! `--tool-arg` strings, which it converts by the schema's types), and gets nowhere
 //! without it; Claude Code's `claude mcp list` health check reports warden connected,
-//! over HTTP with the token as a header. No schema warnings from either.
+//! over HTTP with the token as a header. No schema warnings from either. The MCP Bundle
+//! is packed, unpacked and started the way a desktop client starts it.
 //!
 //! The clients come from `.ci/run` (pinned in tests/clients/package.json, installed into
 //! target/ci-npm), which exports `WARDEN_TEST_NPM_BIN`. Under CI=true a missing client is
@@ -273,4 +274,62 @@ fn claude_code_reports_warden_connected_over_stdio_and_http() {
     assert!(!text.to_lowercase().contains("warn"), "{text}");
     assert!(!text.contains("uint64"), "{text}");
     server.stop();
+}
+
+/// The MCP Bundle, end to end: `tools/bundle.sh` validates the manifest and packs the
+/// binary under test with the pinned mcpb; the bundle is unpacked and its launch
+/// configuration computed by mcpb's own code (what a desktop client does, the user's
+/// settings at their defaults); the Inspector starts warden exactly so and `selftest`
+/// passes through it.
+#[test]
+fn the_mcp_bundle_validates_packs_and_starts_warden() {
+    let Some(bin) = npm_bin() else { return };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let work = tempfile::tempdir().unwrap();
+    let bundle = work.path().join("warden.mcpb");
+    let out = run(Command::new(root.join("tools/bundle.sh"))
+        .arg(BIN)
+        .arg(&bundle)
+        .env("MCPB_BIN", &bin));
+    assert!(out.status.success(), "tools/bundle.sh failed");
+    let unpacked = work.path().join("unpacked");
+    let modules = bin.parent().unwrap();
+    let out = run(client(&bin, "node", work.path())
+        .arg(root.join("tests/clients/bundle-config.mjs"))
+        .arg(modules)
+        .arg(&bundle)
+        .arg(&unpacked));
+    assert!(out.status.success(), "bundle-config.mjs failed");
+    let config: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(config["version"], env!("CARGO_PKG_VERSION"), "{config}");
+    let command = config["command"].as_str().unwrap();
+    assert_eq!(
+        std::path::Path::new(command),
+        unpacked.join("server/warden"),
+        "{config}"
+    );
+    let data = data_dir();
+    let mut cmd = client(&bin, "inspector", work.path());
+    cmd.arg("--cli")
+        .args(["-e", &format!("SANDBOX_DATA_DIR={}", data.path().display())])
+        .args(["-e", "SANDBOX_PYTHON=/usr/bin/python3"]);
+    for (k, v) in config["env"].as_object().unwrap() {
+        // The Inspector takes no empty value; for warden an empty setting is its default.
+        let v = v.as_str().unwrap();
+        if !v.is_empty() {
+            cmd.args(["-e", &format!("{k}={v}")]);
+        }
+    }
+    cmd.arg(command);
+    for arg in config["args"].as_array().unwrap() {
+        cmd.arg(arg.as_str().unwrap());
+    }
+    let out = run(cmd.args(["--method", "tools/call", "--tool-name", "selftest"]));
+    assert!(out.status.success(), "selftest through the bundle failed");
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        result["structuredContent"]["failing_required"],
+        serde_json::json!([]),
+        "{result}"
+    );
 }
