@@ -6,6 +6,10 @@
 #
 #   tools/bundle.sh [BINARY] [OUT]     defaults: target/release/warden, target/warden.mcpb
 #
+# Beside the bundle it writes OUT's name with .server.json: the entry for the MCP Registry
+# (packaging/server.json with the version, the bundle's SHA-256 and WARDEN_BUNDLE_URL, the
+# address the bundle is published at).
+#
 # MCPB_BIN names the directory of the mcpb command (default: target/ci-npm's, else PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,4 +37,8 @@ mcpb validate "$stage/manifest.json"
 mkdir -p "$(dirname "$out")"
 rm -f "$out"
 mcpb pack "$stage" "$out" >/dev/null
-echo "bundle: $out (warden $version)"
+sha="$(sha256sum "$out" | cut -d' ' -f1)"
+url="${WARDEN_BUNDLE_URL:-https://example.invalid/warden-$version.mcpb}"
+sed -e "s/@VERSION@/$version/g" -e "s/@SHA256@/$sha/" -e "s|@URL@|$url|" \
+  packaging/server.json > "${out%.mcpb}.server.json"
+echo "bundle: $out (warden $version, sha256 $sha) and ${out%.mcpb}.server.json"

@@ -292,6 +292,7 @@ fn the_mcp_bundle_validates_packs_and_starts_warden() {
         .arg(&bundle)
         .env("MCPB_BIN", &bin));
     assert!(out.status.success(), "tools/bundle.sh failed");
+    registry_entry_names(&bundle);
     let unpacked = work.path().join("unpacked");
     let modules = bin.parent().unwrap();
     let out = run(client(&bin, "node", work.path())
@@ -332,4 +333,39 @@ fn the_mcp_bundle_validates_packs_and_starts_warden() {
         serde_json::json!([]),
         "{result}"
     );
+}
+
+/// The MCP Registry entry written beside the bundle holds to the registry's schema
+/// (2025-09-29: a reverse-DNS name, a description of at most 100 characters, a pinned
+/// version) and names this bundle by its SHA-256.
+fn registry_entry_names(bundle: &std::path::Path) {
+    use sha2::Digest;
+    let text = std::fs::read_to_string(bundle.with_extension("server.json")).unwrap();
+    let entry: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        entry["$schema"],
+        "https://static.modelcontextprotocol.io/schemas/2025-09-29/server.schema.json"
+    );
+    let name = entry["name"].as_str().unwrap();
+    assert!(
+        regex::Regex::new(r"^[a-zA-Z0-9.-]+/[a-zA-Z0-9._-]+$")
+            .unwrap()
+            .is_match(name),
+        "{name}"
+    );
+    let description = entry["description"].as_str().unwrap();
+    assert!(
+        (1..=100).contains(&description.chars().count()),
+        "{description}"
+    );
+    assert_eq!(entry["version"], env!("CARGO_PKG_VERSION"));
+    let package = &entry["packages"][0];
+    assert_eq!(package["registryType"], "mcpb");
+    assert_eq!(package["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(package["transport"]["type"], "stdio");
+    let sha: String = sha2::Sha256::digest(std::fs::read(bundle).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(package["fileSha256"], sha.as_str());
 }
