@@ -192,3 +192,39 @@ fn every_client_example_parses() {
     }
     assert!(seen >= 8, "{seen} examples");
 }
+
+/// `tools/bench-table.py` turns bench output into the performance chapter's tables: one
+/// section per bench in the order run, each measurement a row, each target a line.
+#[test]
+fn bench_output_becomes_the_performance_tables() {
+    let log = [
+        "   Compiling warden",
+        "     Running benches/egress.rs (target/release/deps/egress-1)",
+        "egress proxy: release build",
+        "through the proxy: bulk download               n=2     p50=   23.66 ms p95=   23.66 ms p99=   23.66 ms | 1.00× baseline (23.74 ms) | -",
+        "  20 MB: 1.00× the direct download; target ≤ 1.1×",
+        "     Running benches/guard.rs (target/release/deps/guard-2)",
+        "guard, 20 lines                                n=9     p50=    0.02 ms p95=    0.03 ms p99=    0.03 ms | - | 0.30× native (0.0700 ms)",
+    ]
+    .join("\n");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.log");
+    std::fs::write(&path, log).unwrap();
+    let out = std::process::Command::new("/usr/bin/python3")
+        .arg(Path::new(ROOT).join("tools/bench-table.py"))
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        table,
+        "_A full run._\n\n### `cargo bench --bench egress`\n\n\
+| measurement | n | p50 | p95 | vs baseline | vs native |\n|---|---|---|---|---|---|\n\
+| through the proxy: bulk download | 2 | 23.66 ms | 23.66 ms | 1.00× baseline (23.74 ms) | — |\n\n\
+- 20 MB: 1.00× the direct download; target ≤ 1.1×\n\n\
+### `cargo bench --bench guard`\n\n\
+| measurement | n | p50 | p95 | vs baseline | vs native |\n|---|---|---|---|---|---|\n\
+| guard, 20 lines | 9 | 0.02 ms | 0.03 ms | — | 0.30× native (0.0700 ms) |\n"
+    );
+}
