@@ -319,8 +319,8 @@ async fn bad_installs_are_clear_errors_and_change_nothing() {
     h.stop().await;
 }
 
-/// `SANDBOX_WHEELHOUSE` installs with no network at all, and a kept workspace keeps its
-/// packages; `SANDBOX_PACKAGES=deny` refuses the tool, and `ask` refuses a client that
+/// `SANDBOX_WHEELHOUSE` installs with no network at all, the packages outlive their
+/// worker's eviction, and a kept workspace keeps them; `SANDBOX_PACKAGES=deny` refuses the tool, and `ask` refuses a client that
 /// cannot ask the user.
 #[tokio::test]
 async fn a_wheelhouse_needs_no_network_and_the_operator_decides() {
@@ -334,6 +334,8 @@ async fn a_wheelhouse_needs_no_network_and_the_operator_decides() {
                 ("HOST_SANDBOX", "require"),
                 ("SANDBOX_WHEELHOUSE", &files),
                 ("SANDBOX_KEEP_WORKSPACES", "true"),
+                ("SANDBOX_MAX_WORKERS", "1"),
+                ("SANDBOX_WARM_WORKERS", "0"),
             ],
         )
         .await;
@@ -341,6 +343,13 @@ async fn a_wheelhouse_needs_no_network_and_the_operator_decides() {
         assert_eq!(v["ok"], true, "{context}: {v}");
         let r = h.run("w", "import wtiny\nprint(wtiny.VALUE)").await;
         assert_eq!(stdout(&r), "42\n", "{context}: {r}");
+        // One worker for everything: another session's call evicts this one's worker,
+        // and the packages are still there for the next.
+        let r = h.run("x", "print('x')").await;
+        assert_eq!(stdout(&r), "x\n", "{context}: {r}");
+        let r = h.run("w", "import wtiny\nprint(wtiny.VALUE)").await;
+        assert_eq!(stdout(&r), "42\n", "{context}: {r}");
+        assert_eq!(r["worker_restarted"], true, "{context}: {r}");
         // A kept workspace keeps its packages beside it.
         let data = h.stop().await;
         let kept = super::find_files(&data.path().join("kept"), "__init__.py");
