@@ -189,6 +189,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
     let (settings, config, misspelt) = warden::config::load(&cli.set, std::env::vars())?;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (stderr a file past the file size limit, a
+        // full disk) is lost, never a panic in the task that logged it.
+        .log_internal_errors(false)
         .with_ansi(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_new(&settings.log_filter)

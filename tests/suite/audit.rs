@@ -310,16 +310,24 @@ async fn a_call_whose_record_cannot_be_written_is_refused() {
 
 /// The same when the server's file size limit stops the log growing: the write fails
 /// (the server is not killed by SIGXFSZ) and the call is refused.
+/// Its stderr is a file already past that limit, so its own log lines cannot be written
+/// either: they are lost, and no call is.
 #[tokio::test]
 async fn a_file_size_limit_refuses_calls_instead_of_killing_the_server() {
     let data = super::data_dir();
+    let stderr_file = data.path().join("stderr.log");
+    std::fs::write(&stderr_file, vec![b'.'; 32 << 10]).unwrap();
+    let stderr = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&stderr_file)
+        .unwrap();
     let mut cmd = tokio::process::Command::new("prlimit");
     cmd.args(["--fsize=24576:unlimited", "--", BIN, "serve"])
         .env("SANDBOX_DATA_DIR", data.path())
         .env("SANDBOX_PYTHON", "/usr/bin/python3")
         .env("CODEGUARD", "off");
     let (transport, _) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::from(stderr))
         .spawn()
         .unwrap();
     let server = Peer {
