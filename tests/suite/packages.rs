@@ -155,6 +155,20 @@ async fn packages_come_from_the_index_and_the_session_imports_them() {
             )
             .await;
         assert!(!stdout(&r).contains("wrote"), "{context}: {r}");
+        // Judged from the host: the installed module on the server's disk is unchanged.
+        let layer = super::find_files(h.data_dir.path(), "__init__.py");
+        let modules: Vec<_> = layer
+            .iter()
+            .filter(|p| {
+                p.display().to_string().contains("/pkg/") && p.ends_with("wtiny/__init__.py")
+            })
+            .collect();
+        assert_eq!(modules.len(), 1, "{context}: {layer:?}");
+        assert_eq!(
+            std::fs::read_to_string(modules[0]).unwrap(),
+            "from wdep import BASE\nVALUE = BASE + 1\n",
+            "{context}"
+        );
         // Another session does not see this one's packages.
         let r = h.run("other", "import wtiny").await;
         assert_eq!(r["error"]["type"], "ModuleNotFoundError", "{context}: {r}");
