@@ -37,11 +37,16 @@ const ENTRY_COST: u64 = 4096;
 /// How often (bytes copied) the free space is looked at again.
 const RECHECK_EVERY: u64 = 16 << 20;
 
+/// The most a kept copy leaves free for the audit log, however large the disk: the log
+/// needs a few segments, and a big shared disk with a few GiB free must still keep a
+/// small workspace.
+const RESERVE_CAP: u64 = 1 << 30;
+
 /// The free space a kept copy must leave on a file system of `total` bytes: the audit
 /// log's reserve, or a twentieth of the file system when that is more (as ext4 keeps
-/// for root). Pure.
+/// for root), but never more than [`RESERVE_CAP`]. Pure.
 pub fn reserve_for(total: u64) -> u64 {
-    AUDIT_RESERVE.max(total / 20)
+    AUDIT_RESERVE.max((total / 20).min(RESERVE_CAP))
 }
 
 /// What a copy of `data` bytes in `entries` entries takes on the destination, at most
@@ -78,12 +83,18 @@ enum Kind {
 
 /// Copies the tree at `from` to the new directory `to` (its parent is made, mode 0700),
 /// at its real size and at most `quota` bytes of data, if the data directory can take
-/// it with its reserve to spare.
+/// it with `reserve(size of its file system)` bytes to spare: [`reserve_for`] in the
+/// server (tests pin it, so they do not depend on the machine's disk).
 ///
 /// # Errors
 /// Why nothing was kept, as a sentence (no room, or `to` could not be made); a copy
 /// begun and then stopped is removed.
-pub fn copy_workspace(from: &Path, to: &Path, quota: u64) -> Result<Kept, String> {
+pub fn copy_workspace(
+    from: &Path,
+    to: &Path,
+    quota: u64,
+    reserve: fn(u64) -> u64,
+) -> Result<Kept, String> {
     let parent = to.parent().unwrap_or(to);
     crate::os::create_dir(parent, 0o700, true)
         .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
@@ -97,7 +108,7 @@ pub fn copy_workspace(from: &Path, to: &Path, quota: u64) -> Result<Kept, String
         .sum();
     let need = space_needed(data, entries.len() as u64 + 1, quota);
     let (free, total) = free_space(parent)?;
-    let reserve = reserve_for(total);
+    let reserve = reserve(total);
     if free < need.saturating_add(reserve) {
         return Err(format!(
             "not kept: its copy takes {} MiB and {} has {} MiB free, of which {} MiB stay \
@@ -348,6 +359,9 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+    /// The copies here are small: they must not depend on how full the test machine's
+    /// disk is.
+    const NO_RESERVE: fn(u64) -> u64 = |_| 0;
 
     #[test]
     fn the_reserve_and_the_space_a_copy_needs() {
@@ -357,6 +371,11 @@ mod tests {
             reserve_for(3 << 30),
             (3 << 30) / 20,
             "a 3 GiB disk keeps 153 MiB"
+        );
+        assert_eq!(
+            reserve_for(252 << 30),
+            1 << 30,
+            "a large disk keeps 1 GiB, not a twentieth"
         );
         assert_eq!(space_needed(10 * MIB, 3, 1 << 30), 10 * MIB + 3 * 4096);
         assert_eq!(
@@ -379,7 +398,7 @@ mod tests {
         // SAFETY: mkfifo with a valid, NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let to = out.path().join("kept/one");
-        let kept = copy_workspace(src.path(), &to, 1 << 30).unwrap();
+        let kept = copy_workspace(src.path(), &to, 1 << 30, NO_RESERVE).unwrap();
         assert_eq!(kept.bytes, 4);
         assert_eq!(kept.skipped, 1, "the FIFO");
         assert_eq!(
@@ -407,7 +426,7 @@ mod tests {
         f.write_all_at(b"tail", (1 << 30) - 4).unwrap();
         let out = tempfile::tempdir().unwrap();
         let to = out.path().join("k");
-        let kept = copy_workspace(src.path(), &to, 64 * MIB).unwrap();
+        let kept = copy_workspace(src.path(), &to, 64 * MIB, NO_RESERVE).unwrap();
         assert!(kept.bytes < MIB, "{} bytes copied", kept.bytes);
         let copy = File::open(to.join("sparse.bin")).unwrap();
         let meta = copy.metadata().unwrap();
@@ -429,9 +448,22 @@ mod tests {
         std::fs::write(src.path().join("a.bin"), vec![1u8; 3 << 20]).unwrap();
         std::fs::write(src.path().join("b.bin"), vec![2u8; 3 << 20]).unwrap();
         let out = tempfile::tempdir().unwrap();
-        let kept = copy_workspace(src.path(), &out.path().join("k"), 4 * MIB).unwrap();
+        let kept = copy_workspace(src.path(), &out.path().join("k"), 4 * MIB, NO_RESERVE).unwrap();
         assert_eq!(kept.bytes, 3 << 20, "one file fits, the other is skipped");
         assert_eq!(kept.skipped, 1);
+    }
+
+    #[test]
+    fn a_copy_that_would_eat_into_the_reserve_is_refused_and_leaves_nothing() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a.csv"), "x\n").unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let to = out.path().join("k");
+        let more_than_any_disk: fn(u64) -> u64 = |_| u64::MAX / 4;
+        let why = copy_workspace(src.path(), &to, MIB, more_than_any_disk).unwrap_err();
+        assert!(why.starts_with("not kept: its copy takes 1 MiB"), "{why}");
+        assert!(why.contains("stay free for the audit log"), "{why}");
+        assert!(!to.exists(), "nothing is left behind");
     }
 
     #[test]
@@ -444,7 +476,7 @@ mod tests {
         std::fs::create_dir_all(&deep).unwrap();
         let out = tempfile::tempdir().unwrap();
         let to = out.path().join("k");
-        copy_workspace(src.path(), &to, 1 << 30).unwrap();
+        copy_workspace(src.path(), &to, 1 << 30, NO_RESERVE).unwrap();
         let mut copied = to.clone();
         for _ in 0..MAX_DEPTH {
             copied.push("d");

@@ -234,9 +234,14 @@ impl SessionManager {
             self.settings.packages.limit_bytes,
         );
         let (kept, packages, removed) = tokio::task::spawn_blocking(move || {
-            let kept = keep
-                .as_ref()
-                .map(|to| super::keep::copy_workspace(&closing.home.paths.workspace, to, quota));
+            let kept = keep.as_ref().map(|to| {
+                super::keep::copy_workspace(
+                    &closing.home.paths.workspace,
+                    to,
+                    quota,
+                    super::keep::reserve_for,
+                )
+            });
             // The installed packages stay with the kept workspace, beside it.
             let layer = backend.package_layer(&closing.home.slot).map(|(l, _)| l);
             let packages = match (&kept, keep, layer) {
@@ -248,6 +253,7 @@ impl SessionManager {
                         &layer.current_dir(),
                         &beside,
                         package_limit,
+                        super::keep::reserve_for,
                     ))
                 }
                 _ => None,
