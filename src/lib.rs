@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod backend;
+pub mod capability;
 pub mod config;
 pub mod egress;
 pub mod execution;

@@ -37,10 +37,10 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::capability::Capability;
 use crate::config::Settings;
 use crate::grants::Grant;
 use crate::sandbox::policy::SessionPaths;
-use crate::selftest::report::Capability;
 
 pub use protocol::{Captured, Gate, InputFile, LateOutput, Outcome, OutputTap, RunOutput};
 pub use worker::{ExitWitness, KillSwitch, Usage, UsageProbe, Worker, WorkerProcessKind};

@@ -3,7 +3,7 @@
 //! walls the sandbox helper reports for each worker it starts. Pure, so that every
 //! platform's report is tested on whichever machine runs the tests.
 
-use crate::selftest::report::Capability;
+use crate::capability::Capability;
 
 /// The operating systems warden is built for, as the host sandbox sees them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,7 +18,8 @@ use crate::sandbox::platform::{HostOs, probe_not_applicable};
 use crate::sandbox::report::WallStatus;
 use crate::session::{Ephemeral, SessionManager};
 
-use report::{Attempt, Capability, HostEvidence, LimitsInForce, aggregate, judge};
+use crate::capability::Capability;
+use report::{Attempt, HostEvidence, LimitsInForce, aggregate, judge};
 pub use report::{ProbeResult, ProbeStatus, SelftestReport};
 
 const PROBES_SOURCE: &str = include_str!("probes.py");

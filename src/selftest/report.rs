@@ -6,6 +6,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::capability::Capability;
 use crate::sandbox::report::WallStatus;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -38,15 +39,6 @@ pub struct ProbeResult {
 pub struct Isolation {
     pub status: ProbeStatus,
     pub details: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Capability {
-    pub mechanism: String,
-    /// Enforced on this machine now.
-    pub enforced: bool,
-    /// What it does, or why it is not available here.
-    pub reason: String,
 }
 
 /// The `capabilities` entry that names what the static guard cannot see. No probe can

@@ -55,12 +55,12 @@ use bollard::Docker;
 use crate::backend::{
     Backend, BackendKind, Enforcement, StartError, Worker, WorkerProcessKind, WorkerSpec,
 };
+use crate::capability::Capability;
 use crate::config::{SandboxMode, Settings};
 use crate::grants::{Grant, PathKind};
 use crate::sandbox::policy::{Limits, SessionPaths, WorkerPolicy, host_view, worker_env};
 use crate::sandbox::python::PythonRuntime;
 use crate::sandbox::report::{SandboxReport, WallStatus};
-use crate::selftest::report::Capability;
 use config::{BoundGrant, ContainerPlan, Owner, WORKSPACE};
 use quota::Quota;
 use users::Users;

@@ -15,9 +15,9 @@
 //! identity: the workspaces are then shared with it, which selftest and the settings
 //! report as a gap.
 
+use crate::capability::Capability;
 use crate::sandbox::policy::RunAs;
 use crate::sandbox::uids::UidPool;
-use crate::selftest::report::Capability;
 
 /// How this server's containers get their identity.
 #[derive(Debug)]

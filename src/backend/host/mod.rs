@@ -16,13 +16,13 @@ use std::sync::Arc;
 use crate::backend::{
     Backend, BackendError, BackendKind, Enforcement, InstallerSpec, StartError, Worker, WorkerSpec,
 };
+use crate::capability::Capability;
 use crate::config::{SandboxMode, Settings};
 use crate::sandbox::platform::{HostOs, host_capabilities};
 use crate::sandbox::policy::{PolicyInputs, RunAs, SessionPaths, WorkerPolicy};
 use crate::sandbox::python::{self, PythonRuntime};
 use crate::sandbox::store::{Workspace, WorkspaceStore};
 use crate::sandbox::uids::UidPool;
-use crate::selftest::report::Capability;
 
 /// What the host backend keeps for one session.
 #[derive(Debug)]
