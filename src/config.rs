@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::backend::BackendKind;
+
 /// Hard ceiling for any per-call wall-clock limit, whatever the configuration says.
 pub const TIMEOUT_CAP_S: u64 = 120;
 
@@ -455,8 +457,6 @@ pub enum ConfigError {
     },
 }
 
-pub use crate::backend::BackendKind as Backend;
-
 /// The Docker backend's settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DockerSettings {
@@ -713,7 +713,7 @@ pub struct Resolved {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Settings {
-    pub backend: Backend,
+    pub backend: BackendKind,
     pub docker: DockerSettings,
     pub host_sandbox: SandboxMode,
     pub network: NetworkMode,
@@ -890,8 +890,8 @@ impl Settings {
             resolved: Vec::new(),
         };
         let backend = r.value("EXECUTION_BACKEND", "host or docker", |t| match t {
-            "host" => Some(Ok(Backend::Host)),
-            "docker" if cfg!(feature = "docker") => Some(Ok(Backend::Docker)),
+            "host" => Some(Ok(BackendKind::Host)),
+            "docker" if cfg!(feature = "docker") => Some(Ok(BackendKind::Docker)),
             "docker" => Some(Err(ConfigError::DockerNotAvailable)),
             _ => None,
         })??;
@@ -1057,9 +1057,9 @@ impl Settings {
     /// How many workers the warm pool keeps started ahead when `kind` is the backend
     /// that runs code: `SANDBOX_POOL_SIZE` for containers when it is set, else
     /// `SANDBOX_WARM_WORKERS`; never more than `SANDBOX_MAX_WORKERS`.
-    pub fn warm_target(&self, kind: Backend) -> usize {
+    pub fn warm_target(&self, kind: BackendKind) -> usize {
         let wanted = match (kind, self.docker.pool_size) {
-            (Backend::Docker, Some(n)) => n,
+            (BackendKind::Docker, Some(n)) => n,
             _ => self.warm_workers,
         };
         wanted.min(self.max_workers)
@@ -1516,7 +1516,7 @@ mod tests {
     #[test]
     fn defaults_match_the_design_card() {
         let s = settings(&[]).unwrap();
-        assert_eq!(s.backend, Backend::Host);
+        assert_eq!(s.backend, BackendKind::Host);
         assert_eq!(s.host_sandbox, SandboxMode::BestEffort);
         assert_eq!(s.network, NetworkMode::Deny);
         assert_eq!(s.mem_limit_bytes, 2 << 30);
@@ -1711,11 +1711,11 @@ mod tests {
     #[test]
     fn docker_settings_parse_and_refuse_root() {
         let s = settings(&[("EXECUTION_BACKEND", "docker")]).unwrap();
-        assert_eq!(s.backend, Backend::Docker);
+        assert_eq!(s.backend, BackendKind::Docker);
         assert_eq!(s.docker.image, "warden-sandbox:latest");
         assert_eq!(s.docker.pool_size, None);
         assert_eq!(
-            s.warm_target(Backend::Docker),
+            s.warm_target(BackendKind::Docker),
             2,
             "SANDBOX_WARM_WORKERS by default"
         );
@@ -1723,14 +1723,14 @@ mod tests {
         let s = settings(&[("SANDBOX_USER", "1000:1000"), ("SANDBOX_POOL_SIZE", "0")]).unwrap();
         assert_eq!(s.docker.user, Some((1000, 1000)));
         assert_eq!(s.docker.pool_size, Some(0));
-        assert_eq!(s.warm_target(Backend::Docker), 0);
+        assert_eq!(s.warm_target(BackendKind::Docker), 0);
         assert_eq!(
-            s.warm_target(Backend::Host),
+            s.warm_target(BackendKind::Host),
             2,
             "the host pool keeps its own size"
         );
         let s = settings(&[("SANDBOX_POOL_SIZE", "9"), ("SANDBOX_MAX_WORKERS", "4")]).unwrap();
-        assert_eq!(s.warm_target(Backend::Docker), 4, "never past the cap");
+        assert_eq!(s.warm_target(BackendKind::Docker), 4, "never past the cap");
         for bad in ["0:0", "root", "1000", "0:1000", "1000:0", "Auto"] {
             let err = settings(&[("SANDBOX_USER", bad)]).unwrap_err();
             assert!(err.to_string().contains("SANDBOX_USER"), "{err}");
