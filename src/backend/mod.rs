@@ -160,6 +160,40 @@ pub struct InstallerSpec<'a> {
     pub tmp_bytes: u64,
 }
 
+/// How a backend's world shows a session to its code, for the layers that speak of
+/// paths as the code sees them (the guard) or keep grants off the world's own places.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorldPlaces {
+    /// The workspace as the code sees it.
+    pub workspace: &'static str,
+    /// The world's own trees, with what each is.
+    pub trees: &'static [(&'static str, &'static str)],
+    /// Directories reserved themselves, not below.
+    pub dirs: &'static [&'static str],
+}
+
+impl WorldPlaces {
+    /// The places of the world the Linux host backend builds, which containers share.
+    #[cfg(unix)]
+    pub const LINUX: WorldPlaces = WorldPlaces {
+        workspace: crate::sandbox::linux::world::WORKSPACE,
+        trees: crate::sandbox::linux::world::RESERVED_TREES,
+        dirs: crate::sandbox::linux::world::RESERVED_DIRS,
+    };
+
+    /// What a granted path would land on inside the world (and hide, or be hidden by),
+    /// if anything. Pure.
+    pub fn reserved(&self, path: &Path) -> Option<&'static str> {
+        if let Some((_, what)) = self.trees.iter().find(|(t, _)| path.starts_with(t)) {
+            return Some(what);
+        }
+        self.dirs
+            .iter()
+            .any(|d| path == Path::new(d))
+            .then_some("the world's own directories")
+    }
+}
+
 /// What the resolved backend can enforce, for `selftest` and `warden://settings`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Enforcement {
@@ -189,6 +223,9 @@ pub struct Enforcement {
     pub launcher: Option<String>,
     /// Mechanisms this backend or build cannot apply here, and why.
     pub gaps: Vec<Capability>,
+    /// The world the code lives in; `None`: it sees the server's own paths.
+    #[serde(skip)]
+    pub world: Option<WorldPlaces>,
 }
 
 /// One way of running workers. Implemented by each backend; dispatched by [`AnyBackend`].
@@ -391,6 +428,20 @@ impl AnyBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_worlds_own_places_cannot_be_granted() {
+        let w = WorldPlaces::LINUX;
+        assert_eq!(w.reserved(Path::new("/workspace/x")), Some("the workspace"));
+        assert!(w.reserved(Path::new("/proc/1")).is_some());
+        assert!(w.reserved(Path::new("/usr/share")).is_some());
+        assert!(w.reserved(Path::new("/packages/numpy")).is_some());
+        assert!(w.reserved(Path::new("/tmp")).is_some());
+        assert!(w.reserved(Path::new("/")).is_some());
+        assert_eq!(w.reserved(Path::new("/tmp/data")), None);
+        assert_eq!(w.reserved(Path::new("/srv/data")), None);
+    }
 
     #[test]
     fn kinds_serialise_as_the_setting_spells_them() {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::{IndexUrl, Requirement};
 
 /// Where the stage is inside the installer's world: its workspace.
-pub const STAGE: &str = "/workspace";
+pub const STAGE: &str = crate::workspace::IN_WORLD;
 /// The downloaded wheels, inside the stage.
 pub const WHEELS: &str = "wheels";
 /// The installed tree, inside the stage.

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{PreApproval, Session, SessionError, SessionManager};
+use crate::backend::WorldPlaces;
 use crate::execution::ErrorInfo;
 use crate::grants::{
     Access, Dropped, ForbiddenPaths, Grant, GrantError, GrantWalls, NeverGrant, PathKind, Resolved,
@@ -48,18 +49,17 @@ pub(super) fn forbidden_paths(
 pub(super) fn operator_grants(
     pre_approved: &[PreApproval],
     forbidden: &ForbiddenPaths,
-    in_world: bool,
+    world: Option<WorldPlaces>,
     walls: GrantWalls,
 ) -> Result<(Vec<Grant>, Vec<Dropped>), SessionError> {
     let mut candidates = Vec::new();
     for pre in pre_approved {
-        let resolved =
-            resolve_in_world(&pre.path, forbidden, in_world, walls).map_err(|error| {
-                SessionError::PreApproval {
-                    origin: pre.source.clone(),
-                    error,
-                }
-            })?;
+        let resolved = resolve_in_world(&pre.path, forbidden, world, walls).map_err(|error| {
+            SessionError::PreApproval {
+                origin: pre.source.clone(),
+                error,
+            }
+        })?;
         for (path, why) in &resolved.inside.hidden {
             tracing::warn!(grant = %resolved.path.display(), hidden = %path.display(), %why, "hidden inside a pre-approved grant");
         }
@@ -94,12 +94,11 @@ pub(super) fn operator_grants(
 fn resolve_in_world(
     raw: &str,
     forbidden: &ForbiddenPaths,
-    in_world: bool,
+    world: Option<WorldPlaces>,
     walls: GrantWalls,
 ) -> Result<Resolved, GrantError> {
     let resolved = crate::grants::resolve(raw, forbidden, walls)?;
-    if in_world && let Some(what) = crate::sandbox::linux::world::reserved_in_world(&resolved.path)
-    {
+    if let Some(what) = world.and_then(|w| w.reserved(&resolved.path)) {
         return Err(GrantError::Forbidden {
             path: resolved.path,
             why: format!("it would land on {what} inside the sandbox"),
@@ -126,8 +125,7 @@ impl SessionManager {
     /// Canonicalises a requested path, opens exactly that object and refuses the ones
     /// that can never be granted (nor land on the world's own places).
     pub fn resolve_grant_path(&self, raw: &str) -> Result<Resolved, GrantError> {
-        let in_world = self.settings.host_sandbox != crate::config::SandboxMode::Off;
-        resolve_in_world(raw, &self.forbidden, in_world, self.grant_walls)
+        resolve_in_world(raw, &self.forbidden, self.world, self.grant_walls)
     }
 
     /// The operator's grants dropped at start because another already gives them.

@@ -113,6 +113,8 @@ pub struct SessionManager {
     forbidden: ForbiddenPaths,
     /// What the backend can hide in, or leave out of, a granted directory.
     grant_walls: crate::grants::GrantWalls,
+    /// The backend's world, as the code sees it (`None`: the server's own paths).
+    world: Option<crate::backend::WorldPlaces>,
     /// Grants the operator approved at start (CLI flags, config file): every session.
     operator_grants: Vec<Grant>,
     /// Operator's grants left out at start: another one already gives them.
@@ -258,10 +260,9 @@ impl SessionManager {
         let enforcement = resolution.backend.enforcement();
         let mut forbidden = grants::forbidden_paths(&settings, &data_dir)?;
         forbidden.add_runtime(&enforcement.protected_paths, &[]);
-        let in_world = settings.host_sandbox != crate::config::SandboxMode::Off;
-        let grant_walls = enforcement.grant_walls;
+        let (world, grant_walls) = (enforcement.world, enforcement.grant_walls);
         let (operator_grants, dropped_grants) =
-            grants::operator_grants(pre_approved, &forbidden, in_world, grant_walls)?;
+            grants::operator_grants(pre_approved, &forbidden, world, grant_walls)?;
         let package_grants = packages::installer_grants(&settings, &forbidden, grant_walls)?;
         // One warm pool for every backend; its size depends on what a warm worker is
         // (SANDBOX_POOL_SIZE for containers when set, else SANDBOX_WARM_WORKERS).
@@ -303,6 +304,7 @@ impl SessionManager {
             gate: Mutex::new(None),
             forbidden,
             grant_walls,
+            world,
             operator_grants,
             dropped_grants,
             audit,

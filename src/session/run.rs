@@ -325,12 +325,13 @@ impl Session {
         Ok(Some(verdict))
     }
 
-    /// Where the guard is told the code sees its workspace: /workspace in its world.
+    /// Where the guard is told the code sees its workspace: where the backend's world
+    /// shows it, or the server's own path when there is no world.
     fn guard_workspace(&self, manager: &SessionManager) -> std::path::PathBuf {
-        match manager.settings.host_sandbox {
-            crate::config::SandboxMode::Off => self.home.paths.workspace.clone(),
-            _ => std::path::PathBuf::from(crate::sandbox::linux::world::WORKSPACE),
-        }
+        manager.world.map_or_else(
+            || self.home.paths.workspace.clone(),
+            |w| std::path::PathBuf::from(w.workspace),
+        )
     }
 
     fn kill_by_tripwire(&self, state: &mut SessionState, verdict: &Verdict) {

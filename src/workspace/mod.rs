@@ -26,6 +26,11 @@ pub use tracker::{MAX_DEPTH, MAX_TRACKED, Tracker, Watcher};
 #[cfg(target_os = "linux")]
 pub use tracker::{MAX_WATCHES_PER_SESSION, server_share};
 
+/// Where a backend's world shows the session's workspace to the code: its working
+/// directory and `HOME`. Every world uses this one path, so code written for one backend
+/// runs unchanged under another.
+pub const IN_WORLD: &str = "/workspace";
+
 /// Most changes listed in one result (the rest are counted).
 pub const MAX_REPORTED: usize = 200;
 /// Longest path shown (escaped); a longer one keeps its start and its end.

@@ -19,7 +19,7 @@ use crate::grants::{Access, MaskKind};
 /// image's) sits in every container.
 pub const LAUNCHER_PATH: &str = "/opt/warden/warden";
 /// The session's workspace inside the container.
-pub const WORKSPACE: &str = "/workspace";
+pub const WORKSPACE: &str = crate::workspace::IN_WORLD;
 /// Label every warden container carries; its value is the instance.
 pub const LABEL_INSTANCE: &str = "dev.warden.instance";
 pub const LABEL_PID: &str = "dev.warden.pid";

@@ -795,6 +795,9 @@ impl Backend for DockerBackend {
             processes_counted_by: "the container's pids cgroup (SANDBOX_PIDS_LIMIT)".into(),
             grant_walls: crate::grants::GrantWalls::Container,
             launcher: Some(inner.launcher.describe()),
+            // The container is a world whatever HOST_SANDBOX says; its own places are
+            // the host world's.
+            world: Some(super::WorldPlaces::LINUX),
             gaps,
         }
     }

@@ -351,6 +351,10 @@ impl Backend for HostBackend {
             },
             launcher: None,
             gaps: self.gaps(),
+            // Only Linux builds a world of its own (mount namespaces); elsewhere the
+            // code sees its workspace at the server's path.
+            world: (cfg!(target_os = "linux") && self.settings.host_sandbox != SandboxMode::Off)
+                .then_some(super::WorldPlaces::LINUX),
         }
     }
 

@@ -21,7 +21,7 @@ use crate::sandbox::python::PythonRuntime;
 
 /// Where the session's workspace is, inside every world: one fixed path, reported in
 /// every result.
-pub const WORKSPACE: &str = "/workspace";
+pub const WORKSPACE: &str = crate::workspace::IN_WORLD;
 /// The worker's private temporary directory.
 pub const TMP: &str = "/tmp";
 /// The world's host name (its own UTS namespace): the host's name does not leak.
@@ -422,25 +422,18 @@ fn covered(trees: &[PathBuf], path: &Path) -> bool {
     trees.iter().any(|t| path.starts_with(t))
 }
 
-/// Whether a grant's path would land on one of the world's own places (it would hide or
-/// be hidden by them): those paths cannot be granted while the world is in use. Pure.
-pub fn reserved_in_world(path: &Path) -> Option<&'static str> {
-    for (place, what) in [
-        (WORKSPACE, "the workspace"),
-        ("/proc", "the worker's /proc"),
-        ("/dev", "the worker's /dev"),
-        ("/usr", "the read-only runtime"),
-        (crate::packages::MOUNT, "the installed packages"),
-    ] {
-        if path.starts_with(place) {
-            return Some(what);
-        }
-    }
-    if path == Path::new("/") || path == Path::new(TMP) {
-        return Some("the world's own directories");
-    }
-    None
-}
+/// The world's own trees, with what they are: a grant landing in one would hide it or be
+/// hidden by it, so none can be granted while the world is in use.
+pub const RESERVED_TREES: &[(&str, &str)] = &[
+    (WORKSPACE, "the workspace"),
+    ("/proc", "the worker's /proc"),
+    ("/dev", "the worker's /dev"),
+    ("/usr", "the read-only runtime"),
+    (crate::packages::MOUNT, "the installed packages"),
+];
+
+/// The world's own directories, reserved themselves (a grant below them is fine).
+pub const RESERVED_DIRS: &[&str] = &["/", TMP];
 
 #[cfg(test)]
 mod tests {
@@ -674,15 +667,5 @@ mod tests {
             mode: BindMode::Runtime,
         }));
         assert!(!t.iter().any(|p| p == "/home" || p == "/home/ana"));
-    }
-
-    #[test]
-    fn world_places_cannot_be_granted() {
-        assert!(reserved_in_world(Path::new("/workspace/x")).is_some());
-        assert!(reserved_in_world(Path::new("/proc/1")).is_some());
-        assert!(reserved_in_world(Path::new("/usr/share")).is_some());
-        assert!(reserved_in_world(Path::new("/tmp")).is_some());
-        assert_eq!(reserved_in_world(Path::new("/tmp/data")), None);
-        assert_eq!(reserved_in_world(Path::new("/srv/data")), None);
     }
 }
