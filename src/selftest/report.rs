@@ -205,35 +205,68 @@ fn absent_in_world(a: &Attempt, exists_on_host: bool, what: &str) -> Option<(Pro
     })
 }
 
+/// What a probe's attempt and the host's evidence add up to.
+type Verdict = (ProbeStatus, String);
+
 /// Judges one attempt. Pure.
 pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
-    let leaked = |a: &Attempt| {
-        !host.canary.is_empty() && a.data.as_deref().is_some_and(|d| d.contains(&host.canary))
-    };
-    let standard = |a: &Attempt, what: &str| -> (ProbeStatus, String) {
-        if a.ok {
-            (ProbeStatus::Allowed, format!("{what} succeeded"))
-        } else if a.timed_out() {
-            (
-                ProbeStatus::Inconclusive,
-                format!("{what} timed out; a timeout never counts as blocked"),
-            )
-        } else if denied(a.errno()) {
-            (
-                ProbeStatus::Blocked,
-                format!("{what} denied: {}", errno_name(a.errno())),
-            )
-        } else {
-            (
-                ProbeStatus::Inconclusive,
-                format!("{what} failed unexpectedly: {}", a.detail),
-            )
-        }
-    };
+    // Probes that only mean something where the server's settings ask for the wall
+    // (the network, W^X) or where their target exists are not required otherwise.
     let mut required = true;
-    let (status, details) = match a.probe.as_str() {
+    let (status, details) = match a.probe.split('.').next() {
+        Some("fs") => judge_fs(a, host, &mut required),
+        Some("net") => judge_net(a, host, &mut required),
+        Some("proc") => judge_proc(a, host),
+        Some("mem" | "priv") => judge_mem_priv(a, host, &mut required),
+        _ => unknown_probe(a),
+    };
+    ProbeResult {
+        id: a.probe.clone(),
+        category: category_of(&a.probe).to_string(),
+        status,
+        details,
+        required,
+    }
+}
+
+/// A probe this build does not know: never a pass.
+fn unknown_probe(a: &Attempt) -> Verdict {
+    (
+        ProbeStatus::Inconclusive,
+        format!("unknown probe {}: {}", a.probe, a.detail),
+    )
+}
+
+/// The usual reading of an attempt: success is allowed, a wall's errno blocked, a
+/// timeout or anything else inconclusive.
+fn standard(a: &Attempt, what: &str) -> Verdict {
+    if a.ok {
+        (ProbeStatus::Allowed, format!("{what} succeeded"))
+    } else if a.timed_out() {
+        (
+            ProbeStatus::Inconclusive,
+            format!("{what} timed out; a timeout never counts as blocked"),
+        )
+    } else if denied(a.errno()) {
+        (
+            ProbeStatus::Blocked,
+            format!("{what} denied: {}", errno_name(a.errno())),
+        )
+    } else {
+        (
+            ProbeStatus::Inconclusive,
+            format!("{what} failed unexpectedly: {}", a.detail),
+        )
+    }
+}
+
+/// The file-system probes.
+fn judge_fs(a: &Attempt, host: &HostEvidence, required: &mut bool) -> Verdict {
+    let leaked =
+        !host.canary.is_empty() && a.data.as_deref().is_some_and(|d| d.contains(&host.canary));
+    match a.probe.as_str() {
         "fs.canary_read" | "fs.symlink_escape" => {
-            if leaked(a) {
+            if leaked {
                 (
                     ProbeStatus::Allowed,
                     "the canary's content came back to the host".to_string(),
@@ -267,7 +300,7 @@ pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
             {
                 verdict
             } else if a.errno() == Some(libc::ENOENT) {
-                required = false;
+                *required = false;
                 (ProbeStatus::Inconclusive, "no /etc/shadow here".to_string())
             } else {
                 standard(a, "reading /etc/shadow")
@@ -278,19 +311,22 @@ pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
                 absent_in_world(a, true, "listing ~/.ssh")
                     .unwrap_or_else(|| standard(a, "listing ~/.ssh"))
             } else {
-                required = false;
+                *required = false;
                 (
-                    ProbeStatus::Inconclusive,
-                    "the server's ~/.ssh does not exist, so nothing to judge (the canary probe covers reads outside the workspace)".to_string(),
-                )
+                ProbeStatus::Inconclusive,
+                "the server's ~/.ssh does not exist, so nothing to judge (the canary probe covers reads outside the workspace)".to_string(),
+            )
             }
         }
-        "net.af_inet_socket" => {
-            required = host.network_denied;
-            standard(a, "creating an AF_INET socket")
-        }
+        _ => unknown_probe(a),
+    }
+}
+
+/// The network probes: required only when the settings deny the network.
+fn judge_net(a: &Attempt, host: &HostEvidence, required: &mut bool) -> Verdict {
+    let verdict = match a.probe.as_str() {
+        "net.af_inet_socket" => standard(a, "creating an AF_INET socket"),
         "net.test_net_connect" => {
-            required = host.network_denied;
             if a.ok {
                 (
                     ProbeStatus::Allowed,
@@ -316,7 +352,6 @@ pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
             }
         }
         "net.loopback_listener" | "net.unix_listener" => {
-            required = host.network_denied;
             let accepted = if a.probe == "net.loopback_listener" {
                 host.loopback_accepted
             } else {
@@ -342,6 +377,15 @@ pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
                 )
             }
         }
+        _ => return unknown_probe(a),
+    };
+    *required = host.network_denied;
+    verdict
+}
+
+/// The process probes.
+fn judge_proc(a: &Attempt, host: &HostEvidence) -> Verdict {
+    match a.probe.as_str() {
         "proc.fork" => {
             if a.ok {
                 (ProbeStatus::Allowed, "fork succeeded".to_string())
@@ -405,8 +449,15 @@ pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
                 standard(a, "changing another process's limit or priority")
             }
         }
+        _ => unknown_probe(a),
+    }
+}
+
+/// Memory (W^X) and privilege probes.
+fn judge_mem_priv(a: &Attempt, host: &HostEvidence, required: &mut bool) -> Verdict {
+    match a.probe.as_str() {
         "mem.rwx" => {
-            required = host.w_xor_x_expected;
+            *required = host.w_xor_x_expected;
             if a.errno() == Some(libc::EACCES) {
                 (
                     ProbeStatus::Blocked,
@@ -426,17 +477,7 @@ pub fn judge(a: &Attempt, host: &HostEvidence) -> ProbeResult {
                 (ProbeStatus::Blocked, a.detail.clone())
             }
         }
-        other => (
-            ProbeStatus::Inconclusive,
-            format!("unknown probe {other}: {}", a.detail),
-        ),
-    };
-    ProbeResult {
-        id: a.probe.clone(),
-        category: category_of(&a.probe).to_string(),
-        status,
-        details,
-        required,
+        _ => unknown_probe(a),
     }
 }
 
