@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::backend::{Enforcement, Outcome, RunOutput, Worker};
-use crate::config::{NetworkMode, SandboxMode, TIMEOUT_CAP_S};
+use crate::config::{NetworkMode, SandboxMode, Settings, TIMEOUT_CAP_S};
 use crate::sandbox::platform::{HostOs, probe_not_applicable};
 use crate::sandbox::report::WallStatus;
 use crate::session::{Ephemeral, SessionManager};
@@ -199,6 +199,34 @@ async fn spawn(eph: &Ephemeral<'_>) -> Result<Worker, String> {
     Ok(worker)
 }
 
+/// One probe run's worker, replaced whenever a probe leaves it unusable.
+struct Runner<'a> {
+    eph: &'a Ephemeral<'a>,
+    worker: Worker,
+}
+
+impl Runner<'_> {
+    /// A fresh worker unless the last call left this one `reusable`.
+    async fn renew_unless(&mut self, reusable: bool) -> Result<(), String> {
+        if !reusable {
+            self.worker = spawn(self.eph).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs `code` and returns its stdout, renewing the worker when it is spent.
+    async fn stdout_of(
+        &mut self,
+        code: &str,
+        timeout: Duration,
+    ) -> Result<(String, Outcome), String> {
+        let run = self.worker.execute(code, &[], timeout, 4096).await;
+        let text = stdout_text(&run);
+        self.renew_unless(run.reusable).await?;
+        Ok((text, run.outcome))
+    }
+}
+
 async fn run_probes(
     manager: &SessionManager,
     probes: &mut Vec<ProbeResult>,
@@ -211,9 +239,49 @@ async fn run_probes(
     let eph = manager
         .ephemeral("selftest")
         .map_err(|e| format!("cannot prepare the probe session: {}", e.message))?;
-    let mut worker = spawn(&eph).await?;
-    let walls = worker.report().walls.clone();
-    let landlock_abi = worker.report().landlock_abi;
+    let mut r = Runner {
+        worker: spawn(&eph).await?,
+        eph: &eph,
+    };
+    let walls = r.worker.report().walls.clone();
+    let landlock_abi = r.worker.report().landlock_abi;
+    let mut seen_canary = script_probes(&mut r, settings, &fixtures, probes, cpu_count).await?;
+    let (found, reusable) = egress::probes(&mut r.worker, settings).await;
+    probes.extend(found);
+    r.renew_unless(reusable).await?;
+    let (verdict, reusable) = memfd_probe(&mut r.worker, &eph).await;
+    probes.push(verdict);
+    r.renew_unless(reusable).await?;
+    // Leaves threads running in this worker: it is not reused.
+    probes.extend(work_after_return(&mut r.worker).await);
+    r.renew_unless(false).await?;
+    // exec: if it works, the worker is replaced by the shell, which exits.
+    let (exec_text, exec) = r
+        .stdout_of(
+            "import os\ntry:\n    os.execv('/bin/sh', ['sh', '-c', 'exit 0'])\nexcept OSError as e:\n    print('ERRNO', e.errno)\n",
+            Duration::from_secs(10),
+        )
+        .await?;
+    probes.push(exec_verdict(&exec, &exec_text));
+    limit_probes(&mut r, settings, probes, memory_enforced).await?;
+    probes.push(timeout_probe(r.worker).await);
+    seen_canary |= exec_text.contains(&fixtures.canary);
+    if seen_canary && let Some(p) = probes.iter_mut().find(|p| p.id == "fs.canary_read") {
+        p.status = ProbeStatus::Allowed;
+        p.details = "the canary's content came back to the host".into();
+    }
+    Ok((walls, landlock_abi))
+}
+
+/// The probe script (probes.py): each attempt it prints, judged against what the host
+/// saw. Returns whether the canary's content showed up anywhere in its output.
+async fn script_probes(
+    r: &mut Runner<'_>,
+    settings: &Settings,
+    fixtures: &Fixtures,
+    probes: &mut Vec<ProbeResult>,
+    cpu_count: &mut Option<u64>,
+) -> Result<bool, String> {
     let ssh_dir = std::env::var_os("HOME")
         .map(|h| Path::new(&h).join(".ssh"))
         .unwrap_or_else(|| "/root/.ssh".into());
@@ -232,7 +300,9 @@ async fn run_probes(
         serde_json::to_string(&params.to_string()).unwrap_or_default()
     );
     let (rlimit_before, nice_before) = (own_nofile_limit(), own_priority());
-    let run = worker.execute(&code, &[], PROBE_TIMEOUT, 1 << 20).await;
+    let run = r.worker.execute(&code, &[], PROBE_TIMEOUT, 1 << 20).await;
+    let walls = &r.worker.report().walls;
+    let enforced = |name: &str| walls.iter().any(|w| w.name == name && w.enforced);
     let host = HostEvidence {
         canary: fixtures.canary.clone(),
         canary_exists: fixtures.canary_path.is_file(),
@@ -243,19 +313,13 @@ async fn run_probes(
         etc_shadow_exists: Path::new("/etc/shadow").exists(),
         // No direct connection either way when the proxy is the world's one endpoint.
         network_denied: settings.network == NetworkMode::Deny
-            || (settings.network.proxied()
-                && worker
-                    .report()
-                    .walls
-                    .iter()
-                    .any(|w| w.name == "egress" && w.enforced)),
+            || (settings.network.proxied() && enforced("egress")),
         server_pid: std::process::id(),
         server_rlimit_changed: own_nofile_limit() != rlimit_before,
         server_priority_changed: own_priority() != nice_before,
-        w_xor_x_expected: walls.iter().any(|w| w.name == "w_xor_x" && w.enforced),
+        w_xor_x_expected: enforced("w_xor_x"),
     };
     let text = stdout_text(&run);
-    let mut seen_canary_anywhere = text.contains(&fixtures.canary);
     for line in text.lines() {
         let Ok(attempt) = serde_json::from_str::<Attempt>(line) else {
             continue;
@@ -284,50 +348,26 @@ async fn run_probes(
             required: true,
         });
     }
-    if !run.reusable {
-        worker = spawn(&eph).await?;
-    }
-    let (found, reusable) = egress::probes(&mut worker, settings).await;
-    probes.extend(found);
-    if !reusable {
-        worker = spawn(&eph).await?;
-    }
-    let (verdict, reusable) = memfd_probe(&mut worker, &eph).await;
-    probes.push(verdict);
-    if !reusable {
-        worker = spawn(&eph).await?;
-    }
-    // Leaves threads running in this worker: it is not reused.
-    probes.extend(work_after_return(&mut worker).await);
-    worker = spawn(&eph).await?;
+    r.renew_unless(run.reusable).await?;
+    Ok(text.contains(&fixtures.canary))
+}
 
-    // exec: if it works, the worker is replaced by the shell, which exits.
-    let exec = worker
-        .execute(
-            "import os\ntry:\n    os.execv('/bin/sh', ['sh', '-c', 'exit 0'])\nexcept OSError as e:\n    print('ERRNO', e.errno)\n",
-            &[],
-            Duration::from_secs(10),
-            4096,
-        )
-        .await;
-    let exec_text = stdout_text(&exec);
-    probes.push(exec_verdict(&exec.outcome, &exec_text));
-    if !exec.reusable {
-        worker = spawn(&eph).await?;
-    }
-
-    let mem = worker
-        .execute(
+/// The memory and file-size limits, each tried just past its setting.
+async fn limit_probes(
+    r: &mut Runner<'_>,
+    settings: &Settings,
+    probes: &mut Vec<ProbeResult>,
+    memory_enforced: &mut bool,
+) -> Result<(), String> {
+    let (mem_text, _) = r
+        .stdout_of(
             &format!(
                 "try:\n    b = bytearray({} + (256 << 20))\n    del b\n    print('ALLOCATED')\nexcept MemoryError:\n    print('MEMORYERROR')\n",
                 settings.mem_limit_bytes
             ),
-            &[],
             Duration::from_secs(20),
-            4096,
         )
-        .await;
-    let mem_text = stdout_text(&mem);
+        .await?;
     *memory_enforced = mem_text.contains("MEMORYERROR");
     probes.push(resource_verdict(
         "res.memory_limit",
@@ -339,32 +379,28 @@ async fn run_probes(
             (settings.mem_limit_bytes >> 20) + 256
         ),
     ));
-    if !mem.reusable {
-        worker = spawn(&eph).await?;
-    }
-
-    let fsize = worker
-        .execute(
+    let (fsize_text, _) = r
+        .stdout_of(
             &format!(
                 "import os\nfd = os.open('selftest_fsize', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)\ntry:\n    os.ftruncate(fd, {} + 1)\n    print('GREW')\nexcept OSError as e:\n    print('ERRNO', e.errno)\nfinally:\n    os.close(fd)\n    os.unlink('selftest_fsize')\n",
                 settings.file_size_limit_bytes
             ),
-            &[],
             Duration::from_secs(20),
-            4096,
         )
-        .await;
+        .await?;
     probes.push(resource_verdict(
         "res.file_size_limit",
-        &stdout_text(&fsize),
+        &fsize_text,
         &format!("ERRNO {}", libc::EFBIG),
         "GREW",
         "growing a file past the file-size limit",
     ));
-    if !fsize.reusable {
-        worker = spawn(&eph).await?;
-    }
+    Ok(())
+}
 
+/// Code that ignores SIGTERM and spins must be gone, process group and all, at the
+/// deadline. The worker is spent.
+async fn timeout_probe(mut worker: Worker) -> ProbeResult {
     let witness = worker.exit_witness();
     let spin = worker
         .execute(
@@ -394,19 +430,13 @@ async fn run_probes(
             format!("the spinning code was not stopped at the deadline: {other:?}"),
         ),
     };
-    probes.push(ProbeResult {
+    ProbeResult {
         id: "res.timeout_kill".into(),
         category: "resources".into(),
         status,
         details,
         required: true,
-    });
-    seen_canary_anywhere |= exec_text.contains(&fixtures.canary);
-    if seen_canary_anywhere && let Some(p) = probes.iter_mut().find(|p| p.id == "fs.canary_read") {
-        p.status = ProbeStatus::Allowed;
-        p.details = "the canary's content came back to the host".into();
     }
-    Ok((walls, landlock_abi))
 }
 
 /// The server's own soft RLIMIT_NOFILE: a probe that changes it from inside the
