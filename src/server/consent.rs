@@ -10,6 +10,8 @@ use super::{
 };
 use crate::egress::grants::{HostGrant, authority, parse_requested_host};
 use crate::egress::rules::Verdict;
+use crate::execution::validate_session_name;
+use crate::grants::{Access, Grant, Resolved};
 use crate::owner::SessionKey;
 
 impl WardenServer {
@@ -227,4 +229,202 @@ impl WardenServer {
             .map(|_| Some(format!("user via elicitation ({client_name})")))
             .map_err(refuse)
     }
+}
+
+impl WardenServer {
+    /// The path grant's flow. Everything the model sent is input to the question, never
+    /// to the answer: only the person's reply through the client can approve.
+    pub(super) async fn consent(
+        &self,
+        args: GrantArgs,
+        ctx: &RequestContext<RoleServer>,
+    ) -> GrantResult {
+        let session = args
+            .session
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        let key = SessionKey::new(&self.owner(ctx), &session);
+        let mut result = GrantResult::not_granted(&args);
+        if let Err(e) = validate_session_name(&session) {
+            result.message = e.message;
+            return result;
+        }
+        // Only the person may approve: refused outright on any transport the person does
+        // not control, before anything else is looked at.
+        let route = match http::consent_route(self.stdio, ctx) {
+            Ok(route) => route,
+            Err(why) => {
+                result.message =
+                    format!("refused without asking: {why}, and only the person can grant access");
+                return result;
+            }
+        };
+        let resolved = match self.resolve_for_grant(&args.path).await {
+            Ok(resolved) => resolved,
+            Err(message) => {
+                result.message = message;
+                return result;
+            }
+        };
+        let (path, kind) = (resolved.path.clone(), resolved.kind);
+        result.path = path.display().to_string();
+        result.hidden = resolved
+            .inside
+            .hidden
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        result.mounts_left_out = resolved.inside.left_out.clone();
+        if let Some(existing) = self.sessions.covering_grant(&key, &path, args.access) {
+            result.granted = true;
+            result.expires_at = existing.expires_at;
+            result.message = format!(
+                "already granted (by {}); nothing changed",
+                existing.approved_by
+            );
+            return result;
+        }
+        let candidate = resolved
+            .clone()
+            .into_grant(args.access, String::new(), String::new());
+        if let Some(conflict) = self.sessions.grant_conflict(&key, &candidate) {
+            result.message = format!("refused without asking: {conflict}");
+            return result;
+        }
+        let asked = match self.may_elicit(ctx, &route, &self.sessions.pre_approval_hint()) {
+            Ok(client_name) => self
+                .ask_person(ctx, path_question(&args, &session, &resolved))
+                .await
+                .map(|decision| (client_name, decision)),
+            Err(message) => Err(message),
+        };
+        let (client_name, decision) = match asked {
+            Ok(answer) => answer,
+            Err(message) => {
+                result.message = message;
+                return result;
+            }
+        };
+        let now = crate::grants::now_secs();
+        let expires_at =
+            (decision.expires_minutes > 0).then(|| now + u64::from(decision.expires_minutes) * 60);
+        let (reason, _) = crate::text::one_line(&args.reason, MAX_REASON_CHARS);
+        let grant = Grant {
+            expires_at,
+            ..resolved.into_grant(
+                args.access,
+                format!("user via elicitation ({client_name})"),
+                reason,
+            )
+        };
+        tracing::warn!(
+            session = %key,
+            path = %path.display(),
+            access = ?args.access,
+            approved_by = %grant.approved_by,
+            expires_at = ?expires_at,
+            "grant approved by the user"
+        );
+        match self.sessions.add_grant(&key, grant).await {
+            Ok(restarted) => {
+                result.granted = true;
+                result.expires_at = expires_at;
+                result.worker_restarted = restarted;
+                result.message =
+                    granted_message(restarted, &result.hidden, &result.mounts_left_out);
+                if let Some(w) = self.sessions.permission_warning(&path, kind, args.access) {
+                    result.warnings.push(w);
+                }
+            }
+            Err(e) => result.message = e.message,
+        }
+        result
+    }
+
+    /// Resolves a requested path off the runtime's threads (a directory is walked for
+    /// what it must not give); the refusal to return otherwise.
+    async fn resolve_for_grant(&self, raw: &str) -> Result<Resolved, String> {
+        let sessions = self.sessions.clone();
+        let raw = raw.to_string();
+        match tokio::task::spawn_blocking(move || sessions.resolve_grant_path(&raw)).await {
+            Ok(Ok(resolved)) => Ok(resolved),
+            Ok(Err(e)) => Err(format!("refused without asking: {e}")),
+            Err(e) => Err(format!(
+                "refused without asking: checking the path failed ({e})"
+            )),
+        }
+    }
+}
+
+/// The question a path grant puts to the person. The model's words go last, on one
+/// quoted line of their own, control characters removed and capped, so they can neither
+/// run into warden's text nor fake a line of it. Pure.
+fn path_question(args: &GrantArgs, session: &str, resolved: &Resolved) -> String {
+    let (quoted, _) = crate::text::quoted_one_line(&args.reason, MAX_REASON_CHARS);
+    let shown = crate::text::display_path(&resolved.path);
+    let (what, verb) = match args.access {
+        Access::Read => ("READ", "read"),
+        Access::Write => ("READ AND WRITE", "read and change"),
+    };
+    let noun = match resolved.kind {
+        crate::grants::PathKind::Directory => "directory (and everything in it)",
+        crate::grants::PathKind::File => "file",
+    };
+    format!(
+        "warden: the AI agent asks for {what} access to the {noun}\n\n    {shown}\n\nfor the Python sandbox of session \"{session}\". Approve only if code written by the agent should be able to {verb} it.{} The session's interpreter restarts; its variables are cleared.\n\n---- the agent's stated reason: its own words, not warden's, shown as one quoted line ----\n{quoted}",
+        inside_notice(&resolved.inside),
+    )
+}
+
+/// What a granted path's result says: whether the worker restarted, and what the grant
+/// does not give. Pure.
+fn granted_message(restarted: bool, hidden: &[String], left_out: &[String]) -> String {
+    let mut message = if restarted {
+        "granted. The session's worker was restarted with the wider sandbox: Python variables were cleared; workspace files are kept.".to_string()
+    } else {
+        "granted. The next call starts a worker with the wider sandbox.".to_string()
+    };
+    if !hidden.is_empty() {
+        message.push_str(&format!(
+            " Hidden from the code inside it (empty, read-only): {}.",
+            crate::grants::some_of(hidden)
+        ));
+    }
+    if !left_out.is_empty() {
+        message.push_str(&format!(
+            " Other file systems mounted inside it are not included: {}.",
+            crate::grants::some_of(left_out)
+        ));
+    }
+    message
+}
+
+/// What the person is told of a directory's contents that the grant does not give: the
+/// entries hidden from the code and the other mounts left out. Empty when there are
+/// none. Pure.
+fn inside_notice(inside: &crate::grants::Inside) -> String {
+    let mut text = String::new();
+    if !inside.hidden.is_empty() {
+        let names: Vec<String> = inside
+            .hidden
+            .iter()
+            .map(|(p, _)| crate::text::display_path(p))
+            .collect();
+        text.push_str(&format!(
+            "\n\nInside it, warden hides from the code (an empty, read-only mount covers each, so it can neither read nor change them): {}.",
+            crate::grants::some_of(&names)
+        ));
+        if inside.hidden.iter().any(|(p, _)| p.ends_with(".git")) {
+            text.push_str(
+                " A .git directory is never given: git runs the commands its configuration and hooks name.",
+            );
+        }
+    }
+    if !inside.left_out.is_empty() {
+        text.push_str(&format!(
+            "\n\nOther file systems mounted inside it are not included (the code sees their empty mount points): {}.",
+            crate::grants::some_of(&inside.left_out)
+        ));
+    }
+    text
 }
