@@ -3156,11 +3156,11 @@ fn literal_forms_judged_as_the_literal_they_are() {
             "internals_attribute",
         ),
         (
-            "class C:\n    def m(self):\n        return self.compiler",
+            "class C:\n    def m(self):\n        return self.compiler\nC.m(x)",
             "module_reexport",
         ),
         (
-            "class C:\n    def m(self):\n        if input():\n            self.compiler = 1\n        return self.compiler",
+            "class C:\n    def m(self):\n        if input():\n            self.compiler = 1\n        return self.compiler\nC.m(x)",
             "module_reexport",
         ),
         (
@@ -3177,6 +3177,72 @@ fn literal_forms_judged_as_the_literal_they_are() {
         "df = 1\ndf.style.format(precision=2, na_rep='-', thousands=',')",
         "class C:\n    def __repr__(self):\n        return self.__class__.__name__",
         "class C:\n    def __init__(self):\n        self.compiler = 'gcc'\n        self.ir = []\n        print(self.ir)",
+    ] {
+        assert_allowed(src);
+    }
+}
+
+/// `self.optimizer` read in any method of the code's own class is the code's own
+/// attribute while the class object never gets out (a method reached through its class
+/// gets whatever `self` it is given, `jinja2` included).
+#[test]
+fn own_class_attributes_are_the_codes_own_while_the_class_stays_sealed() {
+    let class = "import jinja2\nclass Model:\n    def __init__(self):\n        self.optimizer = 'adam'\n    def describe(self):\n        return self.optimizer\n";
+    for leak in [
+        "Model.describe(jinja2)",
+        "type(Model()).describe(jinja2)",
+        "Model().__class__.describe(jinja2)",
+        "Model().describe.__func__(jinja2)",
+        "M = Model\nM.describe(jinja2)",
+        "for c in [Model]:\n    c.describe(jinja2)",
+        "class Sub(Model):\n    pass\nSub.describe(jinja2)",
+        "def g(m: Model):\n    pass\ng.__annotations__['m'].describe(jinja2)",
+        "def h(Model):\n    return Model.describe(jinja2)",
+        "print('Model')",
+        "import __main__\n__main__.Model.describe(jinja2)",
+        "globals()['Mo' + 'del'].describe(jinja2)",
+        "class D:\n    def __set_name__(self, owner, name):\n        owner.describe(jinja2)",
+        "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n    e.__traceback__.tb_frame.f_globals",
+    ] {
+        let src = format!("{class}{leak}\nprint(Model().describe())");
+        assert!(
+            rules(&check(&src)).contains(&"module_reexport"),
+            "{src}: {:?}",
+            rules(&check(&src))
+        );
+    }
+    for (how, src) in [
+        (
+            "a library base",
+            "import jinja2\nclass Model(jinja2.Environment):\n    def describe(self):\n        return self.optimizer",
+        ),
+        (
+            "a class method hands out the class",
+            "import jinja2\nclass Model:\n    @classmethod\n    def make(cls):\n        return cls.describe(jinja2)\n    def describe(self):\n        return self.optimizer\nModel().make()",
+        ),
+        (
+            "a method handed on from the class body",
+            "import jinja2\nclass Model:\n    def describe(self):\n        return self.optimizer\n    fns = [describe]\nModel().fns[0](jinja2)",
+        ),
+        (
+            "a lambda's own `self`",
+            "import jinja2\nclass Model:\n    def describe(self):\n        self.optimizer = 1\n        return (lambda self: self.optimizer)(jinja2)",
+        ),
+        (
+            "an unknown decorator receives the function",
+            "import jinja2, functools\nclass Model:\n    @functools.wraps(print)\n    def describe(self):\n        return self.optimizer",
+        ),
+    ] {
+        assert!(
+            rules(&check(src)).contains(&"module_reexport"),
+            "{how}: {src}: {:?}",
+            rules(&check(src))
+        );
+    }
+    for src in [
+        "class Model:\n    def __init__(self):\n        self.optimizer = 'adam'\n        self.compiler = None\n        self.ir = 1\n        self.preview = True\n    def describe(self):\n        return f'{self.optimizer} {self.compiler} {self.ir} {self.preview} {self.__class__.__name__}'\nprint(Model().describe())",
+        "from dataclasses import dataclass\n@dataclass\nclass P:\n    compiler: str\n    def show(self):\n        return self.compiler\nclass Q(P):\n    def again(self):\n        return [self.compiler for _ in range(2)]\np = Q('gcc')\nprint(p.show(), p.again(), isinstance(p, (P, Q)), type(p).__name__, type(p) is Q)",
+        "class Base:\n    @property\n    def optimizer(self):\n        return 'sgd'\nclass Net(Base):\n    def step(self):\n        return self.optimizer\nprint(Net().step())",
     ] {
         assert_allowed(src);
     }

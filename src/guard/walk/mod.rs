@@ -19,6 +19,7 @@ mod forward;
 mod namespace;
 mod resolve;
 mod scopes;
+mod sealed;
 mod templates;
 
 // Keyed hashing: the keys are names the program chose (see Cargo.toml).
@@ -149,6 +150,7 @@ pub fn walk_parts(
     // rehash every name (SipHash: the names are the code's) at each step.
     w.bindings.reserve(expected_names(parts));
     w.imports = resolve::Imports::collect_parts(parts);
+    w.selves = sealed::selves(parts);
     // The module's statements, as `body` walks them.
     w.block_depth += 1;
     w.block_own.push(HashMap::default());
@@ -170,6 +172,18 @@ pub fn walk_parts(
         return Err(NeedsBigStack);
     }
     Ok(w.finish())
+}
+
+/// A method of a class this code defines, while its body is walked.
+struct OwnMethod {
+    /// Its first parameter.
+    me: String,
+    /// The block depth of its body.
+    block: u32,
+    /// The attributes of `me` its own block has set so far.
+    set: HashSet<String>,
+    /// `me` is certainly an instance of its class (sealed.rs).
+    own_instance: bool,
 }
 
 struct Walker<'a> {
@@ -232,9 +246,12 @@ struct Walker<'a> {
     /// Loop bodies entered: what is walked there may run again.
     loop_depth: u32,
     /// Per enclosing function: for a method of a class this code defines,
-    /// its `self`, the block depth of its body, and the attributes of `self`
-    /// it has set so far in that block (see [`Walker::own_self_attribute`]).
-    methods: Vec<Option<(String, u32, HashSet<String>)>>,
+    /// its `self`, the block depth of its body, the attributes of `self`
+    /// it has set so far in that block, and whether `self` is certainly an
+    /// instance of its class (see [`Walker::own_self_attribute`]).
+    methods: Vec<Option<OwnMethod>>,
+    /// What the code's methods' `self` is (sealed.rs).
+    selves: sealed::Selves,
     /// The functions of this code being walked, innermost last (forward.rs).
     frames: Vec<forward::Frame>,
     /// Parameters of this code's functions that reach a capability.
@@ -283,6 +300,7 @@ impl<'a> Walker<'a> {
             block_own: Vec::new(),
             loop_depth: 0,
             methods: Vec::new(),
+            selves: sealed::Selves::default(),
             frames: Vec::new(),
             forwards: Vec::new(),
             judged_calls: HashSet::default(),
@@ -638,9 +656,17 @@ impl<'a> Walker<'a> {
         let name = nfkc(f.name.as_str()).into_owned();
         self.fn_stack.push((name, second_param(&f.parameters)));
         self.self_params.push(first_param(&f.parameters));
+        // A `self` bound again inside the method (`lambda self: ...`) is not
+        // the method's own there: nothing about it is known.
+        let own_instance = self.selves.own_instance.contains(&offset);
         let method = first_param(&f.parameters)
-            .filter(|_| self.in_class_body)
-            .map(|p| (p, self.block_depth + 1, HashSet::default()));
+            .filter(|_| self.in_class_body && !self.selves.rebound.contains(&offset))
+            .map(|me| OwnMethod {
+                me,
+                block: self.block_depth + 1,
+                set: HashSet::default(),
+                own_instance,
+            });
         self.methods.push(method);
         let outer = std::mem::replace(&mut self.in_class_body, false);
         self.scopes
@@ -855,7 +881,7 @@ impl<'a> Walker<'a> {
     /// `self.x` in that block is the value just stored, whatever `self` is.
     fn self_attributes_set(&mut self, targets: &[Expr]) {
         let depth = self.block_depth;
-        let Some(Some((me, block, set))) = self.methods.last_mut() else {
+        let Some(Some(OwnMethod { me, block, set, .. })) = self.methods.last_mut() else {
             return;
         };
         if *block != depth {
@@ -875,11 +901,19 @@ impl<'a> Walker<'a> {
     /// out by a library when it is written (`self.optimizer = "adam"`:
     /// storing reads nothing), or read after the method's own block stored
     /// it: even if the method was called with a module as `self`, the store
-    /// replaced what the module held. Any other read keeps the re-export
-    /// check, because a method called through its class (`C.m(jinja2)`)
-    /// gets whatever `self` it is given.
+    /// replaced what the module held. Any read is the code's own when the
+    /// method's class never lets its class object out (sealed.rs), so `self`
+    /// is certainly its instance. Any other read keeps the re-export check,
+    /// because a method called through its class (`C.m(jinja2)`) gets
+    /// whatever `self` it is given.
     fn own_self_attribute(&self, a: &py::ExprAttribute) -> bool {
-        let Some(Some((me, _, set))) = self.methods.last() else {
+        let Some(Some(OwnMethod {
+            me,
+            set,
+            own_instance,
+            ..
+        })) = self.methods.last()
+        else {
             return false;
         };
         let Expr::Name(n) = a.value.as_ref() else {
@@ -888,7 +922,9 @@ impl<'a> Walker<'a> {
         if nfkc(n.id.as_str()) != me.as_str() {
             return false;
         }
-        a.ctx != py::ExprContext::Load || set.contains(nfkc(a.attr.as_str()).as_ref())
+        a.ctx != py::ExprContext::Load
+            || *own_instance
+            || set.contains(nfkc(a.attr.as_str()).as_ref())
     }
 
     /// Records what a statement of the current block binds, from its end
