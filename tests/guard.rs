@@ -3182,6 +3182,42 @@ fn literal_forms_judged_as_the_literal_they_are() {
     }
 }
 
+/// `f.locate(...)` on an instance of the code's own sealed class that defines `locate`
+/// is that method, not `pydoc.locate`; `**json.load(f)` is plain data as when named.
+#[test]
+fn own_methods_and_plain_data_are_not_library_apis() {
+    let class = "class Finder:\n    def locate(self, x):\n        return x\n    def replay(self):\n        return self.locate('y')\n";
+    for ok in [
+        "f = Finder()\nprint(f.locate(1), f.replay())",
+        "def use():\n    g = Finder()\n    return g.locate(2)\nprint(use())",
+    ] {
+        assert_allowed(&format!("{class}{ok}"));
+    }
+    assert_allowed(
+        "import json\nfrom types import SimpleNamespace\nwith open('c.json') as f:\n    ns = SimpleNamespace(**json.load(f))\nprint(ns)",
+    );
+    for leak in [
+        "f = Finder()\nf = pydoc\nf.locate('os')",
+        "f = Finder()\ndef g(f):\n    return f.locate('os')\ng(pydoc)",
+        "if input():\n    f = pydoc\nf = Finder()\nf.locate('os')",
+        "f.locate('os')\nf = Finder()",
+        "Finder.replay(pydoc)",
+    ] {
+        // `pydoc` itself may come from an earlier call: its import is not needed.
+        let src = format!("{class}{leak}");
+        assert!(
+            rules(&check(&src)).contains(&"reflection"),
+            "{src}: {:?}",
+            rules(&check(&src))
+        );
+    }
+    let shadowed = "class Finder:\n    def locate(self, x):\n        return x\n    locate = pydoc.locate\nf = Finder()\nf.locate('os')";
+    assert!(
+        rules(&check(shadowed)).contains(&"reflection"),
+        "{shadowed}"
+    );
+}
+
 /// `self.optimizer` read in any method of the code's own class is the code's own
 /// attribute while the class object never gets out (a method reached through its class
 /// gets whatever `self` it is given, `jinja2` included).

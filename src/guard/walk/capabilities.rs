@@ -64,6 +64,11 @@ impl<'a> Walker<'a> {
             // `def locate(...)` in this code, called: not `pydoc.locate`.
             return;
         }
+        if let Expr::Attribute(a) = c.func.as_ref()
+            && self.own_method_call(a)
+        {
+            return;
+        }
         let p = self.policy;
         let named =
             p.capabilities.names.contains(last.as_ref()) || p.modes.names.contains(last.as_ref());
@@ -392,6 +397,8 @@ impl<'a> Walker<'a> {
                         self.literal_attribute(cap, key, start(&k.value));
                     }
                 }
+                // `**json.load(f)`: plain data, as when it is first bound to a name.
+                None if matches!(&k.value, Expr::Call(_)) && self.is_plain_data(&k.value) => {}
                 None => {
                     if let Expr::Name(n) = &k.value {
                         // Judged at the end, once every binding of it is known.

@@ -182,8 +182,8 @@ struct OwnMethod {
     block: u32,
     /// The attributes of `me` its own block has set so far.
     set: HashSet<String>,
-    /// `me` is certainly an instance of its class (sealed.rs).
-    own_instance: bool,
+    /// The class `me` is certainly an instance of (sealed.rs).
+    own_instance: Option<String>,
 }
 
 struct Walker<'a> {
@@ -658,7 +658,7 @@ impl<'a> Walker<'a> {
         self.self_params.push(first_param(&f.parameters));
         // A `self` bound again inside the method (`lambda self: ...`) is not
         // the method's own there: nothing about it is known.
-        let own_instance = self.selves.own_instance.contains(&offset);
+        let own_instance = self.selves.own_instance.get(&offset).cloned();
         let method = first_param(&f.parameters)
             .filter(|_| self.in_class_body && !self.selves.rebound.contains(&offset))
             .map(|me| OwnMethod {
@@ -923,8 +923,32 @@ impl<'a> Walker<'a> {
             return false;
         }
         a.ctx != py::ExprContext::Load
-            || *own_instance
+            || own_instance.is_some()
             || set.contains(nfkc(a.attr.as_str()).as_ref())
+    }
+
+    /// `obj.locate(...)` where `obj` is certainly an instance of a sealed class of
+    /// this code (its `self` in one of its methods, or a name every binding of which
+    /// is `C(...)`, certainly bound in this call) whose own `def` gives `locate`: the
+    /// code's own method, not `pydoc.locate`.
+    pub(super) fn own_method_call(&self, a: &py::ExprAttribute) -> bool {
+        let Expr::Name(n) = a.value.as_ref() else {
+            return false;
+        };
+        let name = nfkc(n.id.as_str());
+        let of_self = match self.methods.last() {
+            Some(Some(m)) if m.me == name.as_ref() => m.own_instance.as_ref(),
+            _ => None,
+        };
+        let class = of_self.or_else(|| {
+            self.selves
+                .instances
+                .get(name.as_ref())
+                .filter(|_| self.own_name(&name, start(n)))
+        });
+        class
+            .and_then(|c| self.selves.methods.get(c))
+            .is_some_and(|methods| methods.contains(nfkc(a.attr.as_str()).as_ref()))
     }
 
     /// Records what a statement of the current block binds, from its end

@@ -87,11 +87,18 @@ const FINDER_MODULES: &[&str] = &["inspect", "gc", "importlib", "__main__", "bui
 /// its methods with another `self`.
 const PLAIN_DECORATORS: &[&str] = &["dataclass", "total_ordering"];
 
-/// What the code's methods' `self` is, by the offset of their `def` statement.
+/// What the code's methods' `self` is, by the offset of their `def` statement, and
+/// which names hold instances of the code's sealed classes.
 #[derive(Debug, Default)]
 pub(super) struct Selves {
-    /// Certainly an instance of the method's own class (see the module doc).
-    pub own_instance: HashSet<usize>,
+    /// Certainly an instance of the method's own class (see the module doc): the
+    /// class's name.
+    pub own_instance: HashMap<usize, String>,
+    /// Names every binding of which is `C(...)` of a sealed class: the class's name.
+    pub instances: HashMap<String, String>,
+    /// The methods a sealed class's instances have from its own `def` statements
+    /// (and its bases'), which no other statement of a class body rebinds.
+    pub methods: HashMap<String, HashSet<String>>,
     /// Bound again inside the method (by an assignment, a nested function's or a
     /// lambda's parameter, a comprehension, a pattern): not the method's `self` there.
     pub rebound: HashSet<usize>,
@@ -115,8 +122,18 @@ pub(super) fn selves(parts: &[&[Stmt]]) -> Selves {
         if m.self_rebound {
             out.rebound.insert(m.offset);
         } else if m.plain && sealed.contains(&m.class) {
-            out.own_instance.insert(m.offset);
+            out.own_instance.insert(m.offset, m.class.clone());
         }
+    }
+    for (name, made) in std::mem::take(&mut scan.made) {
+        if let Some(class) = made.filter(|c| sealed.contains(c)) {
+            out.instances.insert(name, class);
+        }
+    }
+    for class in &sealed {
+        let mut methods = HashSet::default();
+        scan.methods_of(class, &mut methods, 0);
+        out.methods.insert(class.clone(), methods);
     }
     out
 }
@@ -127,6 +144,9 @@ struct Class {
     bases: Vec<Option<String>>,
     /// A metaclass or a decorator other than the plain ones.
     unusual: bool,
+    /// Names its body binds by `def`, and by anything else.
+    defs: HashSet<String>,
+    others: HashSet<String>,
 }
 
 /// A node's exact place: two nodes share it only when one is the other's only
@@ -168,9 +188,27 @@ struct Scan {
     /// The first parameters of the methods being walked, innermost last, and
     /// whether each was bound again.
     selves: Vec<(String, bool)>,
+    /// Per name: the class every binding of it called (`x = C(...)`), or `None`
+    /// once it was bound any other way.
+    made: HashMap<String, Option<String>>,
+    /// Targets of `x = C(...)`, which bind `x` to an instance.
+    constructed: HashSet<(usize, usize)>,
 }
 
 impl Scan {
+    /// The methods `class` and its bases define by `def` and never rebind otherwise.
+    fn methods_of(&self, class: &str, out: &mut HashSet<String>, depth: u32) {
+        let Some([def]) = self.classes.get(class).map(Vec::as_slice) else {
+            return;
+        };
+        out.extend(def.defs.difference(&def.others).cloned());
+        if depth < 32 {
+            for base in def.bases.iter().flatten() {
+                self.methods_of(base, out, depth + 1);
+            }
+        }
+    }
+
     /// The classes whose class object never leaves the code's hands: a fixpoint,
     /// since a class is sealed only when its bases are.
     fn sealed(&self) -> HashSet<String> {
@@ -257,7 +295,7 @@ impl Scan {
             }
             _ => false,
         });
-        let methods = c
+        let defs: HashSet<String> = c
             .body
             .iter()
             .filter_map(|s| match s {
@@ -265,7 +303,13 @@ impl Scan {
                 _ => None,
             })
             .collect();
-        self.method_names.push((methods, false));
+        let others = c
+            .body
+            .iter()
+            .filter(|s| !matches!(s, Stmt::FunctionDef(_)))
+            .flat_map(super::scopes::statement_binds)
+            .collect();
+        self.method_names.push((defs.clone(), false));
         for s in &c.body {
             match s {
                 Stmt::FunctionDef(f) => self.method(&name, f, s),
@@ -273,10 +317,12 @@ impl Scan {
             }
         }
         unusual |= self.method_names.pop().is_some_and(|(_, loaded)| loaded);
-        self.classes
-            .entry(name)
-            .or_default()
-            .push(Class { bases, unusual });
+        self.classes.entry(name).or_default().push(Class {
+            bases,
+            unusual,
+            defs,
+            others,
+        });
     }
 
     fn method(&mut self, class: &str, f: &py::StmtFunctionDef, s: &Stmt) {
@@ -342,6 +388,7 @@ impl Scan {
     /// method's `self` bound again is no longer its instance.
     fn bound(&mut self, name: &str) {
         let name = nfkc(name).into_owned();
+        self.made.insert(name.clone(), None);
         for (me, rebound) in &mut self.selves {
             if *me == name {
                 *rebound = true;
@@ -440,6 +487,23 @@ impl<'a> Visitor<'a> for Scan {
                     self.bound(bound.as_str());
                 }
             }
+            Stmt::Assign(a) => {
+                if let [Expr::Name(target)] = a.targets.as_slice()
+                    && let Expr::Call(c) = a.value.as_ref()
+                    && let Expr::Name(class) = c.func.as_ref()
+                {
+                    let class = nfkc(class.id.as_str()).into_owned();
+                    self.constructed.insert(span(target));
+                    self.made
+                        .entry(nfkc(target.id.as_str()).into_owned())
+                        .and_modify(|made| {
+                            if made.as_ref() != Some(&class) {
+                                *made = None;
+                            }
+                        })
+                        .or_insert(Some(class));
+                }
+            }
             Stmt::Global(g) => g.names.iter().for_each(|n| self.bound(n.as_str())),
             Stmt::Nonlocal(n) => n.names.iter().for_each(|n| self.bound(n.as_str())),
             _ => {}
@@ -487,6 +551,13 @@ impl<'a> Visitor<'a> for Scan {
                     }
                     if !self.harmless.contains(&span(expr)) {
                         self.let_out.insert(name);
+                    }
+                } else if self.constructed.contains(&span(expr)) {
+                    // `x = C(...)`: a binding, recorded with its class.
+                    let made = self.made.remove(&name);
+                    self.bound(&name);
+                    if let Some(made) = made {
+                        self.made.insert(name, made);
                     }
                 } else {
                     self.bound(&name);
