@@ -3211,6 +3211,34 @@ fn own_methods_and_plain_data_are_not_library_apis() {
             rules(&check(&src))
         );
     }
+    for ok in [
+        "import pandas as pd\ndf = pd.DataFrame({'a': [1.0]})\nprint(df.style.format('{:.1f}', subset=['a']).to_html()[:5])",
+        "import pandas as pd\ndf = pd.DataFrame({'a': [1.0]})\ndf.style.format({'a': '{:.2%}'}, na_rep='-')",
+        "import pandas as pd\ndf = pd.DataFrame({'a': [1.0]})\ndf.style.format(formatter='{:,.0f}')",
+        "from types import SimpleNamespace\nd = {'lr': 0.1}\nd['epochs'] = 3\nprint(SimpleNamespace(**d).epochs)",
+    ] {
+        assert_allowed(ok);
+    }
+    for (src, rule) in [
+        (
+            "import pandas as pd\ndf = pd.DataFrame({'a': [1]})\ndf.style.format({'a': input()})",
+            "format_field",
+        ),
+        (
+            "import pandas as pd\ndf = pd.DataFrame({'a': [1]})\ndf.style.format('{0.__class__}')",
+            "format_field",
+        ),
+        (
+            "from types import SimpleNamespace\nd = {'a': 1}\nd['__array_interface__'] = 2\nSimpleNamespace(**d)",
+            "reflection",
+        ),
+        (
+            "from types import SimpleNamespace\nd = {'a': 1}\nd[input()] = 2\nSimpleNamespace(**d)",
+            "reflection",
+        ),
+    ] {
+        assert_blocked(src, rule);
+    }
     let shadowed = "class Finder:\n    def locate(self, x):\n        return x\n    locate = pydoc.locate\nf = Finder()\nf.locate('os')";
     assert!(
         rules(&check(shadowed)).contains(&"reflection"),

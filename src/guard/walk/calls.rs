@@ -598,18 +598,28 @@ fn opens_descriptor(c: &py::ExprCall) -> bool {
     first.is_some_and(|e| numeric(e, 0))
 }
 
-/// `df.style.format(precision=2)`: pandas' `Styler.format` given no
-/// template (its `formatter`, first argument) and only literal options, so
-/// no template and no object a template could walk reaches the call.
+/// `df.style.format(precision=2)`, `df.style.format("{:.1f}", subset=["a"])`:
+/// pandas' `Styler.format` given no template or a literal one (its `formatter`,
+/// first argument: a string, or a dict display of strings, whose fields the
+/// string pass judges like any literal template) and only literal options, so no
+/// template the guard has not read and no object a template could walk reaches
+/// the call.
 fn styler_format_without_template(recv: &Expr, c: &py::ExprCall) -> bool {
     let styler = matches!(recv, Expr::Attribute(a) if nfkc(a.attr.as_str()) == "style");
+    let literal_formatter = |e: &Expr| match e {
+        Expr::StringLiteral(_) => true,
+        Expr::Dict(d) => d.items.iter().all(|i| {
+            i.key.as_ref().is_some_and(plain_literal) && matches!(i.value, Expr::StringLiteral(_))
+        }),
+        _ => false,
+    };
     styler
-        && c.arguments.args.is_empty()
-        && c.arguments.keywords.iter().all(|k| {
-            k.arg
-                .as_ref()
-                .is_some_and(|a| nfkc(a.as_str()) != "formatter")
-                && plain_literal(&k.value)
+        && c.arguments.args.len() <= 1
+        && c.arguments.args.iter().all(literal_formatter)
+        && c.arguments.keywords.iter().all(|k| match k.arg.as_ref() {
+            Some(a) if nfkc(a.as_str()) == "formatter" => literal_formatter(&k.value),
+            Some(_) => plain_literal(&k.value),
+            None => false,
         })
 }
 

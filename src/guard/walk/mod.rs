@@ -165,7 +165,9 @@ pub fn walk_parts(
     let mappings: HashSet<String> = w.namespace_names.iter().map(|u| u.name.clone()).collect();
     if !mappings.is_empty() {
         let judged: HashSet<usize> = w.namespace_names.iter().map(|u| u.offset).collect();
-        w.changed_mappings = namespace::changed(parts, &mappings, &judged);
+        let key_ok = |k: &str| w.attr_problem(k).is_none();
+        let changed = namespace::changed(parts, &mappings, &judged, &key_ok);
+        w.changed_mappings = changed;
     }
     w.judge_by_name();
     if w.needs_big_stack {

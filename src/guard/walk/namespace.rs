@@ -2,8 +2,9 @@
 //! that store keywords as attributes) still holds only the keys its literal
 //! display or `json.load` gave it: the code must not change it or hand it to
 //! anything that could. Every use of `d` in the code is read: a `**d` the
-//! walk judged, a subscript read (`d["k"]`) and the read-only methods pass;
-//! a subscript write, any other method, and any other use (passed to a
+//! walk judged, a subscript read (`d["k"]`), a subscript write under a literal
+//! key `key_ok` accepts (`d["epochs"] = 3`) and the read-only methods pass; any
+//! other subscript write, any other method, and any other use (passed to a
 //! function, aliased, stored) mean the keys are no longer known.
 
 use foldhash::HashSet;
@@ -24,15 +25,18 @@ const READERS: &[&str] = &[
 ];
 
 /// The names of `names` some use in `parts` may change (see the module doc);
-/// `judged` are the offsets of the `**d` uses the walk judged.
+/// `judged` are the offsets of the `**d` uses the walk judged, `key_ok` says
+/// whether a literal key may become an attribute.
 pub(super) fn changed(
     parts: &[&[Stmt]],
     names: &HashSet<String>,
     judged: &HashSet<usize>,
+    key_ok: &dyn Fn(&str) -> bool,
 ) -> HashSet<String> {
     let mut v = Uses {
         names,
         judged,
+        key_ok,
         safe: HashSet::default(),
         changed: HashSet::default(),
     };
@@ -47,6 +51,7 @@ pub(super) fn changed(
 struct Uses<'s> {
     names: &'s HashSet<String>,
     judged: &'s HashSet<usize>,
+    key_ok: &'s dyn Fn(&str) -> bool,
     /// Offsets of loads already found to be safe (a subscript read, a reader).
     safe: HashSet<usize>,
     changed: HashSet<String>,
@@ -71,7 +76,10 @@ impl<'a> Visitor<'a> for Uses<'_> {
         match expr {
             Expr::Subscript(s) => {
                 if let Some(name) = self.tracked(&s.value) {
-                    if s.ctx.is_load() {
+                    let literal_key = s.ctx.is_store()
+                        && super::super::ast::const_str(&s.slice)
+                            .is_some_and(|k| (self.key_ok)(&nfkc(k)));
+                    if s.ctx.is_load() || literal_key {
                         self.safe.insert(start(s.value.as_ref()));
                     } else {
                         self.changed.insert(name);

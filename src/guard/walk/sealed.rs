@@ -9,7 +9,8 @@
 //! (`globals()`, a module's attributes, `inspect`, `gc`). So a class is
 //! *sealed* when the code never lets its class object out:
 //!
-//! - its name is bound once, by its `class` statement, and every load of it
+//! - its name is bound only by its `class` statements (a cell run twice
+//!   defines it twice: each is sealed or none is), and every load of it
 //!   is a call (`C(...)`), the type in `isinstance`/`issubclass`, or the base
 //!   of another sealed class of the code;
 //! - its bases are sealed classes of the code (or `object`), with no
@@ -130,10 +131,10 @@ pub(super) fn selves(parts: &[&[Stmt]]) -> Selves {
             out.instances.insert(name, class);
         }
     }
+    let mut memo = HashMap::default();
     for class in &sealed {
-        let mut methods = HashSet::default();
-        scan.methods_of(class, &mut methods, 0);
-        out.methods.insert(class.clone(), methods);
+        out.methods
+            .insert(class.clone(), scan.methods_of(class, &mut memo));
     }
     out
 }
@@ -196,17 +197,36 @@ struct Scan {
 }
 
 impl Scan {
-    /// The methods `class` and its bases define by `def` and never rebind otherwise.
-    fn methods_of(&self, class: &str, out: &mut HashSet<String>, depth: u32) {
-        let Some([def]) = self.classes.get(class).map(Vec::as_slice) else {
-            return;
-        };
-        out.extend(def.defs.difference(&def.others).cloned());
-        if depth < 32 {
-            for base in def.bases.iter().flatten() {
-                self.methods_of(base, out, depth + 1);
-            }
+    /// The methods `class` and its bases define by `def` and never rebind
+    /// otherwise; a name with several class statements has the methods all of
+    /// them give. Each class is computed once (`memo`; a cycle of names gives
+    /// nothing), so no chain of bases costs more than its length.
+    fn methods_of(
+        &self,
+        class: &str,
+        memo: &mut HashMap<String, Option<HashSet<String>>>,
+    ) -> HashSet<String> {
+        if let Some(done) = memo.get(class) {
+            return done.clone().unwrap_or_default();
         }
+        let Some(defs) = self.classes.get(class) else {
+            return HashSet::default();
+        };
+        memo.insert(class.to_string(), None);
+        let mut all: Option<HashSet<String>> = None;
+        for def in defs {
+            let mut mine: HashSet<String> = def.defs.difference(&def.others).cloned().collect();
+            for base in def.bases.iter().flatten() {
+                mine.extend(self.methods_of(base, memo));
+            }
+            all = Some(match all {
+                Some(before) => before.intersection(&mine).cloned().collect(),
+                None => mine,
+            });
+        }
+        let all = all.unwrap_or_default();
+        memo.insert(class.to_string(), Some(all.clone()));
+        all
     }
 
     /// The classes whose class object never leaves the code's hands: a fixpoint,
@@ -216,8 +236,7 @@ impl Scan {
             .classes
             .iter()
             .filter(|(name, defs)| {
-                defs.len() == 1
-                    && !defs[0].unusual
+                defs.iter().all(|d| !d.unusual)
                     && !self.let_out.contains(*name)
                     && !self.named.contains(*name)
             })
@@ -227,10 +246,13 @@ impl Scan {
             let mut unsealed: Vec<String> = sealed
                 .iter()
                 .filter(|name| {
-                    !self.classes[*name][0].bases.iter().all(|b| match b {
-                        Some(b) => b == "object" || sealed.contains(b),
-                        None => false,
-                    })
+                    !self.classes[*name]
+                        .iter()
+                        .flat_map(|d| &d.bases)
+                        .all(|b| match b {
+                            Some(b) => b == "object" || sealed.contains(b),
+                            None => false,
+                        })
                 })
                 .cloned()
                 .collect();
