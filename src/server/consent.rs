@@ -88,21 +88,11 @@ impl WardenServer {
         raw_host: &str,
         ctx: &RequestContext<RoleServer>,
     ) -> GrantResult {
-        let session = args
-            .session
-            .clone()
-            .unwrap_or_else(|| "default".to_string());
         let mut result = GrantResult::not_granted(args);
-        if let Err(e) = super::validate_session_name(&session) {
-            result.message = e.message;
-            return result;
-        }
-        let key = SessionKey::new(&self.owner(ctx), &session);
-        let route = match http::consent_route(self.stdio, ctx) {
-            Ok(route) => route,
-            Err(why) => {
-                result.message =
-                    format!("refused without asking: {why}, and only the person can grant access");
+        let (session, key, route) = match self.grant_preamble(args, ctx) {
+            Ok(first) => first,
+            Err(message) => {
+                result.message = message;
                 return result;
             }
         };
@@ -239,23 +229,11 @@ impl WardenServer {
         args: GrantArgs,
         ctx: &RequestContext<RoleServer>,
     ) -> GrantResult {
-        let session = args
-            .session
-            .clone()
-            .unwrap_or_else(|| "default".to_string());
-        let key = SessionKey::new(&self.owner(ctx), &session);
         let mut result = GrantResult::not_granted(&args);
-        if let Err(e) = validate_session_name(&session) {
-            result.message = e.message;
-            return result;
-        }
-        // Only the person may approve: refused outright on any transport the person does
-        // not control, before anything else is looked at.
-        let route = match http::consent_route(self.stdio, ctx) {
-            Ok(route) => route,
-            Err(why) => {
-                result.message =
-                    format!("refused without asking: {why}, and only the person can grant access");
+        let (session, key, route) = match self.grant_preamble(&args, ctx) {
+            Ok(first) => first,
+            Err(message) => {
+                result.message = message;
                 return result;
             }
         };
@@ -339,6 +317,27 @@ impl WardenServer {
             Err(e) => result.message = e.message,
         }
         result
+    }
+
+    /// What every grant's flow checks first: the session it is for (a valid name) and
+    /// that the person can be asked on this transport, refused outright on any the
+    /// person does not control, before anything else is looked at. The session's name,
+    /// its key and the consent route; or the refusal to return.
+    fn grant_preamble(
+        &self,
+        args: &GrantArgs,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(String, SessionKey, String), String> {
+        let session = args
+            .session
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        validate_session_name(&session).map_err(|e| e.message)?;
+        let key = SessionKey::new(&self.owner(ctx), &session);
+        let route = http::consent_route(self.stdio, ctx).map_err(|why| {
+            format!("refused without asking: {why}, and only the person can grant access")
+        })?;
+        Ok((session, key, route))
     }
 
     /// Resolves a requested path off the runtime's threads (a directory is walked for
