@@ -173,12 +173,19 @@ pub struct WorldPlaces {
 }
 
 impl WorldPlaces {
-    /// The places of the world the Linux host backend builds, which containers share.
-    #[cfg(unix)]
+    /// The places of the world the Linux host backend builds, which containers share:
+    /// its own trees (a grant landing in one would hide it or be hidden by it), and
+    /// its own directories, reserved themselves but not below.
     pub const LINUX: WorldPlaces = WorldPlaces {
-        workspace: crate::sandbox::linux::world::WORKSPACE,
-        trees: crate::sandbox::linux::world::RESERVED_TREES,
-        dirs: crate::sandbox::linux::world::RESERVED_DIRS,
+        workspace: crate::workspace::IN_WORLD,
+        trees: &[
+            (crate::workspace::IN_WORLD, "the workspace"),
+            ("/proc", "the worker's /proc"),
+            ("/dev", "the worker's /dev"),
+            ("/usr", "the read-only runtime"),
+            (crate::packages::MOUNT, "the installed packages"),
+        ],
+        dirs: &["/", "/tmp"],
     };
 
     /// What a granted path would land on inside the world (and hide, or be hidden by),
@@ -429,7 +436,6 @@ impl AnyBackend {
 mod tests {
     use super::*;
 
-    #[cfg(unix)]
     #[test]
     fn a_worlds_own_places_cannot_be_granted() {
         let w = WorldPlaces::LINUX;

@@ -422,19 +422,6 @@ fn covered(trees: &[PathBuf], path: &Path) -> bool {
     trees.iter().any(|t| path.starts_with(t))
 }
 
-/// The world's own trees, with what they are: a grant landing in one would hide it or be
-/// hidden by it, so none can be granted while the world is in use.
-pub const RESERVED_TREES: &[(&str, &str)] = &[
-    (WORKSPACE, "the workspace"),
-    ("/proc", "the worker's /proc"),
-    ("/dev", "the worker's /dev"),
-    ("/usr", "the read-only runtime"),
-    (crate::packages::MOUNT, "the installed packages"),
-];
-
-/// The world's own directories, reserved themselves (a grant below them is fine).
-pub const RESERVED_DIRS: &[&str] = &["/", TMP];
-
 #[cfg(test)]
 mod tests {
     use super::*;
