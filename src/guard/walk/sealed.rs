@@ -275,6 +275,8 @@ impl Scan {
 
     fn class_def(&mut self, c: &py::StmtClassDef) {
         let name = nfkc(c.name.as_str()).into_owned();
+        // The name is now a class: whatever instance it held before is gone.
+        self.made.insert(name.clone(), None);
         let mut unusual = c.decorator_list.iter().any(|d| {
             let callee = match &d.expression {
                 Expr::Call(call) => call.func.as_ref(),
