@@ -123,41 +123,6 @@ impl Backend for HostBackend {
     }
 }
 
-/// The process behind a host worker: none can exist on this platform.
-pub mod spawn {
-    use crate::backend::protocol::WorkerProcess;
-
-    /// Uninhabited: no host worker is ever started here.
-    pub enum HostProcess {}
-
-    impl HostProcess {
-        pub fn pid(&self) -> i32 {
-            match *self {}
-        }
-    }
-
-    impl WorkerProcess for HostProcess {
-        fn kill(&mut self) {
-            match *self {}
-        }
-
-        async fn wait_exit(&mut self) -> String {
-            match *self {}
-        }
-
-        fn freeze(&mut self) {
-            match *self {}
-        }
-
-        fn thaw(&mut self) {
-            match *self {}
-        }
-    }
-
-    /// There is no host process group to kill.
-    pub fn kill_group(_pid: i32) {}
-}
-
 /// What a host worker uses: nothing to read, none exists here.
 pub mod usage {
     use crate::backend::worker::Usage;

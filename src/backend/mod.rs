@@ -43,7 +43,7 @@ use crate::grants::Grant;
 use crate::sandbox::policy::SessionPaths;
 
 pub use protocol::{Captured, Gate, InputFile, LateOutput, Outcome, OutputTap, RunOutput};
-pub use worker::{ExitWitness, KillSwitch, Usage, UsageProbe, Worker, WorkerProcessKind};
+pub use worker::{ExitWitness, KillSwitch, Usage, UsageProbe, Worker};
 
 /// `EXECUTION_BACKEND`: which kind of backend runs the code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

@@ -36,7 +36,7 @@ pub trait WorkerProcess: Send {
     /// Kills the worker and everything it started, at once.
     fn kill(&mut self);
     /// Waits briefly for the worker to end and says how it ended.
-    fn wait_exit(&mut self) -> impl Future<Output = String> + Send;
+    fn wait_exit(&mut self) -> super::worker::BoxFuture<'_, String>;
     /// Stops every thread of the worker until [`WorkerProcess::thaw`]: between calls a
     /// worker uses no CPU and writes nothing.
     fn freeze(&mut self);
@@ -314,7 +314,7 @@ impl Channel {
     /// Runs one request with a wall-clock limit. On timeout the process is killed; the
     /// output printed until then is returned. `busy` stays set if this future is dropped
     /// before it completes.
-    pub async fn execute<P: WorkerProcess>(
+    pub async fn execute<P: WorkerProcess + ?Sized>(
         &mut self,
         process: &mut P,
         code: &str,
@@ -331,7 +331,7 @@ impl Channel {
         output
     }
 
-    async fn execute_inner<P: WorkerProcess>(
+    async fn execute_inner<P: WorkerProcess + ?Sized>(
         &mut self,
         process: &mut P,
         code: &str,
@@ -505,7 +505,7 @@ impl Channel {
         }
     }
 
-    async fn fail_send<P: WorkerProcess>(
+    async fn fail_send<P: WorkerProcess + ?Sized>(
         &mut self,
         process: &mut P,
         failure: SendFailure,
@@ -519,7 +519,7 @@ impl Channel {
         }
     }
 
-    async fn finish_timeout<P: WorkerProcess>(
+    async fn finish_timeout<P: WorkerProcess + ?Sized>(
         &mut self,
         process: &mut P,
         mut out: StreamCollector,
@@ -531,7 +531,7 @@ impl Channel {
         self.output(Outcome::TimedOut, out, err, false)
     }
 
-    async fn finish_dead<P: WorkerProcess>(
+    async fn finish_dead<P: WorkerProcess + ?Sized>(
         &mut self,
         process: &mut P,
         mut out: StreamCollector,
@@ -545,7 +545,7 @@ impl Channel {
         self.output(Outcome::Died(how), out, err, false)
     }
 
-    async fn finish_broken<P: WorkerProcess>(
+    async fn finish_broken<P: WorkerProcess + ?Sized>(
         &mut self,
         process: &mut P,
         why: String,

@@ -1,10 +1,12 @@
 //! A started worker, whatever backend started it: the protocol [`Channel`] plus the
 //! process behind it, which only its backend knows how to kill.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::StartError;
-use crate::backend::host::spawn::{HostProcess, kill_group};
 use crate::backend::protocol::{
     Channel, Gate, Handshake, InputFile, OutputTap, RunOutput, WorkerProcess,
 };
@@ -35,69 +37,32 @@ pub async fn handshake(
     }
 }
 
-/// The process behind a worker, per backend (static dispatch). (On Windows the host
-/// variant is uninhabited, hence the size difference.)
-#[allow(clippy::large_enum_variant)]
-pub enum WorkerProcessKind {
-    Host(HostProcess),
-    #[cfg(feature = "docker")]
-    Docker(crate::backend::docker::container::DockerProcess),
-}
+/// A boxed future, for the handles a worker's backend hands out (they are called
+/// through trait objects: the session layer never names a backend).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-impl WorkerProcess for WorkerProcessKind {
-    fn kill(&mut self) {
-        match self {
-            WorkerProcessKind::Host(p) => p.kill(),
-            #[cfg(feature = "docker")]
-            WorkerProcessKind::Docker(p) => p.kill(),
-        }
-    }
-
-    async fn wait_exit(&mut self) -> String {
-        match self {
-            WorkerProcessKind::Host(p) => p.wait_exit().await,
-            #[cfg(feature = "docker")]
-            WorkerProcessKind::Docker(p) => p.wait_exit().await,
-        }
-    }
-
-    fn freeze(&mut self) {
-        match self {
-            WorkerProcessKind::Host(p) => p.freeze(),
-            #[cfg(feature = "docker")]
-            WorkerProcessKind::Docker(p) => p.freeze(),
-        }
-    }
-
-    fn thaw(&mut self) {
-        match self {
-            WorkerProcessKind::Host(p) => p.thaw(),
-            #[cfg(feature = "docker")]
-            WorkerProcessKind::Docker(p) => p.thaw(),
-        }
-    }
+/// The process (or container) behind a worker, as its backend defines it: besides what
+/// the protocol needs ([`WorkerProcess`]), the handles that reach it from outside a call.
+pub trait ProcessHandle: WorkerProcess + 'static {
+    /// Kills the worker from elsewhere (see [`KillSwitch`]).
+    fn kill_switch(&self) -> KillSwitch;
+    /// Tells later whether the worker is really gone.
+    fn exit_witness(&self) -> ExitWitness;
+    /// Reads the worker's usage without holding it.
+    fn usage_probe(&self) -> UsageProbe;
 }
 
 /// Kills the worker if a call is abandoned midway (its future dropped), so cancelled
 /// code cannot keep running unseen.
 struct KillOnDrop {
-    target: KillTarget,
+    switch: KillSwitch,
     armed: bool,
 }
 
-#[derive(Debug, Clone)]
-enum KillTarget {
-    HostGroup(i32),
-    #[cfg(feature = "docker")]
-    Container(crate::backend::docker::container::Removal),
-}
-
-impl KillTarget {
-    fn fire(&self) {
-        match self {
-            KillTarget::HostGroup(pid) => kill_group(*pid),
-            #[cfg(feature = "docker")]
-            KillTarget::Container(removal) => removal.fire(),
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.switch.fire();
         }
     }
 }
@@ -105,62 +70,55 @@ impl KillTarget {
 /// Kills a worker from outside the call that holds it (at shutdown, while a call runs).
 /// Only valid while the worker it came from is alive: take it when a call starts and
 /// drop it when the call returns.
-#[derive(Debug, Clone)]
-pub struct KillSwitch(KillTarget);
+#[derive(Clone)]
+pub struct KillSwitch(Arc<dyn Fn() + Send + Sync>);
 
 impl KillSwitch {
+    /// A switch that runs `kill` each time it is fired (killing twice must be harmless).
+    pub fn new(kill: impl Fn() + Send + Sync + 'static) -> KillSwitch {
+        KillSwitch(Arc::new(kill))
+    }
+
     pub fn fire(&self) {
-        self.0.fire();
+        (self.0)();
     }
 }
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            self.target.fire();
-        }
+impl std::fmt::Debug for KillSwitch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KillSwitch")
     }
+}
+
+/// How a backend tells that one of its workers is gone.
+pub trait Witness: Send + Sync {
+    /// The worker (and, on the host, its group leader) no longer exists.
+    fn is_gone(&self) -> BoxFuture<'_, bool>;
+    /// The worker, for a message (`pid 42`, `container 3f…`).
+    fn describe(&self) -> String;
 }
 
 /// Something that can later tell whether the worker is really gone.
-#[derive(Debug, Clone)]
-pub enum ExitWitness {
-    HostPid(i32),
-    #[cfg(feature = "docker")]
-    Container(bollard::Docker, String),
-}
+#[derive(Clone)]
+pub struct ExitWitness(Arc<dyn Witness>);
 
 impl ExitWitness {
-    /// The worker (and, on the host, its group leader) no longer exists.
+    pub fn new(witness: impl Witness + 'static) -> ExitWitness {
+        ExitWitness(Arc::new(witness))
+    }
+
     pub async fn is_gone(&self) -> bool {
-        match self {
-            ExitWitness::HostPid(pid) => host_pid_gone(*pid),
-            #[cfg(feature = "docker")]
-            ExitWitness::Container(docker, id) => {
-                // Removal runs in the background: give it a moment.
-                for _ in 0..50 {
-                    let running = docker
-                        .inspect_container(id, None)
-                        .await
-                        .ok()
-                        .and_then(|i| i.state)
-                        .and_then(|s| s.running);
-                    if running != Some(true) {
-                        return true;
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                false
-            }
-        }
+        self.0.is_gone().await
     }
 
     pub fn describe(&self) -> String {
-        match self {
-            ExitWitness::HostPid(pid) => format!("pid {pid}"),
-            #[cfg(feature = "docker")]
-            ExitWitness::Container(_, id) => format!("container {id}"),
-        }
+        self.0.describe()
+    }
+}
+
+impl std::fmt::Debug for ExitWitness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ExitWitness({})", self.describe())
     }
 }
 
@@ -173,73 +131,57 @@ pub struct Usage {
     pub pss_bytes: Option<u64>,
 }
 
-/// Looks at a worker from outside (its memory and CPU) without holding it, so it can be
-/// read while the worker is in a call.
-#[derive(Debug, Clone)]
-pub enum UsageProbe {
-    HostPid(i32),
-    /// A container's worker: the container's processes in this machine's `/proc` (a
-    /// local engine: `pid` is the container's init), else the engine's statistics.
-    #[cfg(feature = "docker")]
-    Container {
-        docker: bollard::Docker,
-        id: String,
-        pid: Option<i32>,
-    },
+/// How a backend reads one of its workers' usage from outside.
+pub trait Gauge: Send + Sync {
+    /// `None` once the worker is gone, or when only [`Gauge::sample`] can tell.
+    fn read(&self) -> Option<Usage>;
+    /// Like [`Gauge::read`], and may ask elsewhere (a remote engine) when it cannot.
+    fn sample(&self) -> BoxFuture<'_, Option<Usage>> {
+        Box::pin(async move { self.read() })
+    }
 }
 
+/// Looks at a worker from outside (its memory and CPU) without holding it, so it can be
+/// read while the worker is in a call.
+#[derive(Clone)]
+pub struct UsageProbe(Arc<dyn Gauge>);
+
 impl UsageProbe {
+    pub fn new(gauge: impl Gauge + 'static) -> UsageProbe {
+        UsageProbe(Arc::new(gauge))
+    }
+
     /// `None` once the worker is gone, or when it can only be asked of a remote engine
     /// (see [`UsageProbe::sample`]).
     pub fn read(&self) -> Option<Usage> {
-        match self {
-            UsageProbe::HostPid(pid) => crate::backend::host::usage::of_tree(*pid),
-            #[cfg(feature = "docker")]
-            UsageProbe::Container { id, pid, .. } => {
-                crate::backend::docker::container::local_usage(id, (*pid)?)
-            }
-        }
+        self.0.read()
     }
 
     /// Like [`UsageProbe::read`], and for a remote engine's container asks the engine.
     pub async fn sample(&self) -> Option<Usage> {
-        match self {
-            #[cfg(feature = "docker")]
-            UsageProbe::Container {
-                docker,
-                id,
-                pid: None,
-            } => crate::backend::docker::container::engine_usage(docker, id).await,
-            other => other.read(),
-        }
+        self.0.sample().await
     }
 }
 
-/// No process `pid` exists any more, not even as a zombie (signal 0 says ESRCH).
-#[cfg(unix)]
-fn host_pid_gone(pid: i32) -> bool {
-    use rustix::process::{Pid, test_kill_process};
-    Pid::from_raw(pid).is_none_or(|pid| test_kill_process(pid) == Err(rustix::io::Errno::SRCH))
-}
-
-#[cfg(not(unix))]
-fn host_pid_gone(_pid: i32) -> bool {
-    true
+impl std::fmt::Debug for UsageProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UsageProbe")
+    }
 }
 
 pub struct Worker {
     channel: Channel,
-    process: WorkerProcessKind,
+    process: Box<dyn ProcessHandle>,
     report: SandboxReport,
     /// The egress proxy serving this worker's world, when its network is proxied.
     egress: Option<crate::egress::Link>,
 }
 
 impl Worker {
-    pub fn new(channel: Channel, process: WorkerProcessKind, report: SandboxReport) -> Worker {
+    pub fn new(channel: Channel, process: impl ProcessHandle, report: SandboxReport) -> Worker {
         Worker {
             channel,
-            process,
+            process: Box::new(process),
             report,
             egress: None,
         }
@@ -271,15 +213,7 @@ impl Worker {
     }
 
     pub fn usage_probe(&self) -> UsageProbe {
-        match &self.process {
-            WorkerProcessKind::Host(p) => UsageProbe::HostPid(p.pid()),
-            #[cfg(feature = "docker")]
-            WorkerProcessKind::Docker(p) => UsageProbe::Container {
-                docker: p.docker().clone(),
-                id: p.id().to_string(),
-                pid: p.host_pid(),
-            },
-        }
+        self.process.usage_probe()
     }
 
     /// A previous call on this worker was abandoned midway.
@@ -299,25 +233,11 @@ impl Worker {
 
     /// A handle that kills this worker from elsewhere (see [`KillSwitch`]).
     pub fn kill_switch(&self) -> KillSwitch {
-        KillSwitch(self.kill_target())
-    }
-
-    fn kill_target(&self) -> KillTarget {
-        match &self.process {
-            WorkerProcessKind::Host(p) => KillTarget::HostGroup(p.pid()),
-            #[cfg(feature = "docker")]
-            WorkerProcessKind::Docker(p) => KillTarget::Container(p.removal()),
-        }
+        self.process.kill_switch()
     }
 
     pub fn exit_witness(&self) -> ExitWitness {
-        match &self.process {
-            WorkerProcessKind::Host(p) => ExitWitness::HostPid(p.pid()),
-            #[cfg(feature = "docker")]
-            WorkerProcessKind::Docker(p) => {
-                ExitWitness::Container(p.docker().clone(), p.id().to_string())
-            }
-        }
+        self.process.exit_witness()
     }
 
     /// Runs one request with a wall-clock limit; on timeout the worker is killed and the
@@ -345,13 +265,13 @@ impl Worker {
         gate: Option<Gate<'_>>,
     ) -> RunOutput {
         let mut abandon_guard = KillOnDrop {
-            target: self.kill_target(),
+            switch: self.kill_switch(),
             armed: true,
         };
         self.process.thaw();
         let output = self
             .channel
-            .execute(&mut self.process, code, inputs, timeout, output_cap, gate)
+            .execute(&mut *self.process, code, inputs, timeout, output_cap, gate)
             .await;
         abandon_guard.armed = false;
         if output.reusable {

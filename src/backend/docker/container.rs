@@ -21,6 +21,9 @@ use super::engine;
 use super::frames::{self, Decoder, Stream};
 use crate::backend::StartError;
 use crate::backend::protocol::{Channel, DRAIN_TIMEOUT, WorkerProcess};
+use crate::backend::worker::{
+    BoxFuture, ExitWitness, Gauge, KillSwitch, ProcessHandle, Usage, UsageProbe, Witness,
+};
 use crate::sandbox::report::SandboxReport;
 
 /// How long a new container may take to start its worker.
@@ -61,14 +64,6 @@ impl Removal {
     fn fired(&self) -> bool {
         self.fired.load(std::sync::atomic::Ordering::Acquire)
     }
-
-    pub fn docker(&self) -> &Docker {
-        &self.docker
-    }
-
-    pub fn id(&self) -> &str {
-        &self.id
-    }
 }
 
 /// A running worker container.
@@ -89,15 +84,6 @@ pub struct DockerProcess {
 impl DockerProcess {
     pub fn id(&self) -> &str {
         &self.id
-    }
-
-    pub fn docker(&self) -> &Docker {
-        &self.docker
-    }
-
-    /// What removes this container, from here or from elsewhere.
-    pub fn removal(&self) -> Removal {
-        self.removal.clone()
     }
 
     /// The container's init process on this machine, when the engine is local.
@@ -203,37 +189,111 @@ impl WorkerProcess for DockerProcess {
         self.order(Stream::Thaw);
     }
 
-    async fn wait_exit(&mut self) -> String {
-        if self.removal.fired() {
-            // Its removal is under way: nothing to wait for, and a shutdown cannot wait.
-            return format!("the container was removed{}", self.diagnostics());
-        }
-        let inspect = async {
-            for _ in 0..20 {
-                match self.docker.inspect_container(&self.id, None).await {
-                    Ok(info) => {
-                        let state = info.state.unwrap_or_default();
-                        if state.running == Some(true) {
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
-                        }
-                        if state.oom_killed == Some(true) {
-                            return "killed by the container's memory limit (OOM)".to_string();
-                        }
-                        return format!(
-                            "the container exited with status {}",
-                            state.exit_code.unwrap_or(-1)
-                        );
-                    }
-                    Err(_) => return "the container was removed".to_string(),
-                }
+    fn wait_exit(&mut self) -> BoxFuture<'_, String> {
+        Box::pin(async move {
+            if self.removal.fired() {
+                // Its removal is under way: nothing to wait for, and a shutdown cannot wait.
+                return format!("the container was removed{}", self.diagnostics());
             }
-            "the container is still running".to_string()
-        };
-        let how = tokio::time::timeout(DRAIN_TIMEOUT, inspect)
-            .await
-            .unwrap_or_else(|_| "no exit status".to_string());
-        format!("{how}{}", self.diagnostics())
+            let inspect = async {
+                for _ in 0..20 {
+                    match self.docker.inspect_container(&self.id, None).await {
+                        Ok(info) => {
+                            let state = info.state.unwrap_or_default();
+                            if state.running == Some(true) {
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                                continue;
+                            }
+                            if state.oom_killed == Some(true) {
+                                return "killed by the container's memory limit (OOM)".to_string();
+                            }
+                            return format!(
+                                "the container exited with status {}",
+                                state.exit_code.unwrap_or(-1)
+                            );
+                        }
+                        Err(_) => return "the container was removed".to_string(),
+                    }
+                }
+                "the container is still running".to_string()
+            };
+            let how = tokio::time::timeout(DRAIN_TIMEOUT, inspect)
+                .await
+                .unwrap_or_else(|_| "no exit status".to_string());
+            format!("{how}{}", self.diagnostics())
+        })
+    }
+}
+
+impl ProcessHandle for DockerProcess {
+    fn kill_switch(&self) -> KillSwitch {
+        let removal = self.removal.clone();
+        KillSwitch::new(move || removal.fire())
+    }
+
+    fn exit_witness(&self) -> ExitWitness {
+        ExitWitness::new(Watched {
+            docker: self.docker.clone(),
+            id: self.id.clone(),
+            pid: self.host_pid,
+        })
+    }
+
+    fn usage_probe(&self) -> UsageProbe {
+        UsageProbe::new(Watched {
+            docker: self.docker.clone(),
+            id: self.id.clone(),
+            pid: self.host_pid,
+        })
+    }
+}
+
+/// A container's worker seen from outside: its processes in this machine's `/proc` (a
+/// local engine: `pid` is the container's init), else the engine's own view.
+struct Watched {
+    docker: Docker,
+    id: String,
+    pid: Option<i32>,
+}
+
+impl Witness for Watched {
+    fn is_gone(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            // Removal runs in the background: give it a moment.
+            for _ in 0..50 {
+                let running = self
+                    .docker
+                    .inspect_container(&self.id, None)
+                    .await
+                    .ok()
+                    .and_then(|i| i.state)
+                    .and_then(|s| s.running);
+                if running != Some(true) {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            false
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("container {}", self.id)
+    }
+}
+
+impl Gauge for Watched {
+    fn read(&self) -> Option<Usage> {
+        local_usage(&self.id, self.pid?)
+    }
+
+    fn sample(&self) -> BoxFuture<'_, Option<Usage>> {
+        Box::pin(async move {
+            match self.pid {
+                Some(pid) => local_usage(&self.id, pid),
+                None => engine_usage(&self.docker, &self.id).await,
+            }
+        })
     }
 }
 

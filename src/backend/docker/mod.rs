@@ -53,7 +53,7 @@ use std::sync::Arc;
 use bollard::Docker;
 
 use crate::backend::{
-    Backend, BackendKind, Enforcement, StartError, Worker, WorkerProcessKind, WorkerSpec,
+    Backend, BackendKind, Enforcement, StartError, Worker, WorkerSpec,
 };
 use crate::capability::Capability;
 use crate::config::{SandboxMode, Settings};
@@ -448,7 +448,7 @@ impl Inner {
         let mut report = self.judge_report(report, &process, run.user)?;
         let egress = run.egress.filter(|_| run.network.proxied());
         let link = self.bridge_egress(egress, &process, &mut report).await?;
-        let mut worker = Worker::new(channel, WorkerProcessKind::Docker(process), report);
+        let mut worker = Worker::new(channel, process, report);
         if let Some(link) = link {
             worker.attach_egress(link);
         }

@@ -218,7 +218,7 @@ impl HostBackend {
             policy.egress_fd = Some(spawn::inherited_fd(fds.len()));
             fds.push(std::os::fd::AsFd::as_fd(theirs));
         }
-        let mut worker = spawn::spawn(policy, &fds).await?;
+        let (mut worker, pid) = spawn::spawn(policy, &fds).await?;
         drop(fds);
         if let (Some(egress), Some((ours, theirs))) = (egress, bridge) {
             drop(theirs);
@@ -226,10 +226,7 @@ impl HostBackend {
                 worker.attach_egress(egress.serve(listener)?);
             }
         }
-        #[allow(irrefutable_let_patterns)]
-        if let crate::backend::ExitWitness::HostPid(pid) = worker.exit_witness()
-            && let Ok(pid) = u32::try_from(pid)
-        {
+        if let Ok(pid) = u32::try_from(pid) {
             crate::instances::record_process(&self.instance_dir, pid);
         }
         Ok(worker)

@@ -15,7 +15,10 @@ use tokio::net::unix::pipe;
 use tokio::process::Child;
 
 use crate::backend::protocol::{Channel, DRAIN_TIMEOUT, WorkerProcess};
-use crate::backend::{StartError, Worker, WorkerProcessKind};
+use crate::backend::worker::{
+    BoxFuture, ExitWitness, Gauge, KillSwitch, ProcessHandle, Usage, UsageProbe, Witness,
+};
+use crate::backend::{StartError, Worker};
 use crate::sandbox::helper::{REQUEST_FD, RESPONSE_FD};
 use crate::sandbox::policy::WorkerPolicy;
 
@@ -43,11 +46,13 @@ impl WorkerProcess for HostProcess {
         let _ = self.child.start_kill();
     }
 
-    async fn wait_exit(&mut self) -> String {
-        match tokio::time::timeout(DRAIN_TIMEOUT, self.child.wait()).await {
-            Ok(Ok(status)) => describe_status(status),
-            _ => "no exit status".to_string(),
-        }
+    fn wait_exit(&mut self) -> BoxFuture<'_, String> {
+        Box::pin(async move {
+            match tokio::time::timeout(DRAIN_TIMEOUT, self.child.wait()).await {
+                Ok(Ok(status)) => describe_status(status),
+                _ => "no exit status".to_string(),
+            }
+        })
     }
 
     /// SIGSTOP to the worker's process group: the helper waiting outside the worker's
@@ -61,6 +66,44 @@ impl WorkerProcess for HostProcess {
 
     fn thaw(&mut self) {
         signal_group(self.pid, rustix::process::Signal::CONT);
+    }
+}
+
+impl ProcessHandle for HostProcess {
+    fn kill_switch(&self) -> KillSwitch {
+        let pid = self.pid;
+        KillSwitch::new(move || kill_group(pid))
+    }
+
+    fn exit_witness(&self) -> ExitWitness {
+        ExitWitness::new(HostPid(self.pid))
+    }
+
+    fn usage_probe(&self) -> UsageProbe {
+        UsageProbe::new(HostPid(self.pid))
+    }
+}
+
+/// A host worker's group leader, watched from outside.
+struct HostPid(i32);
+
+impl Witness for HostPid {
+    /// No process `pid` exists any more, not even as a zombie (signal 0 says ESRCH).
+    fn is_gone(&self) -> BoxFuture<'_, bool> {
+        use rustix::process::{Pid, test_kill_process};
+        let gone = Pid::from_raw(self.0)
+            .is_none_or(|pid| test_kill_process(pid) == Err(rustix::io::Errno::SRCH));
+        Box::pin(std::future::ready(gone))
+    }
+
+    fn describe(&self) -> String {
+        format!("pid {}", self.0)
+    }
+}
+
+impl Gauge for HostPid {
+    fn read(&self) -> Option<Usage> {
+        super::usage::of_tree(self.0)
     }
 }
 
@@ -255,11 +298,12 @@ fn enlarge_pipe(pipe: &impl std::os::fd::AsFd) {
 }
 
 /// Starts a sandboxed worker for `policy` and waits until Python is ready; `inherit`
-/// are passed at descriptors 5, 6, … (see [`fork_helper`]).
+/// are passed at descriptors 5, 6, … (see [`fork_helper`]). Returns the worker and its
+/// group leader's pid.
 pub async fn spawn(
     policy: &WorkerPolicy,
     inherit: &[BorrowedFd<'_>],
-) -> Result<Worker, StartError> {
+) -> Result<(Worker, i32), StartError> {
     let (mut child, req_write, resp_read) = fork_helper(inherit).await?;
     let pid = child
         .id()
@@ -294,11 +338,7 @@ pub async fn spawn(
             return Err(StartError::Timeout(SPAWN_TIMEOUT));
         }
     };
-    Ok(Worker::new(
-        channel,
-        WorkerProcessKind::Host(process),
-        report,
-    ))
+    Ok((Worker::new(channel, process, report), pid))
 }
 
 /// The descriptor number the helper finds the `n`th inherited descriptor at.
