@@ -52,9 +52,7 @@ use std::sync::Arc;
 
 use bollard::Docker;
 
-use crate::backend::{
-    Backend, BackendKind, Enforcement, StartError, Worker, WorkerSpec,
-};
+use crate::backend::{Backend, BackendKind, Enforcement, StartError, Worker, WorkerSpec};
 use crate::capability::Capability;
 use crate::config::{SandboxMode, Settings};
 use crate::grants::{Grant, PathKind};
