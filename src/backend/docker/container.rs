@@ -232,19 +232,21 @@ impl ProcessHandle for DockerProcess {
     }
 
     fn exit_witness(&self) -> ExitWitness {
-        ExitWitness::new(Watched {
-            docker: self.docker.clone(),
-            id: self.id.clone(),
-            pid: self.host_pid,
-        })
+        ExitWitness::new(self.watched())
     }
 
     fn usage_probe(&self) -> UsageProbe {
-        UsageProbe::new(Watched {
+        UsageProbe::new(self.watched())
+    }
+}
+
+impl DockerProcess {
+    fn watched(&self) -> Watched {
+        Watched {
             docker: self.docker.clone(),
             id: self.id.clone(),
             pid: self.host_pid,
-        })
+        }
     }
 }
 
@@ -289,10 +291,10 @@ impl Gauge for Watched {
 
     fn sample(&self) -> BoxFuture<'_, Option<Usage>> {
         Box::pin(async move {
-            match self.pid {
-                Some(pid) => local_usage(&self.id, pid),
-                None => engine_usage(&self.docker, &self.id).await,
+            if self.pid.is_some() {
+                return self.read();
             }
+            engine_usage(&self.docker, &self.id).await
         })
     }
 }
@@ -367,7 +369,7 @@ async fn local_pid(docker: &Docker, id: &str) -> Option<i32> {
 
 /// The usage of a local engine's container: its processes in `/proc`, from its init,
 /// as long as `pid` still is that container's (pids are reused).
-pub fn local_usage(id: &str, pid: i32) -> Option<crate::backend::Usage> {
+fn local_usage(id: &str, pid: i32) -> Option<crate::backend::Usage> {
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     if !cgroup.contains(id) {
         return None;
@@ -377,7 +379,7 @@ pub fn local_usage(id: &str, pid: i32) -> Option<crate::backend::Usage> {
 
 /// The usage of a container as the engine reports it (one sample, not a stream): for an
 /// engine on another machine, whose processes this one cannot see.
-pub async fn engine_usage(docker: &Docker, id: &str) -> Option<crate::backend::Usage> {
+async fn engine_usage(docker: &Docker, id: &str) -> Option<crate::backend::Usage> {
     let options = bollard::query_parameters::StatsOptions {
         stream: false,
         one_shot: true,

@@ -33,12 +33,6 @@ pub struct HostProcess {
     pid: i32,
 }
 
-impl HostProcess {
-    pub fn pid(&self) -> i32 {
-        self.pid
-    }
-}
-
 impl WorkerProcess for HostProcess {
     /// SIGKILL to the worker's whole process group (the helper made it a group leader).
     fn kill(&mut self) {
