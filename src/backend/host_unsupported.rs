@@ -18,17 +18,7 @@ pub struct HostSlot {
     dir: std::path::PathBuf,
 }
 
-impl HostSlot {
-    /// What the session's results say about its workspace: nothing, no quota here.
-    pub fn workspace_notice(&self) -> Option<String> {
-        None
-    }
-
-    /// No package layer: nothing runs here.
-    pub fn package_layer(&self) -> Option<(&crate::packages::layer::Layer, Option<(u32, u32)>)> {
-        None
-    }
-}
+impl crate::backend::SlotState for HostSlot {}
 
 pub struct HostBackend {
     settings: Arc<Settings>,
@@ -42,23 +32,6 @@ impl HostBackend {
     ) -> Result<HostBackend, BackendError> {
         tracing::warn!("{}", platform::host_unsupported_reason(HostOs::current()));
         Ok(HostBackend { settings })
-    }
-}
-
-impl HostBackend {
-    /// Nothing runs here, the package installer neither.
-    ///
-    /// # Errors
-    /// Always: the host backend is unsupported on this platform.
-    pub async fn start_installer(
-        &self,
-        _slot: &HostSlot,
-        _spec: &crate::backend::InstallerSpec<'_>,
-    ) -> Result<Worker, StartError> {
-        Err(StartError::Refused {
-            wall: "host_sandbox".into(),
-            message: platform::host_unsupported_reason(HostOs::current()),
-        })
     }
 }
 
@@ -85,6 +58,21 @@ impl Backend for HostBackend {
         &self,
         _slot: &HostSlot,
         _spec: &WorkerSpec<'_>,
+    ) -> Result<Worker, StartError> {
+        Err(StartError::Refused {
+            wall: "host_sandbox".into(),
+            message: platform::host_unsupported_reason(HostOs::current()),
+        })
+    }
+
+    /// Nothing runs here, the package installer neither.
+    ///
+    /// # Errors
+    /// Always: the host backend is unsupported on this platform.
+    async fn start_installer(
+        &self,
+        _slot: &HostSlot,
+        _spec: &crate::backend::InstallerSpec<'_>,
     ) -> Result<Worker, StartError> {
         Err(StartError::Refused {
             wall: "host_sandbox".into(),

@@ -124,12 +124,45 @@ impl StartError {
     }
 }
 
-/// What a backend keeps for one open session.
+/// What a backend keeps for one open session, whatever the backend: its own slot type
+/// ([`Backend::Slot`]), which only that backend reads back ([`SessionSlot::of`]).
 #[derive(Debug)]
-pub enum SessionSlot {
-    Host(host::HostSlot),
-    #[cfg(feature = "docker")]
-    Docker(docker::DockerSlot),
+pub struct SessionSlot(Box<dyn SlotState>);
+
+/// What the session layer may ask of any backend's slot.
+pub trait SlotState: std::any::Any + std::fmt::Debug + Send + Sync {
+    /// The session's package layer, and the uid its installer runs as (`None`: the
+    /// server's own), when the backend installs packages.
+    fn package_layer(&self) -> Option<(&crate::packages::layer::Layer, Option<(u32, u32)>)> {
+        None
+    }
+    /// What every result of the session says about its home (a workspace quota smaller
+    /// than `SANDBOX_DISK_LIMIT`), if anything.
+    fn notice(&self) -> Option<String> {
+        None
+    }
+}
+
+impl SessionSlot {
+    pub fn new(state: impl SlotState) -> SessionSlot {
+        SessionSlot(Box::new(state))
+    }
+
+    /// The backend's own slot; an error when the slot was made by another backend (a
+    /// server holds one backend, so only a bug gets here).
+    pub fn of<S: SlotState>(&self) -> Result<&S, StartError> {
+        let any: &dyn std::any::Any = self.0.as_ref();
+        any.downcast_ref::<S>()
+            .ok_or_else(|| StartError::Protocol("a session slot of another backend".into()))
+    }
+
+    pub fn package_layer(&self) -> Option<(&crate::packages::layer::Layer, Option<(u32, u32)>)> {
+        self.0.package_layer()
+    }
+
+    pub fn notice(&self) -> Option<String> {
+        self.0.notice()
+    }
 }
 
 /// Where a session lives: its workspace as the server reads it, and what the backend
@@ -238,7 +271,7 @@ pub struct Enforcement {
 /// One way of running workers. Implemented by each backend; dispatched by [`AnyBackend`].
 pub trait Backend: Send + Sync {
     /// What it keeps per open session.
-    type Slot;
+    type Slot: SlotState;
     fn kind(&self) -> BackendKind;
     /// Prepares a session's workspace (`dir` is a directory of the instance it may use)
     /// and says where the server reads it.
@@ -249,15 +282,40 @@ pub trait Backend: Send + Sync {
         slot: &Self::Slot,
         spec: &WorkerSpec<'_>,
     ) -> impl Future<Output = Result<Worker, StartError>> + Send;
+    /// The package installer of the session in `slot`: a worker under the same walls
+    /// whose only way out is `spec.egress`.
+    fn start_installer(
+        &self,
+        slot: &Self::Slot,
+        spec: &InstallerSpec<'_>,
+    ) -> impl Future<Output = Result<Worker, StartError>> + Send;
     /// Releases what the session held and deletes its workspace (its workers are
     /// already killed).
     ///
     /// # Errors
     /// What could not be removed, as a sentence.
     fn close_session(&self, slot: &Self::Slot) -> Result<(), String>;
+    /// Kills every worker of this server at once, the first thing a shutdown does, where
+    /// the backend holds them all in one place (a host worker is a process group, which
+    /// the session layer kills directly).
+    fn kill_all(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
     /// Releases everything at server exit.
     fn shutdown(&self) -> impl Future<Output = ()> + Send;
     fn enforcement(&self) -> Enforcement;
+}
+
+/// Runs `$body` with `$b` bound to the resolved backend, whichever it is: the one
+/// place that lists every backend's arm.
+macro_rules! dispatch {
+    ($any:expr, $b:ident => $body:expr) => {
+        match $any {
+            AnyBackend::Host($b) => $body,
+            #[cfg(feature = "docker")]
+            AnyBackend::Docker($b) => $body,
+        }
+    };
 }
 
 /// The backend this server resolved to (one per server: the size difference between
@@ -312,123 +370,49 @@ impl AnyBackend {
     }
 
     pub fn kind(&self) -> BackendKind {
-        match self {
-            AnyBackend::Host(b) => b.kind(),
-            #[cfg(feature = "docker")]
-            AnyBackend::Docker(b) => b.kind(),
-        }
-    }
-
-    pub fn open_session(&self, dir: &Path) -> std::io::Result<(SessionSlot, SessionPaths)> {
-        match self {
-            AnyBackend::Host(b) => b
-                .open_session(dir)
-                .map(|(slot, paths)| (SessionSlot::Host(slot), paths)),
-            #[cfg(feature = "docker")]
-            AnyBackend::Docker(b) => b
-                .open_session(dir)
-                .map(|(slot, paths)| (SessionSlot::Docker(slot), paths)),
-        }
+        dispatch!(self, b => b.kind())
     }
 
     /// A new home with an empty workspace; `dir` is a directory of the instance the
     /// backend may use. Blocking (it makes the workspace): call it off the async runtime.
     pub fn open_home(&self, dir: &Path) -> std::io::Result<Home> {
-        let (slot, paths) = self.open_session(dir)?;
-        Ok(Home { paths, slot })
+        dispatch!(self, b => b.open_session(dir).map(|(slot, paths)| Home {
+            paths,
+            slot: SessionSlot::new(slot),
+        }))
     }
 
     pub async fn start_worker(&self, spec: &WorkerSpec<'_>) -> Result<Worker, StartError> {
-        match (self, spec.slot) {
-            (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.start_worker(slot, spec).await,
-            #[cfg(feature = "docker")]
-            (AnyBackend::Docker(b), SessionSlot::Docker(slot)) => b.start_worker(slot, spec).await,
-            #[cfg(feature = "docker")]
-            _ => Err(StartError::Protocol(
-                "a session slot of another backend".into(),
-            )),
-        }
+        dispatch!(self, b => b.start_worker(spec.slot.of()?, spec).await)
     }
 
     /// Starts the package installer of the session in `slot`.
     ///
     /// # Errors
-    /// As [`AnyBackend::start_worker`]; the Docker backend does not install packages.
+    /// As [`AnyBackend::start_worker`].
     pub async fn start_installer(
         &self,
         slot: &SessionSlot,
         spec: &InstallerSpec<'_>,
     ) -> Result<Worker, StartError> {
-        match (self, slot) {
-            (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.start_installer(slot, spec).await,
-            #[cfg(feature = "docker")]
-            (AnyBackend::Docker(b), SessionSlot::Docker(slot)) => {
-                b.start_installer(slot, spec).await
-            }
-            #[cfg(feature = "docker")]
-            _ => Err(StartError::Protocol(
-                "a session slot of another backend".into(),
-            )),
-        }
-    }
-
-    /// The session's package layer, and the uid its installer runs as (a root server's).
-    pub fn package_layer<'s>(
-        &self,
-        slot: &'s SessionSlot,
-    ) -> Option<(&'s crate::packages::layer::Layer, Option<(u32, u32)>)> {
-        match slot {
-            SessionSlot::Host(slot) => slot.package_layer(),
-            #[cfg(feature = "docker")]
-            SessionSlot::Docker(slot) => slot.package_layer().map(|(l, user)| (l, Some(user))),
-        }
-    }
-
-    /// What every result of the session in `slot` says about its home (a workspace quota
-    /// smaller than `SANDBOX_DISK_LIMIT`), if anything.
-    pub fn home_notice(&self, slot: &SessionSlot) -> Option<String> {
-        match slot {
-            SessionSlot::Host(slot) => slot.workspace_notice(),
-            #[cfg(feature = "docker")]
-            SessionSlot::Docker(_) => None,
-        }
+        dispatch!(self, b => b.start_installer(slot.of()?, spec).await)
     }
 
     pub fn close_session(&self, slot: &SessionSlot) -> Result<(), String> {
-        match (self, slot) {
-            (AnyBackend::Host(b), SessionSlot::Host(slot)) => b.close_session(slot),
-            #[cfg(feature = "docker")]
-            (AnyBackend::Docker(b), SessionSlot::Docker(slot)) => b.close_session(slot),
-            #[cfg(feature = "docker")]
-            _ => Err("a session slot of another backend".into()),
-        }
+        dispatch!(self, b => b.close_session(slot.of().map_err(|e| e.to_string())?))
     }
 
-    /// Kills every worker of this server at once, the first thing a shutdown does: for
-    /// the Docker backend, removes every container of this instance (the host backend's
-    /// workers are process groups, which the session layer kills directly).
+    /// See [`Backend::kill_all`].
     pub async fn kill_all(&self) {
-        match self {
-            AnyBackend::Host(_) => {}
-            #[cfg(feature = "docker")]
-            AnyBackend::Docker(b) => b.kill_all().await,
-        }
+        dispatch!(self, b => b.kill_all().await)
     }
 
     pub async fn shutdown(&self) {
-        match self {
-            AnyBackend::Host(b) => b.shutdown().await,
-            #[cfg(feature = "docker")]
-            AnyBackend::Docker(b) => b.shutdown().await,
-        }
+        dispatch!(self, b => b.shutdown().await)
     }
 
     pub fn enforcement(&self) -> Enforcement {
-        match self {
-            AnyBackend::Host(b) => b.enforcement(),
-            #[cfg(feature = "docker")]
-            AnyBackend::Docker(b) => b.enforcement(),
-        }
+        dispatch!(self, b => b.enforcement())
     }
 }
 

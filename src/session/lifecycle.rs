@@ -243,7 +243,7 @@ impl SessionManager {
                 )
             });
             // The installed packages stay with the kept workspace, beside it.
-            let layer = backend.package_layer(&closing.home.slot).map(|(l, _)| l);
+            let layer = closing.home.slot.package_layer().map(|(l, _)| l);
             let packages = match (&kept, keep, layer) {
                 (Some(Ok(_)), Some(to), Some(layer)) if layer.current() > 0 => {
                     let mut beside = to.into_os_string();

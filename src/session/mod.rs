@@ -643,7 +643,7 @@ impl SessionManager {
     pub fn ephemeral(&self, label: &str) -> Result<Ephemeral<'_>, ErrorInfo> {
         let name: String = format!("{label}-{}", crate::hex(&crate::random_bytes::<6>()));
         let dir = self.instance_dir.join(&name);
-        let (slot, paths) = self.backend.open_session(&dir).map_err(|e| {
+        let Home { paths, slot } = self.backend.open_home(&dir).map_err(|e| {
             ErrorInfo::new(
                 "InternalError",
                 format!("cannot create a workspace for {name}: {e}"),

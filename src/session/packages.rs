@@ -179,7 +179,7 @@ impl SessionManager {
         session: &Session,
         reqs: &[Requirement],
     ) -> Result<(Vec<Installed>, Vec<Requirement>), ErrorInfo> {
-        let Some((layer, owner)) = self.backend.package_layer(&session.home.slot) else {
+        let Some((layer, owner)) = session.home.slot.package_layer() else {
             return Err(ErrorInfo::new(
                 "PackagesUnsupported",
                 "install_packages runs with the host backend only: this server's workers are Docker containers",

@@ -218,7 +218,7 @@ impl Session {
             report,
         } = done;
         warnings.extend(late_warning(&run.late));
-        warnings.extend(manager.backend.home_notice(&self.home.slot));
+        warnings.extend(self.home.slot.notice());
         let (out_cut, err_cut) = (run.stdout.truncated, run.stderr.truncated);
         let mut result = ExecResult {
             status: ExecStatus::Ok,

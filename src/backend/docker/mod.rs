@@ -76,10 +76,10 @@ pub struct DockerSlot {
     layer: Option<crate::packages::layer::Layer>,
 }
 
-impl DockerSlot {
+impl crate::backend::SlotState for DockerSlot {
     /// The session's package layer and the container user its installer runs as.
-    pub fn package_layer(&self) -> Option<(&crate::packages::layer::Layer, (u32, u32))> {
-        self.layer.as_ref().map(|l| (l, self.user))
+    fn package_layer(&self) -> Option<(&crate::packages::layer::Layer, Option<(u32, u32)>)> {
+        self.layer.as_ref().map(|l| (l, Some(self.user)))
     }
 }
 
@@ -210,34 +210,6 @@ fn causes(e: &dyn std::error::Error) -> String {
 }
 
 impl DockerBackend {
-    /// Starts a session's package installer: a container of the same image (so pip
-    /// picks the wheels its interpreter loads) on the install's stage, with the
-    /// installer's own proxy or no network.
-    ///
-    /// # Errors
-    /// As [`Backend::start_worker`].
-    pub async fn start_installer(
-        &self,
-        slot: &DockerSlot,
-        spec: &crate::backend::InstallerSpec<'_>,
-    ) -> Result<Worker, StartError> {
-        let run = Run {
-            role: "installer",
-            workspace: spec.stage,
-            user: slot.user,
-            grants: spec.grants,
-            network: if spec.egress.is_some() {
-                crate::config::NetworkMode::Proxy
-            } else {
-                crate::config::NetworkMode::Deny
-            },
-            packages: None,
-            tmp_bytes: spec.tmp_bytes,
-            egress: spec.egress.as_ref(),
-        };
-        self.inner.start_container(&run).await
-    }
-
     /// Connects to the engine, checks the image, asks it where its Python is, reaps the
     /// containers of dead warden instances and starts the warm pool.
     pub async fn new(
@@ -308,16 +280,6 @@ impl DockerBackend {
         Ok(DockerBackend {
             inner: Arc::new(inner),
         })
-    }
-
-    /// Shutdown begins: no container is created from now on, and every container of
-    /// this instance is removed, all at once (a signal gives the server a second).
-    pub async fn kill_all(&self) {
-        let inner = &self.inner;
-        inner
-            .closing
-            .store(true, std::sync::atomic::Ordering::Release);
-        engine::remove_instance(&inner.docker, &inner.owner.instance).await;
     }
 }
 
@@ -738,6 +700,44 @@ impl Backend for DockerBackend {
         inner
             .start_container(&inner.session_run("session", slot, spec.grants))
             .await
+    }
+
+    /// Starts a session's package installer: a container of the same image (so pip
+    /// picks the wheels its interpreter loads) on the install's stage, with the
+    /// installer's own proxy or no network.
+    ///
+    /// # Errors
+    /// As [`Backend::start_worker`].
+    async fn start_installer(
+        &self,
+        slot: &DockerSlot,
+        spec: &crate::backend::InstallerSpec<'_>,
+    ) -> Result<Worker, StartError> {
+        let run = Run {
+            role: "installer",
+            workspace: spec.stage,
+            user: slot.user,
+            grants: spec.grants,
+            network: if spec.egress.is_some() {
+                crate::config::NetworkMode::Proxy
+            } else {
+                crate::config::NetworkMode::Deny
+            },
+            packages: None,
+            tmp_bytes: spec.tmp_bytes,
+            egress: spec.egress.as_ref(),
+        };
+        self.inner.start_container(&run).await
+    }
+
+    /// Shutdown begins: no container is created from now on, and every container of
+    /// this instance is removed, all at once (a signal gives the server a second).
+    async fn kill_all(&self) {
+        let inner = &self.inner;
+        inner
+            .closing
+            .store(true, std::sync::atomic::Ordering::Release);
+        engine::remove_instance(&inner.docker, &inner.owner.instance).await;
     }
 
     /// Detaches the workspace's tmpfs, deletes the session's directory and frees its uid

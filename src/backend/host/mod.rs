@@ -35,15 +35,15 @@ pub struct HostSlot {
     pub layer: crate::packages::layer::Layer,
 }
 
-impl HostSlot {
-    /// What the session's results say about its workspace (a smaller quota).
-    pub fn workspace_notice(&self) -> Option<String> {
-        self.workspace.notice.clone()
+impl crate::backend::SlotState for HostSlot {
+    /// The session's package layer, and the uid its installer runs as (a root server's).
+    fn package_layer(&self) -> Option<(&crate::packages::layer::Layer, Option<(u32, u32)>)> {
+        Some((&self.layer, self.run_as.map(|r| (r.uid, r.gid))))
     }
 
-    /// The session's package layer, and the uid its installer runs as (a root server's).
-    pub fn package_layer(&self) -> Option<(&crate::packages::layer::Layer, Option<(u32, u32)>)> {
-        Some((&self.layer, self.run_as.map(|r| (r.uid, r.gid))))
+    /// What the session's results say about its workspace (a smaller quota).
+    fn notice(&self) -> Option<String> {
+        self.workspace.notice.clone()
     }
 }
 
@@ -179,29 +179,6 @@ impl HostBackend {
         )
     }
 
-    /// Starts the package installer of a session: a worker under the same walls whose
-    /// only way out is `spec.egress`.
-    ///
-    /// # Errors
-    /// As [`Backend::start_worker`].
-    pub async fn start_installer(
-        &self,
-        slot: &HostSlot,
-        spec: &InstallerSpec<'_>,
-    ) -> Result<Worker, StartError> {
-        let mut policy = self.installer_policy(slot, spec);
-        if let Some(world) = &mut policy.world {
-            world.bounded_by = Some(format!(
-                "the installer downloads at most SANDBOX_PACKAGE_LIMIT through its proxy (or copies the operator's wheelhouse), and \
-                 pip installs into a /tmp of {} bytes",
-                spec.tmp_bytes
-            ));
-        }
-        let fds = Vec::new();
-        self.spawn_with_egress(&mut policy, fds, spec.egress.as_ref())
-            .await
-    }
-
     /// Spawns a worker for `policy` and, with an egress proxy and a world, serves the
     /// endpoint the world hands over.
     async fn spawn_with_egress(
@@ -311,6 +288,24 @@ impl Backend for HostBackend {
     }
 
     /// Starts a worker confined to the session's paths and grants.
+    async fn start_installer(
+        &self,
+        slot: &HostSlot,
+        spec: &InstallerSpec<'_>,
+    ) -> Result<Worker, StartError> {
+        let mut policy = self.installer_policy(slot, spec);
+        if let Some(world) = &mut policy.world {
+            world.bounded_by = Some(format!(
+                "the installer downloads at most SANDBOX_PACKAGE_LIMIT through its proxy (or copies the operator's wheelhouse), and \
+                 pip installs into a /tmp of {} bytes",
+                spec.tmp_bytes
+            ));
+        }
+        let fds = Vec::new();
+        self.spawn_with_egress(&mut policy, fds, spec.egress.as_ref())
+            .await
+    }
+
     async fn start_worker(
         &self,
         slot: &HostSlot,
