@@ -10,9 +10,10 @@
 //! touching the process environment; an invalid value is a start-up error that names the
 //! setting and where its value came from, never a silent default.
 //!
-//! Adding a setting: one [`Spec`] row in [`REGISTRY`], one field in [`Settings`], one line
-//! in [`Settings::from_layers`] reading it through the [`Reader`] (which takes the default
-//! from the row), and docs/settings.md's table regenerated with `warden settings --markdown`.
+//! Adding a setting: one [`Spec`] row in its group of [`REGISTRY`] (a backend's group lives
+//! in the backend's folder), one field in [`Settings`] or the group's struct, one line
+//! reading it through the [`Reader`] (which takes the default from the row), and
+//! docs/settings.md's table regenerated with `warden settings --markdown`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,7 +48,7 @@ pub enum DefaultValue {
     Computed(&'static str),
 }
 
-const fn spec(name: &'static str, default: &'static str, doc: &'static str) -> Spec {
+pub(crate) const fn spec(name: &'static str, default: &'static str, doc: &'static str) -> Spec {
     Spec {
         name,
         default: DefaultValue::Value(default),
@@ -56,7 +57,7 @@ const fn spec(name: &'static str, default: &'static str, doc: &'static str) -> S
     }
 }
 
-const fn computed(name: &'static str, how: &'static str, doc: &'static str) -> Spec {
+pub(crate) const fn computed(name: &'static str, how: &'static str, doc: &'static str) -> Spec {
     Spec {
         name,
         default: DefaultValue::Computed(how),
@@ -65,8 +66,42 @@ const fn computed(name: &'static str, how: &'static str, doc: &'static str) -> S
     }
 }
 
-/// Every setting warden reads, in the order the settings chapter and `--help` show them.
-pub const REGISTRY: &[Spec] = &[
+/// Every setting warden reads, in the order the settings chapter and `--help` show them:
+/// the server's own, each backend's group, then serving. A backend's group lives in its
+/// folder ([`crate::backend::docker_settings`]); adding one is one line in `GROUPS`.
+pub const REGISTRY: &[Spec] = &FLAT;
+
+const GROUPS: &[&[Spec]] = &[GENERAL, crate::backend::docker_settings::SPECS, SERVING];
+const FLAT: [Spec; total(GROUPS)] = concat(GROUPS);
+
+/// How many settings `groups` hold together.
+const fn total(groups: &[&[Spec]]) -> usize {
+    let (mut n, mut i) = (0, 0);
+    while i < groups.len() {
+        n += groups[i].len();
+        i += 1;
+    }
+    n
+}
+
+/// `groups`, one after another, at compile time.
+const fn concat<const N: usize>(groups: &[&[Spec]]) -> [Spec; N] {
+    let mut out = [spec("", "", ""); N];
+    let (mut k, mut i) = (0, 0);
+    while i < groups.len() {
+        let mut j = 0;
+        while j < groups[i].len() {
+            out[k] = groups[i][j];
+            k += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The server's own settings: backend, walls, limits, guard, grants, network.
+const GENERAL: &[Spec] = &[
     spec(
         "EXECUTION_BACKEND",
         "host",
@@ -280,69 +315,10 @@ pub const REGISTRY: &[Spec] = &[
         "embedded `policies/default.toml`",
         "guard policy file (TOML; see the comments in the default).",
     ),
-    spec(
-        "SANDBOX_IMAGE",
-        "warden-sandbox:latest",
-        "the Docker backend's image (any Debian-based image with `python3`; build one \
-         offline with `tools/build-image.sh`).",
-    ),
-    computed(
-        "SANDBOX_POOL_SIZE",
-        "the value of `SANDBOX_WARM_WORKERS` (2)",
-        "the warm pool's size when the resolved backend is `docker`: containers started \
-         ahead, each with its worker frozen and an empty workspace, so a new session does \
-         not wait about half a second for one (0 to 64; never more than \
-         `SANDBOX_MAX_WORKERS`). One pool serves both backends: when the host backend runs \
-         (configured, or fallen back to), `SANDBOX_WARM_WORKERS` sizes it instead.",
-    ),
-    spec(
-        "SANDBOX_USER",
-        "auto",
-        "who the Docker backend's containers run as. `auto`: a server running as root \
-         gives each session's container a uid and gid of its own, from a range of this \
-         server far above login uids and every `/etc/subuid` range, never an account's, so \
-         no host user and no other session owns a workspace; a server that is not root \
-         runs them as its own uid and gid (a member of the `docker` group is root through \
-         the engine anyway; the workspaces are its own mode-0700 directories); on Windows, \
-         65534:65534. `UID:GID` (numeric, never 0) pins every container to that one \
-         identity: every session's workspace is then owned by it, so any host process \
-         running as that uid reaches them all (`selftest` and `warden://settings` say so).",
-    ),
-    spec(
-        "SANDBOX_TMP_SIZE",
-        "64m",
-        "size of each container's `/tmp` (a tmpfs; at least `1m`).",
-    ),
-    spec(
-        "SANDBOX_LAUNCHER",
-        "auto",
-        "the Docker backend's in-container launcher. `bind`: this server's own binary, \
-         bind-mounted read-only (a Linux server and an engine on this machine). `image`: \
-         the Linux warden the image carries (`tools/build-image.sh --launcher`), refused \
-         unless its launcher protocol is this server's. `auto`: `bind` on a Linux server \
-         whose engine is local (a UNIX socket or loopback TCP), else `image` (macOS and \
-         Windows through Docker Desktop, a remote `DOCKER_HOST`).",
-    ),
-    computed(
-        "DOCKER_HOST",
-        "the local engine, `unix:///var/run/docker.sock`",
-        "the Docker engine: `unix:///path`, `npipe:////./pipe/name` (Windows), \
-         `tcp://host:port` (with `DOCKER_TLS_VERIFY=1`: TLS with `ca.pem`, `cert.pem`, \
-         `key.pem` from `DOCKER_CERT_PATH`). Default: `unix:///var/run/docker.sock` \
-         (macOS: else Docker Desktop's `~/.docker/run/docker.sock`; Windows: \
-         `npipe:////./pipe/docker_engine`). The engine must see this machine's paths \
-         (workspaces are bind-mounted); the backend checks it at start.",
-    ),
-    spec(
-        "DOCKER_TLS_VERIFY",
-        "0",
-        "`1`: speak TLS to a `tcp://` `DOCKER_HOST`, verifying the engine with the CA.",
-    ),
-    computed(
-        "DOCKER_CERT_PATH",
-        "`~/.docker`",
-        "directory with `ca.pem`, `cert.pem` and `key.pem` for `DOCKER_TLS_VERIFY=1`.",
-    ),
+];
+
+/// The settings after the backends' groups: serving, probes, logging.
+const SERVING: &[Spec] = &[
     spec(
         "SANDBOX_PROBE_ADDR",
         "192.0.2.1",
@@ -455,24 +431,6 @@ pub enum ConfigError {
         origin: Origin,
         problem: String,
     },
-}
-
-/// The Docker backend's settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DockerSettings {
-    pub image: String,
-    /// `SANDBOX_POOL_SIZE`; `None`: `SANDBOX_WARM_WORKERS` sizes the pool.
-    pub pool_size: Option<usize>,
-    /// `SANDBOX_USER`: one identity for every container; `None` (`auto`): a uid per
-    /// session when the server is root, else the server's own.
-    pub user: Option<(u32, u32)>,
-    pub tmp_size_bytes: u64,
-    /// `SANDBOX_LAUNCHER`.
-    pub launcher: LauncherMode,
-    /// `DOCKER_HOST`; `None`: the local engine's socket.
-    pub host: Option<String>,
-    pub tls_verify: bool,
-    pub cert_path: Option<PathBuf>,
 }
 
 /// `HOST_SANDBOX`: how strictly the host sandbox's walls are required.
@@ -681,18 +639,6 @@ fn package_settings(r: &mut Reader<'_>) -> Result<PackageSettings, ConfigError> 
     })
 }
 
-/// `SANDBOX_LAUNCHER`: where a Docker worker container's launcher comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LauncherMode {
-    /// `bind` where it can work, else `image`.
-    Auto,
-    /// This server's own binary, bind-mounted read-only.
-    Bind,
-    /// The Linux warden the image carries.
-    Image,
-}
-
 /// `CODEGUARD`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -714,7 +660,7 @@ pub struct Resolved {
 #[derive(Debug, Clone, Serialize)]
 pub struct Settings {
     pub backend: BackendKind,
-    pub docker: DockerSettings,
+    pub docker: crate::backend::docker_settings::DockerSettings,
     pub host_sandbox: SandboxMode,
     pub network: NetworkMode,
     /// `SANDBOX_EGRESS_*`: what the egress proxy lets through.
@@ -795,14 +741,14 @@ impl Layers {
 
 /// Reads settings through the layers, taking defaults from the registry and recording
 /// where each value came from.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     layers: &'a Layers,
     resolved: Vec<Resolved>,
 }
 
 impl Reader<'_> {
     /// The given text of `name` (or its literal default) parsed by `parse`.
-    fn value<T>(
+    pub(crate) fn value<T>(
         &mut self,
         name: &'static str,
         expected: &'static str,
@@ -821,7 +767,7 @@ impl Reader<'_> {
     }
 
     /// Like [`Reader::value`], `None` when unset and the default is computed.
-    fn optional<T>(
+    pub(crate) fn optional<T>(
         &mut self,
         name: &'static str,
         expected: &'static str,
@@ -858,7 +804,7 @@ impl Reader<'_> {
     }
 
     /// A choice among fixed words.
-    fn choice<T: Copy>(
+    pub(crate) fn choice<T: Copy>(
         &mut self,
         name: &'static str,
         expected: &'static str,
@@ -978,7 +924,7 @@ impl Settings {
             ],
         )?;
         let policy_file = r.optional("SANDBOX_POLICY", "a path to a policy file", path)?;
-        let docker = docker_settings(&mut r)?;
+        let docker = crate::backend::docker_settings::read(&mut r)?;
         let probe_addr = r.value("SANDBOX_PROBE_ADDR", "an IPv4 address", |t| {
             t.parse::<std::net::Ipv4Addr>().ok().map(|a| a.to_string())
         })?;
@@ -1125,10 +1071,10 @@ fn physical_memory() -> Option<u64> {
 }
 
 const SIZE_64M: &str = "a size such as 512m, 2g or 65536 (bytes), at least 64m";
-const SIZE_1M: &str = "a size such as 512m, 2g or 65536 (bytes), at least 1m";
+pub(crate) const SIZE_1M: &str = "a size such as 512m, 2g or 65536 (bytes), at least 1m";
 const SIZE_1K: &str = "a size such as 64k, 1m or 65536 (bytes), at least 1k";
 
-fn size_at_least(minimum: u64) -> impl Fn(&str) -> Option<u64> {
+pub(crate) fn size_at_least(minimum: u64) -> impl Fn(&str) -> Option<u64> {
     move |t| parse_size(t).filter(|n| *n >= minimum)
 }
 
@@ -1144,67 +1090,6 @@ fn hide_secrets(mut resolved: Vec<Resolved>) -> Vec<Resolved> {
     resolved
 }
 
-/// `UID:GID`, numeric, never root.
-fn uid_gid(t: &str) -> Option<(u32, u32)> {
-    let (u, g) = t.split_once(':')?;
-    let (u, g) = (u.parse::<u32>().ok()?, g.parse::<u32>().ok()?);
-    (u != 0 && g != 0).then_some((u, g))
-}
-
-fn docker_settings(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
-    let image = r.value(
-        "SANDBOX_IMAGE",
-        "an image name such as warden-sandbox:latest",
-        |t| (!t.contains(char::is_whitespace)).then(|| t.to_string()),
-    )?;
-    let pool_size = r.optional("SANDBOX_POOL_SIZE", "a whole number from 0 to 64", |t| {
-        t.parse::<usize>().ok().filter(|n| *n <= 64)
-    })?;
-    let user = r.value("SANDBOX_USER", "auto, or UID:GID (numeric, not 0)", |t| {
-        if t == "auto" {
-            Some(None)
-        } else {
-            uid_gid(t).map(Some)
-        }
-    })?;
-    let tmp_size_bytes = r.value("SANDBOX_TMP_SIZE", SIZE_1M, size_at_least(1 << 20))?;
-    let launcher = r.choice(
-        "SANDBOX_LAUNCHER",
-        "auto, bind or image",
-        &[
-            ("auto", LauncherMode::Auto),
-            ("bind", LauncherMode::Bind),
-            ("image", LauncherMode::Image),
-        ],
-    )?;
-    let host = r.optional(
-        "DOCKER_HOST",
-        "unix:///path/to/docker.sock, npipe:////./pipe/name or tcp://host:port",
-        |t| {
-            ["unix://", "tcp://", "npipe://"]
-                .iter()
-                .any(|p| t.starts_with(p))
-                .then(|| t.to_string())
-        },
-    )?;
-    let tls_verify = r.choice(
-        "DOCKER_TLS_VERIFY",
-        "0 or 1",
-        &[("0", false), ("1", true), ("", false)],
-    )?;
-    let cert_path = r.optional("DOCKER_CERT_PATH", "a directory path", path)?;
-    Ok(DockerSettings {
-        image,
-        pool_size,
-        user,
-        tmp_size_bytes,
-        launcher,
-        host,
-        tls_verify,
-        cert_path,
-    })
-}
-
 fn list(t: &str) -> Option<Vec<String>> {
     Some(
         t.split(',')
@@ -1215,7 +1100,7 @@ fn list(t: &str) -> Option<Vec<String>> {
     )
 }
 
-fn path(t: &str) -> Option<PathBuf> {
+pub(crate) fn path(t: &str) -> Option<PathBuf> {
     Some(PathBuf::from(t))
 }
 
@@ -1706,53 +1591,6 @@ mod tests {
         assert_eq!(secs(s.effective_timeout(Some(5000.0))), 120.0);
         assert_eq!(secs(s.effective_timeout(Some(2.5))), 2.5);
         assert_eq!(secs(s.effective_timeout(None)), 120.0);
-    }
-
-    #[test]
-    fn docker_settings_parse_and_refuse_root() {
-        let s = settings(&[("EXECUTION_BACKEND", "docker")]).unwrap();
-        assert_eq!(s.backend, BackendKind::Docker);
-        assert_eq!(s.docker.image, "warden-sandbox:latest");
-        assert_eq!(s.docker.pool_size, None);
-        assert_eq!(
-            s.warm_target(BackendKind::Docker),
-            2,
-            "SANDBOX_WARM_WORKERS by default"
-        );
-        assert_eq!(s.docker.user, None, "a uid per session by default");
-        let s = settings(&[("SANDBOX_USER", "1000:1000"), ("SANDBOX_POOL_SIZE", "0")]).unwrap();
-        assert_eq!(s.docker.user, Some((1000, 1000)));
-        assert_eq!(s.docker.pool_size, Some(0));
-        assert_eq!(s.warm_target(BackendKind::Docker), 0);
-        assert_eq!(
-            s.warm_target(BackendKind::Host),
-            2,
-            "the host pool keeps its own size"
-        );
-        let s = settings(&[("SANDBOX_POOL_SIZE", "9"), ("SANDBOX_MAX_WORKERS", "4")]).unwrap();
-        assert_eq!(s.warm_target(BackendKind::Docker), 4, "never past the cap");
-        for bad in ["0:0", "root", "1000", "0:1000", "1000:0", "Auto"] {
-            let err = settings(&[("SANDBOX_USER", bad)]).unwrap_err();
-            assert!(err.to_string().contains("SANDBOX_USER"), "{err}");
-        }
-        assert!(settings(&[("SANDBOX_POOL_SIZE", "65")]).is_err());
-        assert!(settings(&[("DOCKER_HOST", "ssh://x")]).is_err());
-        assert_eq!(s.docker.launcher, LauncherMode::Auto);
-        let s = settings(&[("SANDBOX_LAUNCHER", "image")]).unwrap();
-        assert_eq!(s.docker.launcher, LauncherMode::Image);
-        let err = settings(&[("SANDBOX_LAUNCHER", "mine")]).unwrap_err();
-        assert!(err.to_string().contains("SANDBOX_LAUNCHER"), "{err}");
-        let s = settings(&[("DOCKER_HOST", "npipe:////./pipe/docker_engine")]).unwrap();
-        assert_eq!(
-            s.docker.host.as_deref(),
-            Some("npipe:////./pipe/docker_engine")
-        );
-        let s = settings(&[
-            ("DOCKER_HOST", "tcp://127.0.0.1:2376"),
-            ("DOCKER_TLS_VERIFY", "1"),
-        ])
-        .unwrap();
-        assert!(s.docker.tls_verify);
     }
 
     #[test]

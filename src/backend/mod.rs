@@ -19,6 +19,9 @@ pub mod budget;
 pub mod capture;
 #[cfg(feature = "docker")]
 pub mod docker;
+/// The Docker backend's settings group, in its folder but in every build.
+#[path = "docker/settings.rs"]
+pub mod docker_settings;
 #[cfg(unix)]
 pub mod host;
 /// Windows: the host backend reports itself unsupported; Docker is the route there.

@@ -8,7 +8,7 @@ use bollard::Docker;
 use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
 
 use super::config::{LABEL_BOOT, LABEL_HOST, LABEL_INSTANCE, LABEL_PID, LABEL_PID_START, Owner};
-use crate::config::DockerSettings;
+use crate::backend::docker_settings::DockerSettings;
 
 /// Seconds an API request may take.
 const API_TIMEOUT_S: u64 = 30;

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use crate::config::LauncherMode;
+use crate::backend::docker_settings::LauncherMode;
 
 /// The hidden subcommand that runs the launcher inside a container.
 pub const LAUNCHER_SUBCOMMAND: &str = "__container-worker";

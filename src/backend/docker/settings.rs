@@ -1,0 +1,230 @@
+//! The Docker backend's settings group: its rows of the settings registry, what they
+//! parse to, and their rules. Read and documented in every build, the Docker backend's
+//! or not, so a server without it still names the setting it cannot honour.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::config::{ConfigError, Reader, SIZE_1M, Spec, computed, path, size_at_least, spec};
+
+/// The group's rows, in the order the settings chapter shows them.
+pub const SPECS: &[Spec] = &[
+    spec(
+        "SANDBOX_IMAGE",
+        "warden-sandbox:latest",
+        "the Docker backend's image (any Debian-based image with `python3`; build one \
+         offline with `tools/build-image.sh`).",
+    ),
+    computed(
+        "SANDBOX_POOL_SIZE",
+        "the value of `SANDBOX_WARM_WORKERS` (2)",
+        "the warm pool's size when the resolved backend is `docker`: containers started \
+         ahead, each with its worker frozen and an empty workspace, so a new session does \
+         not wait about half a second for one (0 to 64; never more than \
+         `SANDBOX_MAX_WORKERS`). One pool serves both backends: when the host backend runs \
+         (configured, or fallen back to), `SANDBOX_WARM_WORKERS` sizes it instead.",
+    ),
+    spec(
+        "SANDBOX_USER",
+        "auto",
+        "who the Docker backend's containers run as. `auto`: a server running as root \
+         gives each session's container a uid and gid of its own, from a range of this \
+         server far above login uids and every `/etc/subuid` range, never an account's, so \
+         no host user and no other session owns a workspace; a server that is not root \
+         runs them as its own uid and gid (a member of the `docker` group is root through \
+         the engine anyway; the workspaces are its own mode-0700 directories); on Windows, \
+         65534:65534. `UID:GID` (numeric, never 0) pins every container to that one \
+         identity: every session's workspace is then owned by it, so any host process \
+         running as that uid reaches them all (`selftest` and `warden://settings` say so).",
+    ),
+    spec(
+        "SANDBOX_TMP_SIZE",
+        "64m",
+        "size of each container's `/tmp` (a tmpfs; at least `1m`).",
+    ),
+    spec(
+        "SANDBOX_LAUNCHER",
+        "auto",
+        "the Docker backend's in-container launcher. `bind`: this server's own binary, \
+         bind-mounted read-only (a Linux server and an engine on this machine). `image`: \
+         the Linux warden the image carries (`tools/build-image.sh --launcher`), refused \
+         unless its launcher protocol is this server's. `auto`: `bind` on a Linux server \
+         whose engine is local (a UNIX socket or loopback TCP), else `image` (macOS and \
+         Windows through Docker Desktop, a remote `DOCKER_HOST`).",
+    ),
+    computed(
+        "DOCKER_HOST",
+        "the local engine, `unix:///var/run/docker.sock`",
+        "the Docker engine: `unix:///path`, `npipe:////./pipe/name` (Windows), \
+         `tcp://host:port` (with `DOCKER_TLS_VERIFY=1`: TLS with `ca.pem`, `cert.pem`, \
+         `key.pem` from `DOCKER_CERT_PATH`). Default: `unix:///var/run/docker.sock` \
+         (macOS: else Docker Desktop's `~/.docker/run/docker.sock`; Windows: \
+         `npipe:////./pipe/docker_engine`). The engine must see this machine's paths \
+         (workspaces are bind-mounted); the backend checks it at start.",
+    ),
+    spec(
+        "DOCKER_TLS_VERIFY",
+        "0",
+        "`1`: speak TLS to a `tcp://` `DOCKER_HOST`, verifying the engine with the CA.",
+    ),
+    computed(
+        "DOCKER_CERT_PATH",
+        "`~/.docker`",
+        "directory with `ca.pem`, `cert.pem` and `key.pem` for `DOCKER_TLS_VERIFY=1`.",
+    ),
+];
+
+/// The Docker backend's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DockerSettings {
+    pub image: String,
+    /// `SANDBOX_POOL_SIZE`; `None`: `SANDBOX_WARM_WORKERS` sizes the pool.
+    pub pool_size: Option<usize>,
+    /// `SANDBOX_USER`: one identity for every container; `None` (`auto`): a uid per
+    /// session when the server is root, else the server's own.
+    pub user: Option<(u32, u32)>,
+    pub tmp_size_bytes: u64,
+    /// `SANDBOX_LAUNCHER`.
+    pub launcher: LauncherMode,
+    /// `DOCKER_HOST`; `None`: the local engine's socket.
+    pub host: Option<String>,
+    pub tls_verify: bool,
+    pub cert_path: Option<PathBuf>,
+}
+
+/// `SANDBOX_LAUNCHER`: where a Docker worker container's launcher comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LauncherMode {
+    /// `bind` where it can work, else `image`.
+    Auto,
+    /// This server's own binary, bind-mounted read-only.
+    Bind,
+    /// The Linux warden the image carries.
+    Image,
+}
+
+/// `UID:GID`, numeric, never root.
+fn uid_gid(t: &str) -> Option<(u32, u32)> {
+    let (u, g) = t.split_once(':')?;
+    let (u, g) = (u.parse::<u32>().ok()?, g.parse::<u32>().ok()?);
+    (u != 0 && g != 0).then_some((u, g))
+}
+
+pub(crate) fn read(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
+    let image = r.value(
+        "SANDBOX_IMAGE",
+        "an image name such as warden-sandbox:latest",
+        |t| (!t.contains(char::is_whitespace)).then(|| t.to_string()),
+    )?;
+    let pool_size = r.optional("SANDBOX_POOL_SIZE", "a whole number from 0 to 64", |t| {
+        t.parse::<usize>().ok().filter(|n| *n <= 64)
+    })?;
+    let user = r.value("SANDBOX_USER", "auto, or UID:GID (numeric, not 0)", |t| {
+        if t == "auto" {
+            Some(None)
+        } else {
+            uid_gid(t).map(Some)
+        }
+    })?;
+    let tmp_size_bytes = r.value("SANDBOX_TMP_SIZE", SIZE_1M, size_at_least(1 << 20))?;
+    let launcher = r.choice(
+        "SANDBOX_LAUNCHER",
+        "auto, bind or image",
+        &[
+            ("auto", LauncherMode::Auto),
+            ("bind", LauncherMode::Bind),
+            ("image", LauncherMode::Image),
+        ],
+    )?;
+    let host = r.optional(
+        "DOCKER_HOST",
+        "unix:///path/to/docker.sock, npipe:////./pipe/name or tcp://host:port",
+        |t| {
+            ["unix://", "tcp://", "npipe://"]
+                .iter()
+                .any(|p| t.starts_with(p))
+                .then(|| t.to_string())
+        },
+    )?;
+    let tls_verify = r.choice(
+        "DOCKER_TLS_VERIFY",
+        "0 or 1",
+        &[("0", false), ("1", true), ("", false)],
+    )?;
+    let cert_path = r.optional("DOCKER_CERT_PATH", "a directory path", path)?;
+    Ok(DockerSettings {
+        image,
+        pool_size,
+        user,
+        tmp_size_bytes,
+        launcher,
+        host,
+        tls_verify,
+        cert_path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendKind;
+    use crate::config::Settings;
+
+    fn settings(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        Settings::from_lookup(|name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn docker_settings_parse_and_refuse_root() {
+        let s = settings(&[("EXECUTION_BACKEND", "docker")]).unwrap();
+        assert_eq!(s.backend, BackendKind::Docker);
+        assert_eq!(s.docker.image, "warden-sandbox:latest");
+        assert_eq!(s.docker.pool_size, None);
+        assert_eq!(
+            s.warm_target(BackendKind::Docker),
+            2,
+            "SANDBOX_WARM_WORKERS by default"
+        );
+        assert_eq!(s.docker.user, None, "a uid per session by default");
+        let s = settings(&[("SANDBOX_USER", "1000:1000"), ("SANDBOX_POOL_SIZE", "0")]).unwrap();
+        assert_eq!(s.docker.user, Some((1000, 1000)));
+        assert_eq!(s.docker.pool_size, Some(0));
+        assert_eq!(s.warm_target(BackendKind::Docker), 0);
+        assert_eq!(
+            s.warm_target(BackendKind::Host),
+            2,
+            "the host pool keeps its own size"
+        );
+        let s = settings(&[("SANDBOX_POOL_SIZE", "9"), ("SANDBOX_MAX_WORKERS", "4")]).unwrap();
+        assert_eq!(s.warm_target(BackendKind::Docker), 4, "never past the cap");
+        for bad in ["0:0", "root", "1000", "0:1000", "1000:0", "Auto"] {
+            let err = settings(&[("SANDBOX_USER", bad)]).unwrap_err();
+            assert!(err.to_string().contains("SANDBOX_USER"), "{err}");
+        }
+        assert!(settings(&[("SANDBOX_POOL_SIZE", "65")]).is_err());
+        assert!(settings(&[("DOCKER_HOST", "ssh://x")]).is_err());
+        assert_eq!(s.docker.launcher, LauncherMode::Auto);
+        let s = settings(&[("SANDBOX_LAUNCHER", "image")]).unwrap();
+        assert_eq!(s.docker.launcher, LauncherMode::Image);
+        let err = settings(&[("SANDBOX_LAUNCHER", "mine")]).unwrap_err();
+        assert!(err.to_string().contains("SANDBOX_LAUNCHER"), "{err}");
+        let s = settings(&[("DOCKER_HOST", "npipe:////./pipe/docker_engine")]).unwrap();
+        assert_eq!(
+            s.docker.host.as_deref(),
+            Some("npipe:////./pipe/docker_engine")
+        );
+        let s = settings(&[
+            ("DOCKER_HOST", "tcp://127.0.0.1:2376"),
+            ("DOCKER_TLS_VERIFY", "1"),
+        ])
+        .unwrap();
+        assert!(s.docker.tls_verify);
+    }
+}
