@@ -158,6 +158,10 @@ pub struct ExecResult {
     /// The backend EXECUTION_BACKEND asked for (differs from `backend` only when Docker
     /// was unavailable; `warnings` then says why).
     pub configured_backend: BackendKind,
+    /// The container runtime that ran the code, configured and resolved (the Docker
+    /// backend; absent on the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_runtime: Option<crate::backend::ContainerRuntime>,
     pub session: String,
     /// Files created, modified or deleted in the workspace by this call, in path order:
     /// the first 200 (see `files_total`).
@@ -267,6 +271,7 @@ impl ExecResult {
             truncated: false,
             backend: BackendKind::Host,
             configured_backend: BackendKind::Host,
+            container_runtime: None,
             session: session.to_string(),
             files: Vec::new(),
             files_total: 0,

@@ -105,6 +105,7 @@ impl Backend for HostBackend {
             processes_counted_by: "no host worker on this platform".into(),
             grant_walls: crate::grants::GrantWalls::PathsOnly,
             launcher: None,
+            container_runtime: None,
             world: None,
             gaps: platform::host_capabilities(HostOs::current()),
         }

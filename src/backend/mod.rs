@@ -237,6 +237,21 @@ impl WorldPlaces {
     }
 }
 
+/// The OCI runtime a container backend runs its containers with
+/// (`SANDBOX_DOCKER_RUNTIME`), as configured and as the engine resolved it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ContainerRuntime {
+    /// The runtime configured by name; `None`: the engine's default.
+    pub configured: Option<String>,
+    /// The runtime the engine runs the containers with.
+    pub resolved: String,
+    /// It is gVisor's `runsc`: a user-space kernel (the Sentry) serves the code's system
+    /// calls and `/proc`, between the code and the host's kernel.
+    pub user_space_kernel: bool,
+    /// The kernel release the code sees (gVisor's Sentry reports its own).
+    pub kernel: String,
+}
+
 /// What the resolved backend can enforce, for `selftest` and `warden://settings`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Enforcement {
@@ -264,6 +279,9 @@ pub struct Enforcement {
     /// this server's binary bound read-only, or the image's, with its version.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launcher: Option<String>,
+    /// The container runtime, for a container backend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_runtime: Option<ContainerRuntime>,
     /// Mechanisms this backend or build cannot apply here, and why.
     pub gaps: Vec<Capability>,
     /// The world the code lives in; `None`: it sees the server's own paths.
@@ -307,6 +325,10 @@ pub trait Backend: Send + Sync {
     /// Releases everything at server exit.
     fn shutdown(&self) -> impl Future<Output = ()> + Send;
     fn enforcement(&self) -> Enforcement;
+    /// The container runtime, for a backend that runs containers.
+    fn container_runtime(&self) -> Option<ContainerRuntime> {
+        None
+    }
 }
 
 /// Runs `$body` with `$b` bound to the resolved backend, whichever it is: the one
@@ -416,6 +438,10 @@ impl AnyBackend {
 
     pub fn enforcement(&self) -> Enforcement {
         dispatch!(self, b => b.enforcement())
+    }
+
+    pub fn container_runtime(&self) -> Option<ContainerRuntime> {
+        dispatch!(self, b => b.container_runtime())
     }
 }
 

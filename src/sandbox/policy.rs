@@ -99,6 +99,11 @@ pub struct WorkerPolicy {
     /// runs in (a container's): the helper keeps the proxied walls without a world.
     #[serde(default)]
     pub egress_outside: bool,
+    /// The kernel beneath the helper is a user-space one (gVisor's Sentry), which
+    /// counts the resources of the sandbox apart from the host's and does not let some
+    /// of them be set ([`crate::sandbox::rlimits::HELD_BY_SENTRY`]).
+    #[serde(default)]
+    pub user_space_kernel: bool,
 }
 
 /// System trees every CPython needs at run time when there is no world: libc,
@@ -238,6 +243,7 @@ impl WorkerPolicy {
             parent_pid: inputs.parent_pid,
             egress_fd: None,
             egress_outside: false,
+            user_space_kernel: false,
         }
     }
 }
@@ -380,6 +386,7 @@ pub(crate) fn example_policy(network: NetworkMode) -> WorkerPolicy {
         parent_pid: 1,
         egress_fd: None,
         egress_outside: false,
+        user_space_kernel: false,
     }
 }
 

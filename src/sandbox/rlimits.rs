@@ -72,6 +72,17 @@ impl Rlimit {
 /// every other process of that user unable to create a timer. Python needs a handful.
 pub const PENDING_SIGNALS: u64 = 256;
 
+/// Limits gVisor's Sentry does not let a process set (EPERM). What they bound, the
+/// per-user accounting of queued signals, message queues and priorities, is the
+/// sandbox's own kernel's there, not the host's, so a worker cannot exhaust its host
+/// user's allowance through them.
+pub const HELD_BY_SENTRY: &[Resource] = &[
+    Resource::Msgqueue,
+    Resource::Rtprio,
+    Resource::Nice,
+    Resource::PendingSignals,
+];
+
 /// How a worker's RLIMIT_NPROC counts its tasks, when it caps that worker alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskCount {

@@ -22,6 +22,51 @@ import os
 import sys
 import types
 
+
+
+def _seal_exec():
+    # Where Landlock's execute right is missing (gVisor's Sentry does not implement
+    # Landlock; an older kernel), the helper asks the worker to seal exec itself before
+    # any code runs: a seccomp filter of its own (no_new_privs is already set), which no
+    # later code can lift, refuses execve and execveat, so the worker can never become
+    # another program. Failing that, the worker does not start.
+    import ctypes
+    import struct
+    arch = {"x86_64": (0xC000003E, 59, 322),
+            "aarch64": (0xC00000B7, 221, 281)}.get(os.uname().machine)
+    if arch is None:
+        os.write(2, b"warden: cannot seal exec on this architecture\n")
+        os._exit(70)
+    audit, execve, execveat = arch
+
+    def op(code, jt, jf, k):
+        return struct.pack("HBBI", code, jt, jf, k)
+
+    program = b"".join([
+        op(0x20, 0, 0, 4),           # load the architecture
+        op(0x15, 0, 4, audit),       # a foreign one: refuse
+        op(0x20, 0, 0, 0),           # load the system call number
+        op(0x15, 2, 0, execve),
+        op(0x15, 1, 0, execveat),
+        op(0x06, 0, 0, 0x7FFF0000),  # allow
+        op(0x06, 0, 0, 0x00050001),  # fail with EPERM
+    ])
+
+    class _Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _Program(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
+        os.write(2, ("warden: cannot seal exec: errno %d\n" % ctypes.get_errno()).encode())
+        os._exit(70)
+
+
+if os.environ.get("WARDEN_SEAL_EXEC") == "1":
+    _seal_exec()
+del _seal_exec
+
 _REQUESTS = os.fdopen(3, "rb", buffering=1 << 16)
 # The session's installed packages (a read-only layer the server switches to a new
 # generation after each install): on sys.path ahead of site-packages, so the set pip

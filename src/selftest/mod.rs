@@ -143,6 +143,7 @@ pub async fn run(manager: &SessionManager) -> SelftestReport {
         backend: enforcement.kind.to_string(),
         configured_backend: manager.configured_backend().to_string(),
         resolved_backend: enforcement.kind.to_string(),
+        container_runtime: enforcement.container_runtime.clone(),
         host_sandbox: settings.host_sandbox.word().into(),
         network_mode: match settings.network {
             NetworkMode::Deny => "deny".into(),
@@ -481,10 +482,12 @@ async fn memfd_probe(
         .lines()
         .filter_map(|l| serde_json::from_str::<Attempt>(l).ok())
         .collect();
+    // EPERM or EACCES from a wall; EINVAL for the sealed memfd from a kernel that does
+    // not know MFD_NOEXEC_SEAL (gVisor's Sentry), which then made no memfd at all.
     let all_refused = refusals.len() == 2
         && refusals
             .iter()
-            .all(|a| matches!(a.errno.as_i64(), Some(1) | Some(13)));
+            .all(|a| matches!(a.errno.as_i64(), Some(1) | Some(13) | Some(22)));
     let (status, details) = if ran {
         (
             ProbeStatus::Allowed,

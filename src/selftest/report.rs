@@ -89,6 +89,10 @@ pub struct SelftestReport {
     pub backend: String,
     pub configured_backend: String,
     pub resolved_backend: String,
+    /// The container runtime the probes ran under, configured and resolved (the Docker
+    /// backend): under gVisor's `runsc` the Sentry serves their system calls and /proc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_runtime: Option<crate::backend::ContainerRuntime>,
     /// HOST_SANDBOX as configured: off, best-effort or require.
     pub host_sandbox: String,
     /// HOST_SANDBOX_NETWORK: deny or allow.
@@ -561,6 +565,19 @@ pub fn render_human(report: &SelftestReport) -> String {
         report.python,
         report.platform
     ));
+    if let Some(r) = &report.container_runtime {
+        out.push_str(&format!(
+            "container runtime: {} (configured {}), kernel {}{}\n",
+            r.resolved,
+            r.configured.as_deref().unwrap_or("the engine's default"),
+            r.kernel,
+            if r.user_space_kernel {
+                ": gVisor's Sentry serves the probes' system calls and /proc"
+            } else {
+                ""
+            }
+        ));
+    }
     out.push_str(&format!(
         "filesystem isolation: {}   network isolation: {}   memory limit enforced: {}   landlock ABI: {}\n",
         status_word(report.filesystem_isolation.status),
@@ -741,6 +758,7 @@ mod tests {
             backend: "host".into(),
             configured_backend: "host".into(),
             resolved_backend: "host".into(),
+            container_runtime: None,
             host_sandbox: "require".into(),
             network_mode: "deny".into(),
             filesystem_isolation: Isolation {

@@ -262,6 +262,7 @@ impl WardenServer {
                 "dedicated_uid_per_session": enforcement.dedicated_uid_per_session,
                 "workspace_quota_bytes": enforcement.workspace_quota_bytes,
                 "docker_launcher": enforcement.launcher,
+                "container_runtime": enforcement.container_runtime,
                 "gaps": enforcement.gaps,
                 "audit_log": self.sessions.audit().status(),
                 "guard_policy": self.sessions.guard_summary(),

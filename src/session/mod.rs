@@ -352,6 +352,14 @@ impl SessionManager {
     }
 
     /// What the resolved backend enforces.
+    /// Says in `result` which backend (and container runtime) ran it, and which was
+    /// configured.
+    fn stamp(&self, result: &mut ExecResult) {
+        result.backend = self.backend.kind();
+        result.configured_backend = self.configured_backend();
+        result.container_runtime = self.backend.container_runtime();
+    }
+
     pub fn enforcement(&self) -> Enforcement {
         self.backend.enforcement()
     }
@@ -452,13 +460,11 @@ impl SessionManager {
                 ),
                 self.audit.warnings(),
             );
-            refused.backend = self.backend.kind();
-            refused.configured_backend = self.configured_backend();
+            self.stamp(&mut refused);
             return refused;
         }
         let mut result = self.execute_unaudited(owner, args, tap).await;
-        result.backend = self.backend.kind();
-        result.configured_backend = self.configured_backend();
+        self.stamp(&mut result);
         if let Some(w) = self.fallback_warning() {
             result.warnings.insert(0, w);
         }

@@ -231,6 +231,7 @@ impl Session {
             truncated: false,
             backend: manager.backend.kind(),
             configured_backend: manager.configured_backend(),
+            container_runtime: manager.backend.container_runtime(),
             session: self.name.clone(),
             files: Vec::new(),
             files_total: 0,

@@ -165,6 +165,12 @@ async fn every_red_team_case_is_stopped_by_the_container() {
     if !docker_ready() {
         return;
     }
+    red_team_through(&[]).await;
+}
+
+/// Every red-team case, guard off, through containers started with `extra` settings:
+/// none breaches, judged from the host.
+pub async fn red_team_through(extra: &[(&str, &str)]) {
     let token = token();
     for stale in pwned_in_tmp() {
         let _ = std::fs::remove_file(stale);
@@ -172,7 +178,9 @@ async fn every_red_team_case_is_stopped_by_the_container() {
     let canary = std::path::Path::new("/tmp/redteam_canary.txt");
     std::fs::write(canary, "original").unwrap();
     let secrets = canary_env(&token);
-    let mut env = docker_env(&[("CODEGUARD", "off")]);
+    let mut settings = vec![("CODEGUARD", "off")];
+    settings.extend_from_slice(extra);
+    let mut env = docker_env(&settings);
     env.extend(secrets.iter().map(|(k, v)| (*k, v.clone())));
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let server = Server::start_in(Net::Isolated, &pairs).await;
@@ -203,7 +211,15 @@ async fn every_benign_snippet_passes_through_the_container() {
     if !docker_ready() {
         return;
     }
-    let server = start(&[("CODEGUARD", "enforce"), ("SANDBOX_POOL_SIZE", "2")]).await;
+    benign_through(&[]).await;
+}
+
+/// Every benign snippet, guard on, through containers started with `extra` settings:
+/// each prints exactly what it expects.
+pub async fn benign_through(extra: &[(&str, &str)]) {
+    let mut settings = vec![("CODEGUARD", "enforce"), ("SANDBOX_POOL_SIZE", "2")];
+    settings.extend_from_slice(extra);
+    let server = start(&settings).await;
     let mut files: Vec<_> = std::fs::read_dir(corpus("benign"))
         .unwrap()
         .flatten()
@@ -439,17 +455,23 @@ async fn selftest_runs_its_probes_in_a_container_and_all_are_blocked() {
         return;
     }
     let server = start(&[]).await;
-    let st = server.call("selftest", json!({})).await.unwrap();
-    let st = st.structured_content.unwrap();
+    let st = selftest_all_blocked(&server).await;
     assert_eq!(st["resolved_backend"], "docker", "{st}");
     assert_eq!(st["configured_backend"], "docker");
+    server.stop().await;
+}
+
+/// The server's `selftest` report, after checking that every required probe is blocked.
+pub async fn selftest_all_blocked(server: &Server) -> Value {
+    let st = server.call("selftest", json!({})).await.unwrap();
+    let st = st.structured_content.unwrap();
     assert_eq!(st["failing_required"], json!([]), "{st:#}");
     for p in st["probes"].as_array().unwrap() {
         if p["required"] == true {
             assert_eq!(p["status"], "blocked", "{p}");
         }
     }
-    server.stop().await;
+    st
 }
 
 #[tokio::test]

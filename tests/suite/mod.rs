@@ -13,6 +13,7 @@ pub mod fail_closed;
 
 pub mod grants;
 pub mod guard_mcp;
+pub mod gvisor;
 pub mod http;
 pub mod lifecycle;
 pub mod mcp;

@@ -83,7 +83,17 @@ pub struct ContainerPlan<'a> {
     pub network: NetworkMode,
     /// The session's package layer, bound read-only at [`crate::packages::MOUNT`].
     pub packages: Option<&'a Path>,
+    /// The OCI runtime by name (`SANDBOX_DOCKER_RUNTIME`); `None`: the engine's default.
+    pub runtime: Option<&'a str>,
+    /// The runtime is a user-space kernel without Landlock (gVisor): the image's account
+    /// files, which Landlock hides under runc, are covered by the empty file.
+    pub mask_accounts: bool,
 }
+
+/// The image's account databases readable by anyone: hidden from the code where
+/// Landlock cannot hide them (`/etc/shadow` and `/etc/gshadow` are root's alone, and a
+/// container never runs as root).
+pub const ACCOUNT_FILES: &[&str] = &["/etc/passwd", "/etc/group"];
 
 fn bind(source: &Path, target: &str, read_only: bool) -> Mount {
     Mount {
@@ -133,6 +143,9 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
     if let Some(layer) = plan.packages {
         mounts.push(bind(layer, crate::packages::MOUNT, true));
     }
+    if plan.mask_accounts {
+        mounts.extend(ACCOUNT_FILES.iter().map(|f| bind(plan.empty_file, f, true)));
+    }
     for g in plan.grants {
         let target = g.path.display().to_string();
         mounts.push(bind(&g.path, &target, g.access == Access::Read));
@@ -167,6 +180,7 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         }),
         privileged: Some(false),
         auto_remove: Some(false),
+        runtime: plan.runtime.map(str::to_string),
         ..Default::default()
     };
     ContainerCreateBody {
@@ -439,8 +453,10 @@ fn check_privileges(cfg: &ContainerCreateBody, hc: &HostConfig) -> Result<(), Re
     if hc.sysctls.as_ref().is_some_and(|s| !s.is_empty()) {
         return Err(Refused("sysctls".into()));
     }
-    if hc.runtime.as_deref().is_some_and(|r| r != "runc") {
-        return Err(Refused("only the default runtime".into()));
+    if let Some(r) = hc.runtime.as_deref()
+        && !crate::backend::docker_settings::runtime_name(r)
+    {
+        return Err(Refused(format!("runtime {r:?} is not a runtime's name")));
     }
     Ok(())
 }
@@ -526,7 +542,63 @@ mod tests {
             tmp_bytes: 64 << 20,
             network: NetworkMode::Deny,
             packages: None,
+            runtime: None,
+            mask_accounts: false,
         })
+    }
+
+    #[test]
+    fn under_gvisor_the_runtime_is_named_and_the_account_files_are_covered() {
+        let owner = owner();
+        let ws = Path::new("/srv/warden/home-1/workspace");
+        let empty = Path::new("/srv/warden/hidden-empty");
+        let plan = ContainerPlan {
+            image: "warden-sandbox:latest",
+            user: (65534, 65534),
+            owner: &owner,
+            role: "session",
+            launcher: None,
+            workspace: ws,
+            grants: &[],
+            empty_file: empty,
+            memory_bytes: 2 << 30,
+            pids_limit: 256,
+            tmp_bytes: 64 << 20,
+            network: NetworkMode::Deny,
+            packages: None,
+            runtime: Some("runsc"),
+            mask_accounts: true,
+        };
+        let cfg = container_config(&plan);
+        validate_container_config(&cfg, &no_sockets).unwrap();
+        let hc = cfg.host_config.as_ref().unwrap();
+        assert_eq!(hc.runtime.as_deref(), Some("runsc"));
+        for file in ACCOUNT_FILES {
+            let m = hc
+                .mounts
+                .iter()
+                .flatten()
+                .find(|m| m.target.as_deref() == Some(file));
+            let m = m.unwrap_or_else(|| panic!("{file} is not covered"));
+            assert_eq!(m.source.as_deref(), Some("/srv/warden/hidden-empty"));
+            assert_eq!(m.read_only, Some(true));
+        }
+        let mut bad = cfg.clone();
+        bad.host_config.as_mut().unwrap().runtime = Some("runsc --root /".into());
+        assert!(refused(&bad).contains("runtime"));
+        let plain = container_config(&ContainerPlan {
+            runtime: None,
+            mask_accounts: false,
+            ..plan
+        });
+        let hc = plain.host_config.unwrap();
+        assert_eq!(hc.runtime, None, "the engine's default");
+        assert!(
+            hc.mounts
+                .iter()
+                .flatten()
+                .all(|m| m.target.as_deref() != Some("/etc/passwd"))
+        );
     }
 
     fn no_sockets(_: &Path) -> bool {
@@ -611,6 +683,8 @@ mod tests {
             tmp_bytes: 64 << 20,
             network: NetworkMode::Deny,
             packages: None,
+            runtime: None,
+            mask_accounts: false,
         });
         validate_container_config(&cfg, &no_sockets).unwrap();
         let mounts = cfg.host_config.as_ref().unwrap().mounts.clone().unwrap();

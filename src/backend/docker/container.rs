@@ -585,6 +585,8 @@ mod tests {
                 tmp_bytes: 1 << 20,
                 network: crate::config::NetworkMode::Deny,
                 packages: None,
+                runtime: None,
+                mask_accounts: false,
             });
             let Err(err) = start(&docker, cfg, "warden-test", b"{}").await else {
                 panic!("{bad} was accepted")

@@ -51,6 +51,7 @@ pub fn run_query_main() -> ! {
     let answer = Answer {
         runtime,
         workspace: look_at_workspace(),
+        kernel: crate::sandbox::rlimits::kernel_release(),
     };
     match serde_json::to_string(&answer) {
         Ok(line) => {

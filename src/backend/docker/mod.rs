@@ -45,6 +45,7 @@ pub mod launcher;
 pub mod query;
 pub mod quota;
 pub mod route;
+pub mod runtime;
 pub mod users;
 
 use std::path::{Path, PathBuf};
@@ -114,6 +115,8 @@ pub(crate) struct Inner {
     owner: Owner,
     /// The image's interpreter, as the launcher found it inside the image.
     runtime: PythonRuntime,
+    /// The OCI runtime the engine runs the containers with, and the kernel they see.
+    oci: crate::backend::ContainerRuntime,
     launcher: Launcher,
     instance_dir: PathBuf,
     /// Who containers run as (a uid per session as root).
@@ -229,6 +232,8 @@ impl DockerBackend {
                 d.image
             ))
         })?;
+        let known = runtime::known(&docker).await.map_err(Unavailable)?;
+        let oci = runtime::pick(d.runtime.as_deref(), &known).map_err(Unavailable)?;
         let labels = image.config.and_then(|c| c.labels).unwrap_or_default();
         let launcher = choose_launcher(&settings, &labels).map_err(Unavailable)?;
         let instance = instance_dir
@@ -256,6 +261,7 @@ impl DockerBackend {
                 version: String::new(),
                 read_roots: Vec::new(),
             },
+            oci,
             launcher,
             instance_dir: instance_dir.to_path_buf(),
             users,
@@ -270,7 +276,8 @@ impl DockerBackend {
                 instance_dir.display()
             ))
         })?;
-        let (runtime, quota) = query::query_image(&inner).await.map_err(Unavailable)?;
+        let (runtime, quota, kernel) = query::query_image(&inner).await.map_err(Unavailable)?;
+        inner.oci.kernel = kernel;
         if let Quota::Unavailable(why) = &quota {
             tracing::warn!(reason = %why, "no per-session disk quota in the Docker backend");
         }
@@ -338,6 +345,7 @@ impl Inner {
             egress_fd: None,
             // The server makes the endpoint in the container's namespace.
             egress_outside: run.network.proxied(),
+            user_space_kernel: self.oci.user_space_kernel,
         }
     }
 
@@ -364,6 +372,8 @@ impl Inner {
             tmp_bytes: run.tmp_bytes,
             network: run.network,
             packages: run.packages,
+            runtime: self.oci.configured.as_deref(),
+            mask_accounts: self.oci.user_space_kernel,
         }
     }
 
@@ -435,6 +445,13 @@ impl Inner {
                  HOST_SANDBOX_NETWORK=deny, or the host backend)"
             ),
         };
+        if self.oci.user_space_kernel {
+            return Err(refuse(format!(
+                "under {} (gVisor) the code's network stack is the Sentry's own, which a \
+                 listener made in the container's namespace never reaches",
+                self.oci.resolved
+            )));
+        }
         let pid = process
             .host_pid()
             .ok_or_else(|| refuse("the engine did not say the container's pid".into()))?;
@@ -484,6 +501,9 @@ impl Inner {
             ),
         });
         report.walls.insert(1, self.quota_wall());
+        if self.oci.user_space_kernel {
+            sentry_notes(&mut report.walls, &self.oci);
+        }
         if self.settings.host_sandbox == SandboxMode::Require
             && let Some(w) = report.walls.iter().find(|w| !w.enforced)
         {
@@ -497,6 +517,29 @@ impl Inner {
         }
         report.mode = self.settings.host_sandbox.word().to_string();
         Ok(report)
+    }
+}
+
+/// What the walls mean under gVisor, said in their details: the code's system calls and
+/// /proc are the Sentry's (a user-space kernel), whose own seccomp filter stands between
+/// it and the host's kernel.
+fn sentry_notes(walls: &mut [WallStatus], oci: &crate::backend::ContainerRuntime) {
+    for w in walls.iter_mut() {
+        let note = match w.name.as_str() {
+            "container" => format!(
+                "runtime {}: gVisor, a user-space kernel (reports {}) between the code and the host's",
+                oci.resolved, oci.kernel
+            ),
+            "landlock" => "gVisor's Sentry does not implement Landlock; the exec seal and the \
+                 container's mounts stand in for its execute and path rules"
+                .into(),
+            "w_xor_x" => "gVisor's Sentry has no PR_SET_MDWE".into(),
+            "seccomp" => "these filters run in the Sentry, which serves the code's system \
+                 calls itself; the host's kernel sees only the Sentry's, under runsc's own filter"
+                .into(),
+            _ => continue,
+        };
+        w.detail = format!("{} ({note})", w.detail);
     }
 }
 
@@ -763,6 +806,10 @@ impl Backend for DockerBackend {
         }
     }
 
+    fn container_runtime(&self) -> Option<crate::backend::ContainerRuntime> {
+        Some(self.inner.oci.clone())
+    }
+
     async fn shutdown(&self) {
         engine::remove_instance(&self.inner.docker, &self.inner.owner.instance).await;
     }
@@ -793,6 +840,7 @@ impl Backend for DockerBackend {
             processes_counted_by: "the container's pids cgroup (SANDBOX_PIDS_LIMIT)".into(),
             grant_walls: crate::grants::GrantWalls::Container,
             launcher: Some(inner.launcher.describe()),
+            container_runtime: self.container_runtime(),
             // The container is a world whatever HOST_SANDBOX says; its own places are
             // the host world's.
             world: Some(super::WorldPlaces::LINUX),

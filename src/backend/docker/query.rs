@@ -22,6 +22,10 @@ pub const MARKER: &str = ".warden-quota-probe";
 pub struct Answer {
     pub runtime: PythonRuntime,
     pub workspace: WorkspaceSeen,
+    /// The kernel release the container sees (`uname -r`; gVisor's Sentry says its own).
+    /// Empty from an image launcher that does not say.
+    #[serde(default)]
+    pub kernel: String,
 }
 
 /// `/workspace` as the container sees it.
@@ -41,7 +45,7 @@ pub struct WorkspaceSeen {
 /// or a directory Docker Desktop does not share): then the backend is unavailable. As
 /// root on Linux the workspace is also a tmpfs of `SANDBOX_DISK_LIMIT`, and the quota
 /// stands only if the container saw exactly that.
-pub(super) async fn query_image(inner: &Inner) -> Result<(PythonRuntime, Quota), String> {
+pub(super) async fn query_image(inner: &Inner) -> Result<(PythonRuntime, Quota, String), String> {
     let user = inner
         .users
         .allocate()
@@ -57,7 +61,7 @@ async fn query_in(
     inner: &Inner,
     home: &std::path::Path,
     user: (u32, u32),
-) -> Result<(PythonRuntime, Quota), String> {
+) -> Result<(PythonRuntime, Quota, String), String> {
     let dir = make_home(home, user, None).map_err(|e| format!("{}: {e}", home.display()))?;
     let bytes = inner.settings.disk_limit_bytes;
     let nonce: String = crate::hex(&crate::random_bytes::<12>());
@@ -103,11 +107,18 @@ async fn query_in(
         )
     })?;
     shared(&nonce, &answer.workspace, &inner.instance_dir)?;
-    let quota = match mounted.and_then(|()| quota::judge(&nonce, bytes, &answer.workspace)) {
+    let quota = match mounted.and_then(|()| {
+        quota::judge(
+            &nonce,
+            bytes,
+            &answer.workspace,
+            inner.oci.user_space_kernel,
+        )
+    }) {
         Ok(q) => q,
         Err(why) => Quota::Unavailable(why),
     };
-    Ok((answer.runtime, quota))
+    Ok((answer.runtime, quota, answer.kernel))
 }
 
 /// The container saw the marker this server wrote in the directory it bound: the

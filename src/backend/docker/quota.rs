@@ -98,10 +98,14 @@ pub fn unmount(_dir: &Path) -> std::io::Result<()> {
 
 /// What the start-up query saw at `/workspace`, judged: the quota stands only when the
 /// container saw this very tmpfs (the marker the server wrote into it) at its size.
+/// Under a user-space kernel (`gofer`: gVisor) the container sees the host's file
+/// system through the Sentry's own file system, whose type is not tmpfs but whose size
+/// is the host tmpfs's: the size and the marker then decide.
 pub fn judge(
     expected_marker: &str,
     bytes: u64,
     seen: &super::query::WorkspaceSeen,
+    gofer: bool,
 ) -> Result<Quota, String> {
     if seen.marker.as_deref() != Some(expected_marker) {
         return Err(
@@ -111,7 +115,7 @@ pub fn judge(
     }
     // tmpfs rounds its size up to whole pages.
     let page = 1 << 16;
-    if !seen.tmpfs || seen.bytes < bytes || seen.bytes > bytes + page {
+    if !(seen.tmpfs || gofer) || seen.bytes < bytes || seen.bytes > bytes + page {
         return Err(format!(
             "the container saw a workspace of {} bytes (tmpfs: {}), not the {bytes}-byte tmpfs the server mounted",
             seen.bytes, seen.tmpfs
@@ -134,18 +138,24 @@ mod tests {
         };
         let mib = 1 << 20;
         assert_eq!(
-            judge("m1", mib, &seen(Some("m1"), true, mib)),
+            judge("m1", mib, &seen(Some("m1"), true, mib), false),
             Ok(Quota::Tmpfs { bytes: mib })
         );
         // Another mount namespace: the container saw the empty directory beneath.
         assert!(
-            judge("m1", mib, &seen(None, false, 50 << 30))
+            judge("m1", mib, &seen(None, false, 50 << 30), false)
                 .unwrap_err()
                 .contains("mount namespace")
         );
-        assert!(judge("m1", mib, &seen(Some("m0"), true, mib)).is_err());
+        assert!(judge("m1", mib, &seen(Some("m0"), true, mib), false).is_err());
         // The right directory but not a capped tmpfs of that size.
-        assert!(judge("m1", mib, &seen(Some("m1"), false, mib)).is_err());
-        assert!(judge("m1", mib, &seen(Some("m1"), true, 8 * mib)).is_err());
+        assert!(judge("m1", mib, &seen(Some("m1"), false, mib), false).is_err());
+        assert!(judge("m1", mib, &seen(Some("m1"), true, 8 * mib), false).is_err());
+        // gVisor: its own file system's type over the host tmpfs, at the tmpfs's size.
+        assert_eq!(
+            judge("m1", mib, &seen(Some("m1"), false, mib), true),
+            Ok(Quota::Tmpfs { bytes: mib })
+        );
+        assert!(judge("m1", mib, &seen(Some("m1"), false, 8 * mib), true).is_err());
     }
 }

@@ -54,6 +54,17 @@ pub const SPECS: &[Spec] = &[
          Windows through Docker Desktop, a remote `DOCKER_HOST`).",
     ),
     computed(
+        "SANDBOX_DOCKER_RUNTIME",
+        "the engine's default runtime (`runc`)",
+        "the OCI runtime the engine runs the containers with, by the name it is \
+         registered under in the engine's `daemon.json`: `runsc` is gVisor, a user-space \
+         kernel between the code and the host's (register it with `\"runtimeArgs\": \
+         [\"--network=none\"]`). A name the engine does not know makes the Docker backend \
+         unavailable: refused under `HOST_SANDBOX=require`, else the host backend runs with \
+         a warning. Results, `selftest` and `warden://settings` show the configured and \
+         resolved runtime.",
+    ),
+    computed(
         "DOCKER_HOST",
         "the local engine, `unix:///var/run/docker.sock`",
         "the Docker engine: `unix:///path`, `npipe:////./pipe/name` (Windows), \
@@ -87,6 +98,8 @@ pub struct DockerSettings {
     pub tmp_size_bytes: u64,
     /// `SANDBOX_LAUNCHER`.
     pub launcher: LauncherMode,
+    /// `SANDBOX_DOCKER_RUNTIME`; `None`: the engine's default.
+    pub runtime: Option<String>,
     /// `DOCKER_HOST`; `None`: the local engine's socket.
     pub host: Option<String>,
     pub tls_verify: bool,
@@ -138,6 +151,11 @@ pub(crate) fn read(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
             ("image", LauncherMode::Image),
         ],
     )?;
+    let runtime = r.optional(
+        "SANDBOX_DOCKER_RUNTIME",
+        "a runtime name such as runsc (letters, digits, '.', '_', '-')",
+        |t| runtime_name(t).then(|| t.to_string()),
+    )?;
     let host = r.optional(
         "DOCKER_HOST",
         "unix:///path/to/docker.sock, npipe:////./pipe/name or tcp://host:port",
@@ -160,10 +178,19 @@ pub(crate) fn read(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
         user,
         tmp_size_bytes,
         launcher,
+        runtime,
         host,
         tls_verify,
         cert_path,
     })
+}
+
+/// An OCI runtime's name as an engine registers it. Pure.
+pub fn runtime_name(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= 64
+        && t.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 #[cfg(test)]
@@ -226,5 +253,12 @@ mod tests {
         ])
         .unwrap();
         assert!(s.docker.tls_verify);
+        assert_eq!(s.docker.runtime, None, "the engine's default runtime");
+        let s = settings(&[("SANDBOX_DOCKER_RUNTIME", "runsc")]).unwrap();
+        assert_eq!(s.docker.runtime.as_deref(), Some("runsc"));
+        for bad in ["run sc", "runsc;rm", "a/b"] {
+            let err = settings(&[("SANDBOX_DOCKER_RUNTIME", bad)]).unwrap_err();
+            assert!(err.to_string().contains("SANDBOX_DOCKER_RUNTIME"), "{err}");
+        }
     }
 }

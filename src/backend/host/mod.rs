@@ -342,6 +342,7 @@ impl Backend for HostBackend {
                 crate::grants::GrantWalls::PathsOnly
             },
             launcher: None,
+            container_runtime: None,
             gaps: self.gaps(),
             // Only Linux builds a world of its own (mount namespaces); elsewhere the
             // code sees its workspace at the server's path.

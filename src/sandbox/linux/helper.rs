@@ -145,6 +145,11 @@ impl Walls {
         });
     }
 
+    /// The wall `name` is reported and in force.
+    fn standing(&self, name: &str) -> bool {
+        self.list.iter().any(|w| w.name == name && w.enforced)
+    }
+
     /// A wall this kernel cannot provide: fatal under `require`, reported otherwise.
     fn missing(&mut self, name: &'static str, detail: String) -> Result<(), Refusal> {
         if self.mode == SandboxMode::Require {
@@ -366,8 +371,15 @@ fn confine_and_exec(
             in_world,
             &rlimits::kernel_release(),
         );
-        let limits =
+        let mut limits =
             rlimits::rlimits_for(&rlimits::for_worker(&policy.limits, tasks), HostOs::Linux);
+        let sentry = if policy.user_space_kernel {
+            limits.retain(|l| !rlimits::HELD_BY_SENTRY.contains(&l.resource));
+            "; RLIMIT_MSGQUEUE, RLIMIT_RTPRIO, RLIMIT_NICE and RLIMIT_SIGPENDING are gVisor's \
+             Sentry's, which counts them for this sandbox alone, apart from the host's user"
+        } else {
+            ""
+        };
         rlimits::apply(&limits).map_err(|e| refuse("rlimits", e))?;
         let counted = match (tasks, policy.limits.processes) {
             (Some(how), Some(_)) => format!("; {}", how.describe()),
@@ -378,7 +390,7 @@ fn confine_and_exec(
         };
         walls.enforced(
             "rlimits",
-            format!("{}{counted}", rlimits::describe(&limits)),
+            format!("{}{counted}{sentry}", rlimits::describe(&limits)),
         );
     }
     // SAFETY: umask cannot fail.
@@ -402,6 +414,7 @@ fn confine_and_exec(
         ),
     );
     let mut landlock_abi = None;
+    let mut seal_exec = false;
     if confined {
         match landlock::restrict_current_thread(view, network) {
             Ok(outcome) => {
@@ -416,6 +429,15 @@ fn confine_and_exec(
                 walls.missing("landlock", format!("not available on this kernel: {why}"))?;
             }
             Err(e) => return Err(refuse("landlock", e.to_string())),
+        }
+        seal_exec = !walls.standing("landlock");
+        if seal_exec {
+            walls.enforced(
+                "exec_seal",
+                "without Landlock's execute right the worker installs a seccomp filter of its \
+                 own before any code runs, refusing execve and execveat (it does not start \
+                 if it cannot)",
+            );
         }
         forbid_writable_executable_memory(&mut walls)?;
         install_seccomp(network, &mut walls)?;
@@ -436,6 +458,7 @@ fn confine_and_exec(
         .args(["-I", "-B", "-u", "-c", WORKER_SOURCE])
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
+        .envs(seal_exec.then_some(("WARDEN_SEAL_EXEC", "1")))
         .exec();
     Err(refuse(
         "exec",
@@ -626,7 +649,6 @@ fn verify_no_new_privs(walls: &mut Walls) -> Result<(), Refusal> {
 /// Live canaries after every wall is up: if a wall we think is standing does not block,
 /// refuse rather than run.
 fn self_check(network: NetworkMode, walls: &Walls, in_world: bool) -> Result<(), Refusal> {
-    let standing = |name: &str| walls.list.iter().any(|w| w.name == name && w.enforced);
     let caps = privileges::read_caps().map_err(|e| refuse("privileges", e))?;
     if privileges::holds_capabilities(&caps) {
         return Err(refuse(
@@ -649,7 +671,7 @@ fn self_check(network: NetworkMode, walls: &Walls, in_world: bool) -> Result<(),
             }
         }
     }
-    if standing("seccomp") {
+    if walls.standing("seccomp") {
         if network == NetworkMode::Deny {
             // SAFETY: socket has no pointer arguments; a success is closed at once.
             let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
@@ -684,7 +706,7 @@ fn self_check(network: NetworkMode, walls: &Walls, in_world: bool) -> Result<(),
             }
         }
     }
-    if standing("landlock") {
+    if walls.standing("landlock") {
         let probe = CString::new("/etc/passwd").map_err(|e| refuse("landlock", e.to_string()))?;
         // SAFETY: the path is a valid NUL-terminated string.
         let fd = unsafe { libc::open(probe.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
