@@ -192,58 +192,71 @@ fn instance_name() -> String {
     format!("{}-{}", std::process::id(), crate::hex(&suffix))
 }
 
+/// The static guard the settings ask for (`None`: CODEGUARD=off), with its policy.
+fn guard_for(settings: &Settings) -> Result<Option<Guard>, SessionError> {
+    Ok(match (settings.codeguard, &settings.policy_file) {
+        (GuardMode::Off, _) => None,
+        (_, Some(path)) => Some(Guard::from_policy_file(path)),
+        (_, None) => Some(Guard::with_default_policy()),
+    }
+    .transpose()
+    .map_err(|source| SessionError::Guard {
+        setting: settings.describe("SANDBOX_POLICY"),
+        source,
+    })?
+    .map(|g| {
+        if settings.network.proxied() {
+            g.with_proxied_network()
+        } else {
+            g
+        }
+    }))
+}
+
+/// This instance's directory under the data directory, locked for its life, after
+/// reaping the directories (and processes) of instances that died: the data directory,
+/// the instance's name, its directory and the lock.
+fn open_instance(
+    settings: &Settings,
+) -> Result<(PathBuf, String, PathBuf, crate::instances::InstanceLock), SessionError> {
+    let data_dir = match &settings.data_dir {
+        Some(d) => d.clone(),
+        None => crate::config::default_data_dir(crate::os::running_as_root())
+            .ok_or(SessionError::NoDataDir)?,
+    };
+    let instance = instance_name();
+    let instance_dir = data_dir.join("sessions").join(&instance);
+    crate::os::create_dir(&instance_dir, 0o711, true).map_err(|source| SessionError::DataDir {
+        path: instance_dir.clone(),
+        source,
+    })?;
+    let instance_lock =
+        crate::instances::InstanceLock::acquire(&instance_dir).map_err(|source| {
+            SessionError::DataDir {
+                path: instance_dir.clone(),
+                source,
+            }
+        })?;
+    // Instances that died without cleaning up (killed, crashed) leave their
+    // directory, and perhaps a process: reaped before this one starts working.
+    for reaped in crate::instances::reap_dead(&data_dir.join("sessions"), &instance_dir) {
+        tracing::warn!(
+            dir = %reaped.dir.display(),
+            killed = ?reaped.killed,
+            "reaped a dead server instance"
+        );
+    }
+    Ok((data_dir, instance, instance_dir, instance_lock))
+}
+
 impl SessionManager {
     /// Creates this instance's directory and resolves the backend.
     pub async fn new(
         settings: Arc<Settings>,
         pre_approved: &[PreApproval],
     ) -> Result<SessionManager, SessionError> {
-        let guard = match (settings.codeguard, &settings.policy_file) {
-            (GuardMode::Off, _) => None,
-            (_, Some(path)) => Some(Guard::from_policy_file(path)),
-            (_, None) => Some(Guard::with_default_policy()),
-        }
-        .transpose()
-        .map_err(|source| SessionError::Guard {
-            setting: settings.describe("SANDBOX_POLICY"),
-            source,
-        })?
-        .map(|g| {
-            if settings.network.proxied() {
-                g.with_proxied_network()
-            } else {
-                g
-            }
-        });
-        let data_dir = match &settings.data_dir {
-            Some(d) => d.clone(),
-            None => crate::config::default_data_dir(crate::os::running_as_root())
-                .ok_or(SessionError::NoDataDir)?,
-        };
-        let instance = instance_name();
-        let instance_dir = data_dir.join("sessions").join(&instance);
-        crate::os::create_dir(&instance_dir, 0o711, true).map_err(|source| {
-            SessionError::DataDir {
-                path: instance_dir.clone(),
-                source,
-            }
-        })?;
-        let instance_lock =
-            crate::instances::InstanceLock::acquire(&instance_dir).map_err(|source| {
-                SessionError::DataDir {
-                    path: instance_dir.clone(),
-                    source,
-                }
-            })?;
-        // Instances that died without cleaning up (killed, crashed) leave their
-        // directory, and perhaps a process: reaped before this one starts working.
-        for reaped in crate::instances::reap_dead(&data_dir.join("sessions"), &instance_dir) {
-            tracing::warn!(
-                dir = %reaped.dir.display(),
-                killed = ?reaped.killed,
-                "reaped a dead server instance"
-            );
-        }
+        let guard = guard_for(&settings)?;
+        let (data_dir, instance, instance_dir, instance_lock) = open_instance(&settings)?;
         let audit = Arc::new(crate::audit::AuditLog::open(
             &data_dir.join("audit"),
             &instance,
@@ -521,7 +534,7 @@ impl SessionManager {
                 timeout,
                 tap: tap.clone(),
             };
-            if let Some(result) = session.execute(self, call).await {
+            if let Some(result) = self.run_call(&session, call).await {
                 return result;
             }
         }

@@ -162,9 +162,9 @@ impl SessionManager {
             if let Some(reason) = &state.killed {
                 return Err(ErrorInfo::new("SessionKilled", reason.clone()));
             }
-            session.touch(self);
+            session.touch(self.now_ms());
             let outcome = self.install_locked(&session, reqs).await;
-            session.touch(self);
+            session.touch(self.now_ms());
             return outcome;
         }
         Err(ErrorInfo::new(

@@ -1,6 +1,8 @@
 //! One session's execution: expired grants narrow the sandbox, the guard judges the code,
 //! the backend provides a worker, the worker runs the code, and the workspace diff and
 //! the worker's outcome become the result. Knows no backend: it holds a [`Worker`].
+//! The manager drives a call through a session (`SessionManager::run_call`); the
+//! session's own methods never reach back into the manager.
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +34,23 @@ impl Drop for Running<'_> {
     }
 }
 
+/// The result of a call for which no worker could be had.
+fn no_worker(
+    session: &Session,
+    e: ErrorInfo,
+    warnings: Vec<String>,
+    worker_restarted: bool,
+) -> ExecResult {
+    if e.retryable {
+        tracing::info!(session = %session.key, error = %e.message, "no worker for this call");
+    } else {
+        tracing::error!(session = %session.key, error = %e.message, "worker did not start");
+    }
+    let mut result = ExecResult::refused(&session.name, e, warnings);
+    result.worker_restarted = worker_restarted;
+    result
+}
+
 fn elapsed_ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
@@ -54,30 +73,26 @@ pub(super) struct Call<'a> {
     pub tap: Option<OutputTap>,
 }
 
-impl Session {
+impl SessionManager {
     /// Runs one call; `None` when the session was closed while the call waited for it
     /// (the caller opens the name again).
-    pub(super) async fn execute(
-        &self,
-        manager: &SessionManager,
-        call: Call<'_>,
-    ) -> Option<ExecResult> {
+    pub(super) async fn run_call(&self, session: &Session, call: Call<'_>) -> Option<ExecResult> {
         let started = Instant::now();
-        let mut state = self.state.lock().await;
+        let mut state = session.state.lock().await;
         if state.closed {
             return None;
         }
-        self.touch(manager);
+        session.touch(self.now_ms());
         let result = self
-            .execute_locked(manager, &mut state, call, started)
+            .execute_locked(session, &mut state, call, started)
             .await;
-        self.touch(manager);
+        session.touch(self.now_ms());
         Some(result)
     }
 
     async fn execute_locked(
         &self,
-        manager: &SessionManager,
+        session: &Session,
         state: &mut SessionState,
         call: Call<'_>,
         started: Instant,
@@ -90,19 +105,19 @@ impl Session {
         } = call;
         if let Some(reason) = &state.killed {
             let e = ErrorInfo::new("SessionKilled", reason.clone());
-            return ExecResult::refused(&self.name, e, Vec::new());
+            return ExecResult::refused(&session.name, e, Vec::new());
         }
         let mut warnings = Vec::new();
-        self.drop_expired_grants(state);
+        session.drop_expired_grants(state);
         let starting = state.worker.is_none();
-        let (grants, withdrawn) = manager.approved_grants(self, starting, &mut warnings);
+        let (grants, withdrawn) = self.approved_grants(session, starting, &mut warnings);
         if let Some(why) = withdrawn
-            && self.drop_worker(state).is_some()
+            && session.drop_worker(state).is_some()
         {
             state.lost_worker = Some(why);
         }
         let (mut verdict, pending) = match self
-            .verdict_first(manager, state, code, &grants, &mut warnings)
+            .verdict_first(session, state, code, &grants, &mut warnings)
             .await
         {
             Ok(first) => first,
@@ -111,32 +126,23 @@ impl Session {
                 return *refused;
             }
         };
-        let worker_restarted = self.note_lost_worker(state, &mut warnings);
+        let worker_restarted = session.note_lost_worker(state, &mut warnings);
         let spec = WorkerSpec {
-            slot: &self.home.slot,
+            slot: &session.home.slot,
             grants: &grants,
         };
-        let worker = match manager.ensure_worker(self, state, &spec).await {
+        let worker = match self.ensure_worker(session, state, &spec).await {
             Ok(worker) => worker,
-            Err(e) => {
-                if e.retryable {
-                    tracing::info!(session = %self.key, error = %e.message, "no worker for this call");
-                } else {
-                    tracing::error!(session = %self.key, error = %e.message, "worker did not start");
-                }
-                let mut result = ExecResult::refused(&self.name, e, warnings);
-                result.worker_restarted = worker_restarted;
-                return result;
-            }
+            Err(e) => return no_worker(session, e, warnings, worker_restarted),
         };
         let worker_warnings = worker.report().warnings();
         let seen_workspace = worker.report().workspace.clone();
-        let cap = manager.settings.output_limit_bytes;
+        let cap = self.settings.output_limit_bytes;
         worker.tap_stdout(tap);
-        let running = Running::start(self, worker.kill_switch());
+        let running = Running::start(session, worker.kill_switch());
         let mut held = None;
         let gate = pending.map(|pending| {
-            let mode = manager.settings.codeguard;
+            let mode = self.settings.codeguard;
             let held = &mut held;
             Box::pin(async move {
                 let outcome = pending.run().await;
@@ -149,10 +155,10 @@ impl Session {
         let egress_refusals = worker.take_egress_refusals();
         drop(running);
         if !run.reusable {
-            self.drop_worker(state);
+            session.drop_worker(state);
         }
         if let Some(outcome) = held {
-            match self.judge(manager, state, outcome, &mut warnings) {
+            match self.judge(session, state, outcome, &mut warnings) {
                 Ok(v) => verdict = v,
                 Err(mut refused) => {
                     if !run.reusable && state.killed.is_none() {
@@ -168,7 +174,7 @@ impl Session {
         }
         warnings.extend(worker_warnings);
         warnings.extend(egress_refusals);
-        let report = self.workspace_report();
+        let report = session.workspace_report();
         let done = Done {
             worker_restarted,
             warnings,
@@ -176,34 +182,34 @@ impl Session {
             workspace: seen_workspace,
             report,
         };
-        self.result(manager, state, run, done, started, timeout)
+        self.result(session, state, run, done, started, timeout)
     }
 
     /// The guard's verdict when it is known before the call (guard off, cached, or no
     /// live worker to hold the code), else the check to run while the worker holds it.
     async fn verdict_first(
         &self,
-        manager: &SessionManager,
+        session: &Session,
         state: &mut SessionState,
         code: &str,
         grants: &[crate::grants::Grant],
         warnings: &mut Vec<String>,
     ) -> Result<(Option<Verdict>, Option<PendingCheck>), Box<ExecResult>> {
         let roots = grants.iter().map(|g| g.path.clone()).collect();
-        let outcome = match manager.lookup_code(code, &self.guard_workspace(manager), roots) {
+        let outcome = match self.lookup_code(code, &self.guard_workspace(session), roots) {
             Lookup::Done(outcome) => outcome,
             // A session whose worker is live sends the code at once and lets it compile
             // there while the guard judges it here (see `Gate`).
             Lookup::Miss(pending) if may_hold(state) => return Ok((None, Some(pending))),
             Lookup::Miss(pending) => pending.run().await,
         };
-        Ok((self.judge(manager, state, outcome, warnings)?, None))
+        Ok((self.judge(session, state, outcome, warnings)?, None))
     }
 
     /// The call's result from what its run produced.
     fn result(
         &self,
-        manager: &SessionManager,
+        session: &Session,
         state: &mut SessionState,
         mut run: RunOutput,
         done: Done,
@@ -218,7 +224,7 @@ impl Session {
             report,
         } = done;
         warnings.extend(late_warning(&run.late));
-        warnings.extend(self.home.slot.notice());
+        warnings.extend(session.home.slot.notice());
         let (out_cut, err_cut) = (run.stdout.truncated, run.stderr.truncated);
         let mut result = ExecResult {
             status: ExecStatus::Ok,
@@ -229,10 +235,10 @@ impl Session {
             duration_ms: elapsed_ms(started),
             timed_out: false,
             truncated: false,
-            backend: manager.backend.kind(),
-            configured_backend: manager.configured_backend(),
-            container_runtime: manager.backend.container_runtime(),
-            session: self.name.clone(),
+            backend: self.backend.kind(),
+            configured_backend: self.configured_backend(),
+            container_runtime: self.backend.container_runtime(),
+            session: session.name.clone(),
             files: Vec::new(),
             files_total: 0,
             files_complete: true,
@@ -254,6 +260,63 @@ impl Session {
         result
     }
 
+    /// The guard's verdict, or the refusal it becomes under CODEGUARD=enforce (a tripwire
+    /// also kills the session). Shadow and restricted verdicts become warnings.
+    fn judge(
+        &self,
+        session: &Session,
+        state: &mut SessionState,
+        outcome: GuardOutcome,
+        warnings: &mut Vec<String>,
+    ) -> Result<Option<Verdict>, Box<ExecResult>> {
+        let verdict = match outcome {
+            GuardOutcome::Off => {
+                warnings.push(
+                    "CODEGUARD=off: the static guard is switched off; only the operating-system sandbox stands"
+                        .to_string(),
+                );
+                return Ok(None);
+            }
+            GuardOutcome::Checked(v) => v,
+        };
+        session.note_unjudged(&verdict);
+        if refuses(&verdict, self.settings.codeguard) {
+            if verdict.tripwire() {
+                session.kill_by_tripwire(state, &verdict);
+            }
+            let mut result = ExecResult::refused(
+                &session.name,
+                guard_error(&verdict),
+                std::mem::take(warnings),
+            );
+            result.guard = Some(verdict);
+            return Err(Box::new(result));
+        }
+        match verdict.decision {
+            Decision::Blocked => warnings.push(format!(
+                "CODEGUARD=shadow: the guard would have blocked this code ({}); it ran anyway",
+                summarize(&verdict)
+            )),
+            Decision::Restricted => warnings.push(format!(
+                "the guard allowed this code with warnings: {}",
+                summarize(&verdict)
+            )),
+            Decision::Allowed => {}
+        }
+        Ok(Some(verdict))
+    }
+
+    /// Where the guard is told the code sees its workspace: where the backend's world
+    /// shows it, or the server's own path when there is no world.
+    fn guard_workspace(&self, session: &Session) -> std::path::PathBuf {
+        self.world.map_or_else(
+            || session.home.paths.workspace.clone(),
+            |w| std::path::PathBuf::from(w.workspace),
+        )
+    }
+}
+
+impl Session {
     /// What the call changed in the workspace (incremental; see [`crate::workspace::tracker`]).
     fn workspace_report(&self) -> crate::workspace::Summary {
         match self.tracker.lock() {
@@ -281,58 +344,6 @@ impl Session {
                 .collect();
             state.lost_worker = Some(format!("grants expired ({})", paths.join(", ")));
         }
-    }
-
-    /// The guard's verdict, or the refusal it becomes under CODEGUARD=enforce (a tripwire
-    /// also kills the session). Shadow and restricted verdicts become warnings.
-    fn judge(
-        &self,
-        manager: &SessionManager,
-        state: &mut SessionState,
-        outcome: GuardOutcome,
-        warnings: &mut Vec<String>,
-    ) -> Result<Option<Verdict>, Box<ExecResult>> {
-        let verdict = match outcome {
-            GuardOutcome::Off => {
-                warnings.push(
-                    "CODEGUARD=off: the static guard is switched off; only the operating-system sandbox stands"
-                        .to_string(),
-                );
-                return Ok(None);
-            }
-            GuardOutcome::Checked(v) => v,
-        };
-        self.note_unjudged(&verdict);
-        if refuses(&verdict, manager.settings.codeguard) {
-            if verdict.tripwire() {
-                self.kill_by_tripwire(state, &verdict);
-            }
-            let mut result =
-                ExecResult::refused(&self.name, guard_error(&verdict), std::mem::take(warnings));
-            result.guard = Some(verdict);
-            return Err(Box::new(result));
-        }
-        match verdict.decision {
-            Decision::Blocked => warnings.push(format!(
-                "CODEGUARD=shadow: the guard would have blocked this code ({}); it ran anyway",
-                summarize(&verdict)
-            )),
-            Decision::Restricted => warnings.push(format!(
-                "the guard allowed this code with warnings: {}",
-                summarize(&verdict)
-            )),
-            Decision::Allowed => {}
-        }
-        Ok(Some(verdict))
-    }
-
-    /// Where the guard is told the code sees its workspace: where the backend's world
-    /// shows it, or the server's own path when there is no world.
-    fn guard_workspace(&self, manager: &SessionManager) -> std::path::PathBuf {
-        manager.world.map_or_else(
-            || self.home.paths.workspace.clone(),
-            |w| std::path::PathBuf::from(w.workspace),
-        )
     }
 
     fn kill_by_tripwire(&self, state: &mut SessionState, verdict: &Verdict) {

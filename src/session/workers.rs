@@ -94,8 +94,8 @@ impl Session {
     }
 
     /// Records a use (a call beginning or ending): idle expiry and eviction count from it.
-    pub(super) fn touch(&self, manager: &SessionManager) {
-        self.last_used.store(manager.now_ms(), Ordering::Release);
+    pub(super) fn touch(&self, now_ms: u64) {
+        self.last_used.store(now_ms, Ordering::Release);
     }
 
     pub(super) fn last_used(&self) -> u64 {
