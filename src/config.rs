@@ -861,42 +861,7 @@ impl Settings {
         )?;
         let egress = egress_settings(&mut r, network)?;
         let packages = package_settings(&mut r)?;
-        let mem_limit_bytes = r.value("SANDBOX_MEM_LIMIT", SIZE_64M, size_at_least(64 << 20))?;
-        let pids_limit = r.value("SANDBOX_PIDS_LIMIT", "a whole number from 8", |t| {
-            t.parse::<u64>()
-                .ok()
-                .filter(|n| (8..=1_000_000).contains(n))
-        })?;
-        let file_size_limit_bytes =
-            r.value("SANDBOX_FILE_SIZE_LIMIT", SIZE_1M, size_at_least(1 << 20))?;
-        let disk_limit_bytes = r.value("SANDBOX_DISK_LIMIT", SIZE_1M, size_at_least(1 << 20))?;
-        let disk_total_bytes = r
-            .optional("SANDBOX_DISK_TOTAL", SIZE_1M, size_at_least(1 << 20))?
-            .unwrap_or_else(|| default_disk_total(layers.memory_bytes.or_else(physical_memory)));
-        let timeout_s = r.value("SANDBOX_TIMEOUT_S", "whole seconds, at least 1", |t| {
-            t.parse::<u64>()
-                .ok()
-                .filter(|n| *n >= 1)
-                .map(|n| n.min(TIMEOUT_CAP_S))
-        })?;
-        let output_limit_bytes = r.value("SANDBOX_OUTPUT_LIMIT", SIZE_1K, |t| {
-            size_at_least(1 << 10)(t).and_then(|n| usize::try_from(n).ok())
-        })?;
-        let max_workers = r
-            .optional(
-                "SANDBOX_MAX_WORKERS",
-                "a whole number from 1 to 4096",
-                |t| t.parse::<usize>().ok().filter(|n| (1..=4096).contains(n)),
-            )?
-            .unwrap_or_else(|| {
-                default_max_workers(
-                    layers.memory_bytes.or_else(physical_memory),
-                    mem_limit_bytes,
-                )
-            });
-        let warm_workers = r.value("SANDBOX_WARM_WORKERS", "a whole number from 0 to 64", |t| {
-            t.parse::<usize>().ok().filter(|n| *n <= 64)
-        })?;
+        let limits = resource_limits(&mut r, layers)?;
         let max_sessions = r.value(
             "SANDBOX_MAX_SESSIONS",
             "a whole number from 1 to 4096",
@@ -928,28 +893,8 @@ impl Settings {
         let probe_addr = r.value("SANDBOX_PROBE_ADDR", "an IPv4 address", |t| {
             t.parse::<std::net::Ipv4Addr>().ok().map(|a| a.to_string())
         })?;
-        let http_addr = r.value(
-            "SANDBOX_HTTP_ADDR",
-            "an IP:PORT address or unix:PATH",
-            |t| HttpBind::parse(t).ok(),
-        )?;
-        let http_token = r.optional("SANDBOX_HTTP_TOKEN", "at least 16 characters", |t| {
-            valid_http_token(t).then(|| t.to_string())
-        })?;
-        let http_allowed_hosts = r
-            .optional(
-                "SANDBOX_HTTP_ALLOWED_HOSTS",
-                "comma-separated host names",
-                list,
-            )?
-            .unwrap_or_default();
-        let http_allowed_origins = r
-            .optional(
-                "SANDBOX_HTTP_ALLOWED_ORIGINS",
-                "comma-separated origins such as https://app.example:443",
-                list,
-            )?
-            .unwrap_or_default();
+        let (http_addr, http_token, http_allowed_hosts, http_allowed_origins) =
+            http_settings(&mut r)?;
         let config_file = r.optional("WARDEN_CONFIG", "a path to a TOML file", path)?;
         let log_filter = r.value("WARDEN_LOG", "a log filter such as warn or info", |t| {
             Some(t.to_string())
@@ -962,15 +907,15 @@ impl Settings {
             network,
             egress,
             packages,
-            mem_limit_bytes,
-            pids_limit,
-            file_size_limit_bytes,
-            disk_limit_bytes,
-            disk_total_bytes,
-            timeout_s,
-            output_limit_bytes,
-            max_workers,
-            warm_workers: warm_workers.min(max_workers),
+            mem_limit_bytes: limits.mem_limit_bytes,
+            pids_limit: limits.pids_limit,
+            file_size_limit_bytes: limits.file_size_limit_bytes,
+            disk_limit_bytes: limits.disk_limit_bytes,
+            disk_total_bytes: limits.disk_total_bytes,
+            timeout_s: limits.timeout_s,
+            output_limit_bytes: limits.output_limit_bytes,
+            max_workers: limits.max_workers,
+            warm_workers: limits.warm_workers.min(limits.max_workers),
             max_sessions,
             session_idle_s,
             keep_workspaces,
@@ -1088,6 +1033,104 @@ fn hide_secrets(mut resolved: Vec<Resolved>) -> Vec<Resolved> {
         }
     }
     resolved
+}
+
+/// What one worker and one session may use, and how many workers there are.
+struct ResourceLimits {
+    mem_limit_bytes: u64,
+    pids_limit: u64,
+    file_size_limit_bytes: u64,
+    disk_limit_bytes: u64,
+    disk_total_bytes: u64,
+    timeout_s: u64,
+    output_limit_bytes: usize,
+    max_workers: usize,
+    warm_workers: usize,
+}
+
+fn resource_limits(r: &mut Reader<'_>, layers: &Layers) -> Result<ResourceLimits, ConfigError> {
+    let mem_limit_bytes = r.value("SANDBOX_MEM_LIMIT", SIZE_64M, size_at_least(64 << 20))?;
+    let pids_limit = r.value("SANDBOX_PIDS_LIMIT", "a whole number from 8", |t| {
+        t.parse::<u64>()
+            .ok()
+            .filter(|n| (8..=1_000_000).contains(n))
+    })?;
+    let file_size_limit_bytes =
+        r.value("SANDBOX_FILE_SIZE_LIMIT", SIZE_1M, size_at_least(1 << 20))?;
+    let disk_limit_bytes = r.value("SANDBOX_DISK_LIMIT", SIZE_1M, size_at_least(1 << 20))?;
+    let disk_total_bytes = r
+        .optional("SANDBOX_DISK_TOTAL", SIZE_1M, size_at_least(1 << 20))?
+        .unwrap_or_else(|| default_disk_total(layers.memory_bytes.or_else(physical_memory)));
+    let timeout_s = r.value("SANDBOX_TIMEOUT_S", "whole seconds, at least 1", |t| {
+        t.parse::<u64>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .map(|n| n.min(TIMEOUT_CAP_S))
+    })?;
+    let output_limit_bytes = r.value("SANDBOX_OUTPUT_LIMIT", SIZE_1K, |t| {
+        size_at_least(1 << 10)(t).and_then(|n| usize::try_from(n).ok())
+    })?;
+    let max_workers = r
+        .optional(
+            "SANDBOX_MAX_WORKERS",
+            "a whole number from 1 to 4096",
+            |t| t.parse::<usize>().ok().filter(|n| (1..=4096).contains(n)),
+        )?
+        .unwrap_or_else(|| {
+            default_max_workers(
+                layers.memory_bytes.or_else(physical_memory),
+                mem_limit_bytes,
+            )
+        });
+    let warm_workers = r.value("SANDBOX_WARM_WORKERS", "a whole number from 0 to 64", |t| {
+        t.parse::<usize>().ok().filter(|n| *n <= 64)
+    })?;
+    Ok(ResourceLimits {
+        mem_limit_bytes,
+        pids_limit,
+        file_size_limit_bytes,
+        disk_limit_bytes,
+        disk_total_bytes,
+        timeout_s,
+        output_limit_bytes,
+        max_workers,
+        warm_workers,
+    })
+}
+
+/// `serve --http`'s address, token and the hosts and origins it accepts.
+#[allow(clippy::type_complexity)]
+fn http_settings(
+    r: &mut Reader<'_>,
+) -> Result<(HttpBind, Option<String>, Vec<String>, Vec<String>), ConfigError> {
+    let http_addr = r.value(
+        "SANDBOX_HTTP_ADDR",
+        "an IP:PORT address or unix:PATH",
+        |t| HttpBind::parse(t).ok(),
+    )?;
+    let http_token = r.optional("SANDBOX_HTTP_TOKEN", "at least 16 characters", |t| {
+        valid_http_token(t).then(|| t.to_string())
+    })?;
+    let http_allowed_hosts = r
+        .optional(
+            "SANDBOX_HTTP_ALLOWED_HOSTS",
+            "comma-separated host names",
+            list,
+        )?
+        .unwrap_or_default();
+    let http_allowed_origins = r
+        .optional(
+            "SANDBOX_HTTP_ALLOWED_ORIGINS",
+            "comma-separated origins such as https://app.example:443",
+            list,
+        )?
+        .unwrap_or_default();
+    Ok((
+        http_addr,
+        http_token,
+        http_allowed_hosts,
+        http_allowed_origins,
+    ))
 }
 
 fn list(t: &str) -> Option<Vec<String>> {

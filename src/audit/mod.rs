@@ -707,6 +707,60 @@ enum Scan {
     },
 }
 
+/// What is wrong with the log before the checkpoint, as a broken scan, if anything: a
+/// sealed segment whose size changed or that is gone, or the checkpointed record itself.
+fn checkpoint_problem(
+    dir: &Path,
+    key: &Key,
+    cp: &chain::Checkpoint,
+) -> std::io::Result<Option<Scan>> {
+    let broken = |seg: u64, what: String, sealed: Vec<(u64, u64)>| Scan::Broken {
+        seg,
+        what,
+        last: Pos::genesis(),
+        sealed,
+    };
+    for (n, size) in &cp.sealed {
+        let now = std::fs::metadata(dir.join(store::segment_name(*n))).map(|m| m.len());
+        if now.as_ref().ok() != Some(size) {
+            let what = match now {
+                Ok(now) => format!(
+                    "{} changed size from {size} to {now} bytes after it was sealed",
+                    store::segment_name(*n)
+                ),
+                Err(_) => format!("sealed segment {} is missing", store::segment_name(*n)),
+            };
+            return Ok(Some(broken(*n, what, Vec::new())));
+        }
+    }
+    Ok(anchor_problem(dir, key, cp)?.map(|what| broken(cp.segment, what, cp.sealed.clone())))
+}
+
+/// A log with no segment: a new one when nothing was ever written, else broken.
+fn empty_log(dir: &Path, seg: u64, pos: Pos, sealed: Vec<(u64, u64)>) -> std::io::Result<Scan> {
+    if pos.seq > 0 {
+        return Ok(Scan::Broken {
+            seg,
+            what: format!(
+                "every segment is gone (the checkpoint counted {} records)",
+                pos.seq
+            ),
+            last: pos,
+            sealed,
+        });
+    }
+    drop(store::open_segment(dir, 1, true)?);
+    Ok(Scan::Good {
+        tip: Tip {
+            seg: 1,
+            offset: 0,
+            pos,
+            sealed,
+        },
+        torn: 0,
+    })
+}
+
 /// Checks the log from the checkpoint (or from the start) to its end.
 fn scan(
     dir: &Path,
@@ -731,48 +785,13 @@ fn scan(
             Vec::new(),
         ),
     };
-    if let Some(cp) = cp {
-        for (n, size) in &cp.sealed {
-            let now = std::fs::metadata(dir.join(store::segment_name(*n))).map(|m| m.len());
-            if now.as_ref().ok() != Some(size) {
-                let what = match now {
-                    Ok(now) => format!(
-                        "{} changed size from {size} to {now} bytes after it was sealed",
-                        store::segment_name(*n)
-                    ),
-                    Err(_) => format!("sealed segment {} is missing", store::segment_name(*n)),
-                };
-                return broken(*n, what, Pos::genesis(), Vec::new());
-            }
-        }
-        if let Some(what) = anchor_problem(dir, key, cp)? {
-            return broken(cp.segment, what, Pos::genesis(), cp.sealed.clone());
-        }
+    if let Some(cp) = cp
+        && let Some(problem) = checkpoint_problem(dir, key, cp)?
+    {
+        return Ok(problem);
     }
     if live.is_empty() {
-        return if pos.seq == 0 {
-            let file = store::open_segment(dir, 1, true)?;
-            drop(file);
-            Ok(Scan::Good {
-                tip: Tip {
-                    seg: 1,
-                    offset: 0,
-                    pos,
-                    sealed,
-                },
-                torn: 0,
-            })
-        } else {
-            broken(
-                seg,
-                format!(
-                    "every segment is gone (the checkpoint counted {} records)",
-                    pos.seq
-                ),
-                pos,
-                sealed,
-            )
-        };
+        return empty_log(dir, seg, pos, sealed);
     }
     let rest: Vec<u64> = live.iter().copied().filter(|n| *n >= seg).collect();
     if rest.first() != Some(&seg) {

@@ -381,13 +381,7 @@ impl Channel {
                 return self.fail_send(process, failure, out, err).await;
             }
             if !go {
-                return RunOutput {
-                    outcome: Outcome::Withheld,
-                    stdout: Captured::default(),
-                    stderr: Captured::default(),
-                    reusable: true,
-                    late: LateOutput::default(),
-                };
+                return withheld();
             }
         }
 
@@ -421,16 +415,9 @@ impl Channel {
             Ok(Ok(None)) => return self.finish_dead(process, out, err).await,
             Ok(Ok(Some(line))) => line,
         };
-        let response = match serde_json::from_slice::<WorkerResponse>(&line) {
-            Ok(r) if r.id == id => r,
-            Ok(r) => {
-                let why = format!("response for request {} while waiting for {id}", r.id);
-                return self.finish_broken(process, why, out, err).await;
-            }
-            Err(e) => {
-                let why = format!("malformed response: {e}");
-                return self.finish_broken(process, why, out, err).await;
-            }
+        let response = match response_to(&line, id) {
+            Ok(r) => r,
+            Err(why) => return self.finish_broken(process, why, out, err).await,
         };
         let complete = out.complete() && err.complete();
         if !complete {
@@ -629,5 +616,28 @@ async fn wait_for_change(
     match soft {
         Some(rx) => rx.changed().await.is_ok(),
         None => std::future::pending().await,
+    }
+}
+
+/// A held call the guard refused: nothing ran, and the worker is as it was.
+fn withheld() -> RunOutput {
+    RunOutput {
+        outcome: Outcome::Withheld,
+        stdout: Captured::default(),
+        stderr: Captured::default(),
+        reusable: true,
+        late: LateOutput::default(),
+    }
+}
+
+/// The worker's response line to request `id`, or why it is not one.
+fn response_to(line: &[u8], id: u64) -> Result<WorkerResponse, String> {
+    match serde_json::from_slice::<WorkerResponse>(line) {
+        Ok(r) if r.id == id => Ok(r),
+        Ok(r) => Err(format!(
+            "response for request {} while waiting for {id}",
+            r.id
+        )),
+        Err(e) => Err(format!("malformed response: {e}")),
     }
 }

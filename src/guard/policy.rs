@@ -552,6 +552,98 @@ fn invalid(field: &str, why: impl Into<String>) -> GuardError {
     }
 }
 
+/// The file's version, its limits, and rule and module names that must exist.
+fn check_header(file: &PolicyFile) -> Result<(), GuardError> {
+    if file.version != 1 {
+        return Err(invalid(
+            "version",
+            format!(
+                "version {} is not supported; this build reads version 1",
+                file.version
+            ),
+        ));
+    }
+    let l = &file.limits;
+    for (field, v) in [
+        ("limits.max_source_bytes", l.max_source_bytes),
+        ("limits.max_nesting_depth", l.max_nesting_depth),
+        ("limits.max_expression_chain", l.max_expression_chain),
+        ("limits.max_findings", l.max_findings),
+    ] {
+        if v == 0 {
+            return Err(invalid(field, "must be greater than 0"));
+        }
+    }
+    // Bounds keep the parse thread's stack (see mod.rs) sufficient.
+    if l.max_nesting_depth > 1000 {
+        return Err(invalid("limits.max_nesting_depth", "must be at most 1000"));
+    }
+    if l.max_expression_chain > 10_000 {
+        return Err(invalid(
+            "limits.max_expression_chain",
+            "must be at most 10000",
+        ));
+    }
+    for rule in file.actions.keys() {
+        if !RULES.contains(&rule.as_str()) {
+            return Err(invalid(
+                "actions",
+                format!("unknown rule `{rule}`; known rules: {}", RULES.join(", ")),
+            ));
+        }
+    }
+    for module in file.modules.hints.keys() {
+        if !file.modules.blocked.contains(module) {
+            return Err(invalid(
+                "modules.hints",
+                format!("`{module}` has a hint but is not in modules.blocked"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `paths.alias_prefixes`: absolute, without a trailing slash.
+fn alias_prefixes(given: &[String]) -> Result<Vec<String>, GuardError> {
+    let mut alias_prefixes = Vec::new();
+    for p in given {
+        if !p.starts_with('/') {
+            return Err(invalid(
+                "paths.alias_prefixes",
+                format!("`{p}` is not absolute"),
+            ));
+        }
+        alias_prefixes.push(p.trim_end_matches('/').to_string());
+    }
+    Ok(alias_prefixes)
+}
+
+/// The tripwires in force, and their regexes in the same order.
+fn compile_tripwires(specs: Vec<TripwireFile>) -> Result<(Vec<Tripwire>, Vec<String>), GuardError> {
+    let mut tripwires = Vec::new();
+    let mut regexes = Vec::new();
+    let mut seen = HashSet::default();
+    for t in specs {
+        if !seen.insert(t.id.clone()) {
+            return Err(invalid("tripwires", format!("duplicate id `{}`", t.id)));
+        }
+        if t.action == Action::Off {
+            continue;
+        }
+        tripwire_builder(std::slice::from_ref(&t.pattern))
+            .build()
+            .map_err(|e| invalid(&format!("tripwires.{}.pattern", t.id), e.to_string()))?;
+        regexes.push(t.pattern);
+        tripwires.push(Tripwire {
+            id: t.id,
+            category: t.category,
+            description: t.description,
+            action: t.action,
+        });
+    }
+    Ok((tripwires, regexes))
+}
+
 fn dangerous_map(
     field: &str,
     groups: &[DangerousGroupFile],
@@ -663,89 +755,16 @@ impl Policy {
         reexports: ReexportsFile,
         judged: JudgedFile,
     ) -> Result<Policy, GuardError> {
-        if file.version != 1 {
-            return Err(invalid(
-                "version",
-                format!(
-                    "version {} is not supported; this build reads version 1",
-                    file.version
-                ),
-            ));
-        }
+        check_header(&file)?;
         let l = &file.limits;
-        for (field, v) in [
-            ("limits.max_source_bytes", l.max_source_bytes),
-            ("limits.max_nesting_depth", l.max_nesting_depth),
-            ("limits.max_expression_chain", l.max_expression_chain),
-            ("limits.max_findings", l.max_findings),
-        ] {
-            if v == 0 {
-                return Err(invalid(field, "must be greater than 0"));
-            }
-        }
-        // Bounds keep the parse thread's stack (see mod.rs) sufficient.
-        if l.max_nesting_depth > 1000 {
-            return Err(invalid("limits.max_nesting_depth", "must be at most 1000"));
-        }
-        if l.max_expression_chain > 10_000 {
-            return Err(invalid(
-                "limits.max_expression_chain",
-                "must be at most 10000",
-            ));
-        }
-        for rule in file.actions.keys() {
-            if !RULES.contains(&rule.as_str()) {
-                return Err(invalid(
-                    "actions",
-                    format!("unknown rule `{rule}`; known rules: {}", RULES.join(", ")),
-                ));
-            }
-        }
-        for module in file.modules.hints.keys() {
-            if !file.modules.blocked.contains(module) {
-                return Err(invalid(
-                    "modules.hints",
-                    format!("`{module}` has a hint but is not in modules.blocked"),
-                ));
-            }
-        }
         let dangerous = dangerous_map("attributes.dangerous.names", &file.attributes.dangerous)?;
         let dangerous_keywords = dangerous_map(
             "attributes.dangerous_keywords.names",
             &file.attributes.dangerous_keywords,
         )?;
-        let mut alias_prefixes = Vec::new();
-        for p in &file.paths.alias_prefixes {
-            if !p.starts_with('/') {
-                return Err(invalid(
-                    "paths.alias_prefixes",
-                    format!("`{p}` is not absolute"),
-                ));
-            }
-            alias_prefixes.push(p.trim_end_matches('/').to_string());
-        }
-        let mut tripwires = Vec::new();
+        let alias_prefixes = alias_prefixes(&file.paths.alias_prefixes)?;
         // Every string regex: the tripwires' here, the patterns' after them.
-        let mut regexes = Vec::new();
-        let mut seen = HashSet::default();
-        for t in file.tripwires {
-            if !seen.insert(t.id.clone()) {
-                return Err(invalid("tripwires", format!("duplicate id `{}`", t.id)));
-            }
-            if t.action == Action::Off {
-                continue;
-            }
-            tripwire_builder(std::slice::from_ref(&t.pattern))
-                .build()
-                .map_err(|e| invalid(&format!("tripwires.{}.pattern", t.id), e.to_string()))?;
-            regexes.push(t.pattern);
-            tripwires.push(Tripwire {
-                id: t.id,
-                category: t.category,
-                description: t.description,
-                action: t.action,
-            });
-        }
+        let (tripwires, mut regexes) = compile_tripwires(file.tripwires)?;
         let capabilities = compile_capabilities(&file.capabilities)?;
         let modes = compile_modes(&file.modes)?;
         let config = compile_config(&file.config_keys)?;

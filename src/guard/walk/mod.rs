@@ -466,54 +466,10 @@ impl<'a> Walker<'a> {
     fn stmt_inner(&mut self, s: &Stmt, offset: usize) {
         match s {
             Stmt::FunctionDef(f) => self.function_def(f, offset),
-            Stmt::ClassDef(c) => {
-                self.bind(c.name.as_str());
-                self.classes.insert(nfkc(c.name.as_str()).into_owned());
-                self.class_bases(c, offset);
-                self.decorators(&c.decorator_list);
-                if let Some(args) = &c.arguments {
-                    // A base class is not an alias: `class P(NamedTuple)` declares
-                    // its fields in a body the guard reads.
-                    for base in &args.args {
-                        self.expr_as(base, Role::Base);
-                    }
-                    self.keywords(&args.keywords);
-                }
-                self.type_params(c.type_params.as_deref());
-                self.class_stack.push(nfkc(c.name.as_str()).into_owned());
-                let outer = std::mem::replace(&mut self.in_class_body, true);
-                self.body(&c.body);
-                self.in_class_body = outer;
-                self.class_stack.pop();
-            }
+            Stmt::ClassDef(c) => self.class_def(c, offset),
             Stmt::Return(r) => self.opt_expr(r.value.as_deref()),
             Stmt::Delete(d) => self.exprs(&d.targets),
-            Stmt::Assign(a) => {
-                if a.targets
-                    .iter()
-                    .any(|t| target_name(t).as_deref() == Some(MATCH_ARGS))
-                {
-                    self.match_args_value(Some(&a.value), offset);
-                }
-                self.const_store = self.is_literal_string(&a.value);
-                self.const_value = self.literal_text(&a.value);
-                if self.computed_string(&a.value, 0) {
-                    for t in &a.targets {
-                        if let Expr::Name(n) = t {
-                            self.computed_names.insert(nfkc(n.id.as_str()).into_owned());
-                        }
-                    }
-                }
-                self.formatter_store = self.is_plain_formatter(&a.value);
-                self.plain_data_store = self.is_plain_data(&a.value);
-                self.exprs(&a.targets);
-                self.const_store = false;
-                self.const_value = None;
-                self.formatter_store = false;
-                self.plain_data_store = false;
-                self.expr(&a.value);
-                self.self_attributes_set(&a.targets);
-            }
+            Stmt::Assign(a) => self.assign(a, offset),
             Stmt::TypeAlias(t) => {
                 self.expr(&t.name);
                 self.type_params(t.type_params.as_deref());
@@ -526,41 +482,8 @@ impl<'a> Walker<'a> {
                 self.expr(&a.target);
                 self.expr(&a.value);
             }
-            Stmt::AnnAssign(a) => {
-                if target_name(&a.target).as_deref() == Some(MATCH_ARGS) {
-                    self.match_args_value(a.value.as_deref(), offset);
-                }
-                self.class_field(&a.target, offset);
-                self.const_store = a
-                    .value
-                    .as_deref()
-                    .is_some_and(|v| self.is_literal_string(v));
-                self.const_value = a.value.as_deref().and_then(|v| self.literal_text(v));
-                self.expr(&a.target);
-                self.const_store = false;
-                self.const_value = None;
-                self.annotation(Some(&a.annotation));
-                self.opt_expr(a.value.as_deref());
-            }
-            Stmt::For(f) => {
-                self.expr(&f.target);
-                self.expr(&f.iter);
-                let literal = match f.target.as_ref() {
-                    Expr::Name(n) => scopes::literal_strings(&f.iter)
-                        .filter(|_| !scopes::rebinds(n.id.as_str(), &f.body, &[]))
-                        .map(|v| (nfkc(n.id.as_str()).into_owned(), v)),
-                    _ => None,
-                };
-                self.scoped(&[&f.target], |w| {
-                    if let (Some(scope), Some((name, values))) = (w.scopes.last_mut(), literal) {
-                        scope.literals.insert(name, values);
-                    }
-                    w.loop_depth += 1;
-                    w.body(&f.body);
-                    w.loop_depth -= 1;
-                });
-                self.body(&f.orelse);
-            }
+            Stmt::AnnAssign(a) => self.ann_assign(a, offset),
+            Stmt::For(f) => self.for_loop(f),
             Stmt::While(w) => {
                 self.expr(&w.test);
                 let own: HashSet<String> = scopes::eager_walrus(&w.test).into_iter().collect();
@@ -583,21 +506,7 @@ impl<'a> Walker<'a> {
                     self.body(&clause.body);
                 }
             }
-            Stmt::With(w) => {
-                for item in &w.items {
-                    self.expr(&item.context_expr);
-                    self.opt_expr(item.optional_vars.as_deref());
-                }
-                let vars: Vec<&Expr> = w
-                    .items
-                    .iter()
-                    .filter_map(|i| i.optional_vars.as_deref())
-                    .collect();
-                // What the block binds does not count after it: a context
-                // manager may swallow an exception raised before the binding
-                // (even `open` may be another function an earlier call bound).
-                self.scoped(&vars, |w2| w2.body(&w.body));
-            }
+            Stmt::With(w) => self.with_stmt(w),
             Stmt::Match(m) => {
                 self.expr(&m.subject);
                 for case in &m.cases {
@@ -610,25 +519,7 @@ impl<'a> Walker<'a> {
                 self.opt_expr(r.exc.as_deref());
                 self.opt_expr(r.cause.as_deref());
             }
-            Stmt::Try(t) => {
-                self.body(&t.body);
-                for py::ExceptHandler::ExceptHandler(h) in &t.handlers {
-                    self.opt_expr(h.type_.as_deref());
-                    if let Some(name) = &h.name {
-                        self.bind(name.as_str());
-                    }
-                    let own: HashSet<String> = h
-                        .name
-                        .iter()
-                        .map(|n| nfkc(n.as_str()).into_owned())
-                        .collect();
-                    self.scopes.push(scopes::Scope::new(own, offset));
-                    self.body(&h.body);
-                    self.scopes.pop();
-                }
-                self.body(&t.orelse);
-                self.body(&t.finalbody);
-            }
+            Stmt::Try(t) => self.try_stmt(t, offset),
             Stmt::Assert(a) => {
                 self.expr(&a.test);
                 self.opt_expr(a.msg.as_deref());
@@ -645,6 +536,133 @@ impl<'a> Walker<'a> {
             },
             Stmt::Pass(_) | Stmt::Break(_) | Stmt::Continue(_) | Stmt::IpyEscapeCommand(_) => {}
         }
+    }
+
+    /// A class: its name, bases, decorators and body.
+    fn class_def(&mut self, c: &py::StmtClassDef, offset: usize) {
+        self.bind(c.name.as_str());
+        self.classes.insert(nfkc(c.name.as_str()).into_owned());
+        self.class_bases(c, offset);
+        self.decorators(&c.decorator_list);
+        if let Some(args) = &c.arguments {
+            // A base class is not an alias: `class P(NamedTuple)` declares
+            // its fields in a body the guard reads.
+            for base in &args.args {
+                self.expr_as(base, Role::Base);
+            }
+            self.keywords(&args.keywords);
+        }
+        self.type_params(c.type_params.as_deref());
+        self.class_stack.push(nfkc(c.name.as_str()).into_owned());
+        let outer = std::mem::replace(&mut self.in_class_body, true);
+        self.body(&c.body);
+        self.in_class_body = outer;
+        self.class_stack.pop();
+    }
+
+    /// An assignment: what its value tells of the names it binds.
+    fn assign(&mut self, a: &py::StmtAssign, offset: usize) {
+        if a.targets
+            .iter()
+            .any(|t| target_name(t).as_deref() == Some(MATCH_ARGS))
+        {
+            self.match_args_value(Some(&a.value), offset);
+        }
+        self.const_store = self.is_literal_string(&a.value);
+        self.const_value = self.literal_text(&a.value);
+        if self.computed_string(&a.value, 0) {
+            for t in &a.targets {
+                if let Expr::Name(n) = t {
+                    self.computed_names.insert(nfkc(n.id.as_str()).into_owned());
+                }
+            }
+        }
+        self.formatter_store = self.is_plain_formatter(&a.value);
+        self.plain_data_store = self.is_plain_data(&a.value);
+        self.exprs(&a.targets);
+        self.const_store = false;
+        self.const_value = None;
+        self.formatter_store = false;
+        self.plain_data_store = false;
+        self.expr(&a.value);
+        self.self_attributes_set(&a.targets);
+    }
+
+    /// An annotated assignment.
+    fn ann_assign(&mut self, a: &py::StmtAnnAssign, offset: usize) {
+        if target_name(&a.target).as_deref() == Some(MATCH_ARGS) {
+            self.match_args_value(a.value.as_deref(), offset);
+        }
+        self.class_field(&a.target, offset);
+        self.const_store = a
+            .value
+            .as_deref()
+            .is_some_and(|v| self.is_literal_string(v));
+        self.const_value = a.value.as_deref().and_then(|v| self.literal_text(v));
+        self.expr(&a.target);
+        self.const_store = false;
+        self.const_value = None;
+        self.annotation(Some(&a.annotation));
+        self.opt_expr(a.value.as_deref());
+    }
+
+    /// A for loop: names a literal sequence binds stay literal in its body.
+    fn for_loop(&mut self, f: &py::StmtFor) {
+        self.expr(&f.target);
+        self.expr(&f.iter);
+        let literal = match f.target.as_ref() {
+            Expr::Name(n) => scopes::literal_strings(&f.iter)
+                .filter(|_| !scopes::rebinds(n.id.as_str(), &f.body, &[]))
+                .map(|v| (nfkc(n.id.as_str()).into_owned(), v)),
+            _ => None,
+        };
+        self.scoped(&[&f.target], |w| {
+            if let (Some(scope), Some((name, values))) = (w.scopes.last_mut(), literal) {
+                scope.literals.insert(name, values);
+            }
+            w.loop_depth += 1;
+            w.body(&f.body);
+            w.loop_depth -= 1;
+        });
+        self.body(&f.orelse);
+    }
+
+    /// A try statement: each handler's name is bound in its own scope.
+    fn try_stmt(&mut self, t: &py::StmtTry, offset: usize) {
+        self.body(&t.body);
+        for py::ExceptHandler::ExceptHandler(h) in &t.handlers {
+            self.opt_expr(h.type_.as_deref());
+            if let Some(name) = &h.name {
+                self.bind(name.as_str());
+            }
+            let own: HashSet<String> = h
+                .name
+                .iter()
+                .map(|n| nfkc(n.as_str()).into_owned())
+                .collect();
+            self.scopes.push(scopes::Scope::new(own, offset));
+            self.body(&h.body);
+            self.scopes.pop();
+        }
+        self.body(&t.orelse);
+        self.body(&t.finalbody);
+    }
+
+    /// A with statement: what it binds does not count after it.
+    fn with_stmt(&mut self, w: &py::StmtWith) {
+        for item in &w.items {
+            self.expr(&item.context_expr);
+            self.opt_expr(item.optional_vars.as_deref());
+        }
+        let vars: Vec<&Expr> = w
+            .items
+            .iter()
+            .filter_map(|i| i.optional_vars.as_deref())
+            .collect();
+        // What the block binds does not count after it: a context
+        // manager may swallow an exception raised before the binding
+        // (even `open` may be another function an earlier call bound).
+        self.scoped(&vars, |w2| w2.body(&w.body));
     }
 
     fn function_def(&mut self, f: &py::StmtFunctionDef, offset: usize) {

@@ -366,32 +366,7 @@ fn confine_and_exec(
     let confined = policy.mode != SandboxMode::Off;
     let network = effective_network(policy, in_world, &mut walls)?;
     if confined {
-        let tasks = rlimits::task_count(
-            policy.run_as.is_some(),
-            in_world,
-            &rlimits::kernel_release(),
-        );
-        let mut limits =
-            rlimits::rlimits_for(&rlimits::for_worker(&policy.limits, tasks), HostOs::Linux);
-        let sentry = if policy.user_space_kernel {
-            limits.retain(|l| !rlimits::HELD_BY_SENTRY.contains(&l.resource));
-            "; RLIMIT_MSGQUEUE, RLIMIT_RTPRIO, RLIMIT_NICE and RLIMIT_SIGPENDING are gVisor's \
-             Sentry's, which counts them for this sandbox alone, apart from the host's user"
-        } else {
-            ""
-        };
-        rlimits::apply(&limits).map_err(|e| refuse("rlimits", e))?;
-        let counted = match (tasks, policy.limits.processes) {
-            (Some(how), Some(_)) => format!("; {}", how.describe()),
-            (None, Some(_)) => "; no RLIMIT_NPROC: without a user namespace or a uid of its \
-                 own it would count every process of the server's uid"
-                .to_string(),
-            (_, None) => String::new(),
-        };
-        walls.enforced(
-            "rlimits",
-            format!("{}{counted}{sentry}", rlimits::describe(&limits)),
-        );
+        apply_rlimits(policy, in_world, &mut walls)?;
     }
     // SAFETY: umask cannot fail.
     unsafe { libc::umask(0o077) };
@@ -464,6 +439,38 @@ fn confine_and_exec(
         "exec",
         format!("could not exec {}: {err}", policy.python.display()),
     ))
+}
+
+/// The worker's rlimits, as many as the kernel beneath lets a process set, reported with
+/// how its task limit is counted.
+fn apply_rlimits(policy: &WorkerPolicy, in_world: bool, walls: &mut Walls) -> Result<(), Refusal> {
+    let tasks = rlimits::task_count(
+        policy.run_as.is_some(),
+        in_world,
+        &rlimits::kernel_release(),
+    );
+    let mut limits =
+        rlimits::rlimits_for(&rlimits::for_worker(&policy.limits, tasks), HostOs::Linux);
+    let sentry = if policy.user_space_kernel {
+        limits.retain(|l| !rlimits::HELD_BY_SENTRY.contains(&l.resource));
+        "; RLIMIT_MSGQUEUE, RLIMIT_RTPRIO, RLIMIT_NICE and RLIMIT_SIGPENDING are gVisor's \
+         Sentry's, which counts them for this sandbox alone, apart from the host's user"
+    } else {
+        ""
+    };
+    rlimits::apply(&limits).map_err(|e| refuse("rlimits", e))?;
+    let counted = match (tasks, policy.limits.processes) {
+        (Some(how), Some(_)) => format!("; {}", how.describe()),
+        (None, Some(_)) => "; no RLIMIT_NPROC: without a user namespace or a uid of its \
+             own it would count every process of the server's uid"
+            .to_string(),
+        (_, None) => String::new(),
+    };
+    walls.enforced(
+        "rlimits",
+        format!("{}{counted}{sentry}", rlimits::describe(&limits)),
+    );
+    Ok(())
 }
 
 fn mode_name(mode: SandboxMode) -> &'static str {

@@ -242,15 +242,32 @@ pub fn tmp_bytes_for(disk_limit: u64) -> u64 {
 
 /// Builds the world's plan. Pure.
 pub fn plan(spec: WorldSpec<'_>) -> WorldPlan {
-    let mut steps = vec![MountStep::Tmpfs {
+    let steps = vec![MountStep::Tmpfs {
         target: "/".into(),
         options: SCAFFOLD_TMPFS.into(),
     }];
-    let mut view = FsView {
+    let view = FsView {
         workspace: WORKSPACE.into(),
         tmp: TMP.into(),
         ..FsView::default()
     };
+    let mut w = WorldPlan { steps, view };
+    add_session(&mut w, &spec);
+    add_runtime(&mut w, &spec);
+    add_etc_and_packages(&mut w, &spec);
+    add_dev(&mut w);
+    add_grants(&mut w, spec.grants);
+    w.steps.push(MountStep::Proc {
+        target: "/proc".into(),
+    });
+    w.view.read_dirs.push("/proc".into());
+    w.steps.push(MountStep::PivotRoot);
+    w.steps.push(MountStep::RemountRootReadOnly);
+    w
+}
+
+/// The session's workspace and its private /tmp.
+fn add_session(w: &mut WorldPlan, spec: &WorldSpec<'_>) {
     // The session first: its workspace at one fixed path, and a private /tmp, fresh for
     // every worker (so that a runtime or a grant that lives under /tmp gets its mount
     // point in a file system nothing of the code's exists in yet, never in a directory
@@ -259,96 +276,108 @@ pub fn plan(spec: WorldSpec<'_>) -> WorldPlan {
         WorkspaceSource::Keeper { dir } => dir.join("workspace"),
         WorkspaceSource::HostDirs { workspace, .. } => workspace.clone(),
     };
-    steps.push(read_write(&workspace, WORKSPACE));
-    steps.push(MountStep::Tmpfs {
+    w.steps.push(read_write(&workspace, WORKSPACE));
+    w.steps.push(MountStep::Tmpfs {
         target: TMP.into(),
         options: tmp_options(spec.tmp_bytes),
     });
-    view.write_dirs.push(WORKSPACE.into());
-    view.write_dirs.push(TMP.into());
+    w.view.write_dirs.push(WORKSPACE.into());
+    w.view.write_dirs.push(TMP.into());
+}
+
+/// The interpreter's runtime, read-only and executable.
+fn add_runtime(w: &mut WorldPlan, spec: &WorldSpec<'_>) {
     // The runtime, read-only: /usr whole, the top-level links into it, and whatever of
     // the interpreter lives elsewhere (a venv, a pyenv prefix).
     let mut bound: Vec<PathBuf> = vec!["/usr".into()];
-    steps.push(runtime("/usr", Kind::Dir));
-    view.read_dirs.push("/usr".into());
+    w.steps.push(runtime("/usr", Kind::Dir));
+    w.view.read_dirs.push("/usr".into());
     for (path, what) in &spec.host.top_level {
         match what {
-            TopLevel::Symlink(link) => steps.push(MountStep::Symlink {
+            TopLevel::Symlink(link) => w.steps.push(MountStep::Symlink {
                 target: path.clone(),
                 link: link.clone(),
             }),
             TopLevel::Dir => {
-                steps.push(runtime(path, Kind::Dir));
-                view.read_dirs.push(path.clone());
+                w.steps.push(runtime(path, Kind::Dir));
+                w.view.read_dirs.push(path.clone());
                 bound.push(path.clone());
             }
         }
     }
     for root in &spec.runtime.read_roots {
         if !covered(&bound, root) {
-            steps.push(runtime(root, Kind::Dir));
-            view.read_dirs.push(root.clone());
+            w.steps.push(runtime(root, Kind::Dir));
+            w.view.read_dirs.push(root.clone());
             bound.push(root.clone());
         }
     }
     for exe in [&spec.runtime.executable, &spec.runtime.binary] {
         if !covered(&bound, exe) {
-            steps.push(runtime(exe, Kind::File));
+            w.steps.push(runtime(exe, Kind::File));
             bound.push(exe.clone());
         }
-        if !view.executables.contains(exe) {
-            view.executables.push(exe.clone());
+        if !w.view.executables.contains(exe) {
+            w.view.executables.push(exe.clone());
         }
     }
     if let Some(loader) = &spec.runtime.elf_interpreter {
-        view.executables.push(loader.clone());
+        w.view.executables.push(loader.clone());
     }
+}
+
+/// The few host files of /etc the runtime reads, and the session's packages.
+fn add_etc_and_packages(w: &mut WorldPlan, spec: &WorldSpec<'_>) {
     for file in &spec.host.etc_files {
-        steps.push(MountStep::Bind {
+        w.steps.push(MountStep::Bind {
             source: file.clone(),
             target: file.clone(),
             kind: Kind::File,
             mode: BindMode::ReadOnly,
         });
-        view.read_files.push(file.clone());
+        w.view.read_files.push(file.clone());
     }
     for dir in &spec.host.etc_dirs {
-        steps.push(MountStep::Bind {
+        w.steps.push(MountStep::Bind {
             source: dir.clone(),
             target: dir.clone(),
             kind: Kind::Dir,
             mode: BindMode::ReadOnly,
         });
-        view.read_dirs.push(dir.clone());
+        w.view.read_dirs.push(dir.clone());
     }
     // The session's installed packages: read-only, executable (C extensions are mapped
     // from there), a directory of warden's own.
     if let Some(layer) = spec.packages {
-        steps.push(MountStep::Bind {
+        w.steps.push(MountStep::Bind {
             source: layer.to_path_buf(),
             target: crate::packages::MOUNT.into(),
             kind: Kind::Dir,
             mode: BindMode::Runtime,
         });
-        view.read_dirs.push(crate::packages::MOUNT.into());
+        w.view.read_dirs.push(crate::packages::MOUNT.into());
     }
+}
+
+/// A minimal /dev.
+fn add_dev(w: &mut WorldPlan) {
     // A minimal /dev: the host's own nodes bound onto files of a small tmpfs (a user
     // namespace cannot mknod), and the usual links to /proc/self/fd.
-    steps.push(MountStep::Tmpfs {
+    w.steps.push(MountStep::Tmpfs {
         target: "/dev".into(),
         options: SCAFFOLD_TMPFS.into(),
     });
     for (dev, writable) in DEVICES {
-        steps.push(MountStep::Bind {
+        w.steps.push(MountStep::Bind {
             source: dev.into(),
             target: dev.into(),
             kind: Kind::File,
             mode: BindMode::Device,
         });
         if *writable {
-            view.write_files.push(dev.into());
+            w.view.write_files.push(dev.into());
         } else {
-            view.read_files.push(dev.into());
+            w.view.read_files.push(dev.into());
         }
     }
     for (name, link) in [
@@ -357,14 +386,18 @@ pub fn plan(spec: WorldSpec<'_>) -> WorldPlan {
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
     ] {
-        steps.push(MountStep::Symlink {
+        w.steps.push(MountStep::Symlink {
             target: Path::new("/dev").join(name),
             link: link.into(),
         });
     }
+}
+
+/// The session's grants.
+fn add_grants(w: &mut WorldPlan, grants: &[Grant]) {
     // Grants, at the paths the person was shown, parents before children so that a
     // grant inside another one lands on top of it.
-    let mut grants: Vec<&Grant> = spec.grants.iter().collect();
+    let mut grants: Vec<&Grant> = grants.iter().collect();
     grants.sort_by_key(|g| g.path.components().count());
     for grant in grants {
         let writable = grant.access == Access::Write;
@@ -372,7 +405,7 @@ pub fn plan(spec: WorldSpec<'_>) -> WorldPlan {
             PathKind::Directory => Kind::Dir,
             PathKind::File => Kind::File,
         };
-        steps.push(MountStep::BindGrant {
+        w.steps.push(MountStep::BindGrant {
             source: grant.path.clone(),
             kind,
             writable,
@@ -382,20 +415,13 @@ pub fn plan(spec: WorldSpec<'_>) -> WorldPlan {
             },
         });
         let list = match (writable, kind) {
-            (false, Kind::Dir) => &mut view.read_dirs,
-            (false, Kind::File) => &mut view.read_files,
-            (true, Kind::Dir) => &mut view.write_dirs,
-            (true, Kind::File) => &mut view.write_files,
+            (false, Kind::Dir) => &mut w.view.read_dirs,
+            (false, Kind::File) => &mut w.view.read_files,
+            (true, Kind::Dir) => &mut w.view.write_dirs,
+            (true, Kind::File) => &mut w.view.write_files,
         };
         list.push(grant.path.clone());
     }
-    steps.push(MountStep::Proc {
-        target: "/proc".into(),
-    });
-    view.read_dirs.push("/proc".into());
-    steps.push(MountStep::PivotRoot);
-    steps.push(MountStep::RemountRootReadOnly);
-    WorldPlan { steps, view }
 }
 
 fn runtime(path: impl Into<PathBuf>, kind: Kind) -> MountStep {

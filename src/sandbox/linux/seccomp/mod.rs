@@ -96,21 +96,26 @@ fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SeccompError> 
 /// The EPERM policy (filter B), by name and the same on every architecture: every
 /// listed syscall, under its conditions, answers EPERM. An empty rule list means
 /// "always".
-pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>, SeccompError> {
-    use SeccompCmpOp::{Eq, MaskedEq, Ne};
-    let mut rules: BTreeMap<Sys, Vec<SeccompRule>> = BTreeMap::new();
-    let always = |rules: &mut BTreeMap<Sys, Vec<SeccompRule>>, calls: &[Sys]| {
-        for sys in calls {
-            rules.insert(*sys, Vec::new());
-        }
-    };
+pub fn deny_policy(plan: SeccompPlan) -> Result<Rules, SeccompError> {
+    let mut rules = Rules::new();
+    network_rules(&plan, &mut rules)?;
+    process_rules(&plan, &mut rules)?;
+    file_and_memory_rules(&mut rules)?;
+    introspection_rules(&mut rules)?;
+    namespace_and_ipc_rules(&mut rules)?;
+    ownership_rules(&mut rules)?;
+    Ok(rules)
+}
 
+/// Sockets, by network mode.
+fn network_rules(plan: &SeccompPlan, rules: &mut Rules) -> Result<(), SeccompError> {
+    use SeccompCmpOp::{MaskedEq, Ne};
     // Network. deny: no socket at all; only a private AF_UNIX stream socketpair (asyncio's
     // self-pipe). A datagram socketpair could sendto() any pathname socket.
     match plan.network {
         NetworkMode::Deny => {
             always(
-                &mut rules,
+                rules,
                 &[
                     Sys::Socket,
                     Sys::Connect,
@@ -142,11 +147,16 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>,
         pair_rules.push(rule(vec![cond(1, MaskedEq(0xf), sock_type)?])?);
     }
     rules.insert(Sys::Socketpair, pair_rules);
+    Ok(())
+}
 
+/// Processes, signals, limits and scheduling: the worker itself only.
+fn process_rules(plan: &SeccompPlan, rules: &mut Rules) -> Result<(), SeccompError> {
+    use SeccompCmpOp::{MaskedEq, Ne};
     // Processes: threads yes, new processes no (no fork bombs, no subprocess, no escape
     // from the process group that the server kills). setsid/setpgid would leave it.
     always(
-        &mut rules,
+        rules,
         &[
             Sys::Fork,
             Sys::Vfork,
@@ -181,7 +191,7 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>,
         rules.insert(nr, vec![rule(vec![cond(0, Ne, me)?])?]);
     }
     always(
-        &mut rules,
+        rules,
         &[
             Sys::Tkill,
             Sys::PidfdOpen,
@@ -215,10 +225,16 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>,
             ],
         );
     }
+    Ok(())
+}
+
+/// File-system watches, executable memfds and SIGIO to others.
+fn file_and_memory_rules(rules: &mut Rules) -> Result<(), SeccompError> {
+    use SeccompCmpOp::{Eq, MaskedEq};
     // File-system watches report names and events from outside every other wall (Landlock
     // has no right for them): /tmp, /home, other sessions' workspaces.
     always(
-        &mut rules,
+        rules,
         &[
             Sys::InotifyInit,
             Sys::InotifyInit1,
@@ -246,10 +262,14 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>,
             rule(vec![cond(1, Eq, F_SETOWN_EX)?])?,
         ],
     );
+    Ok(())
+}
 
+/// Other processes' insides, eBPF, perf, and the kernel's riskier surface.
+fn introspection_rules(rules: &mut Rules) -> Result<(), SeccompError> {
     // Debugging and introspection of other processes; eBPF; perf.
     always(
-        &mut rules,
+        rules,
         &[
             Sys::Ptrace,
             Sys::ProcessVmReadv,
@@ -264,7 +284,7 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>,
     // Kernel attack surface (Flatpak and Docker default denials). open_by_handle_at was
     // the "shocker" container breakout.
     always(
-        &mut rules,
+        rules,
         &[
             Sys::Syslog,
             Sys::Acct,
@@ -299,10 +319,10 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>,
         ],
     );
     // Kernel keyrings.
-    always(&mut rules, &[Sys::AddKey, Sys::Keyctl, Sys::RequestKey]);
+    always(rules, &[Sys::AddKey, Sys::Keyctl, Sys::RequestKey]);
     // NUMA memory policy ("scary VM ops" in Flatpak).
     always(
-        &mut rules,
+        rules,
         &[
             Sys::MovePages,
             Sys::Mbind,
@@ -311,9 +331,15 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>,
             Sys::GetMempolicy,
         ],
     );
+    Ok(())
+}
+
+/// Namespaces, mounts, terminal injection and IPC with other programs.
+fn namespace_and_ipc_rules(rules: &mut Rules) -> Result<(), SeccompError> {
+    use SeccompCmpOp::Eq;
     // Namespaces and mounts: user namespaces widen the kernel attack surface.
     always(
-        &mut rules,
+        rules,
         &[
             Sys::Unshare,
             Sys::Setns,
@@ -333,7 +359,7 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>,
     );
     // SysV and POSIX IPC: segments of other programs of the same uid.
     always(
-        &mut rules,
+        rules,
         &[
             Sys::Shmget,
             Sys::Shmat,
@@ -355,11 +381,16 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>,
             Sys::MqGetsetattr,
         ],
     );
+    Ok(())
+}
+
+/// Ownership, modes and extended attributes.
+fn ownership_rules(rules: &mut Rules) -> Result<(), SeccompError> {
     // Ownership, modes and extended attributes, which Landlock cannot restrict: a worker
     // running as the desktop user's own uid could otherwise chmod that user's files
     // anywhere (say ~/.ssh). fchmod stays: its fd comes from an open Landlock allowed.
     always(
-        &mut rules,
+        rules,
         &[
             Sys::Chmod,
             Sys::Fchmodat,
@@ -379,7 +410,17 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<BTreeMap<Sys, Vec<SeccompRule>>,
             Sys::FileSetattr,
         ],
     );
-    Ok(rules)
+    Ok(())
+}
+
+/// A syscall's rules: EPERM under any of them; an empty list: always.
+pub type Rules = BTreeMap<Sys, Vec<SeccompRule>>;
+
+/// `calls` answer EPERM whatever their arguments.
+fn always(rules: &mut Rules, calls: &[Sys]) {
+    for sys in calls {
+        rules.insert(*sys, Vec::new());
+    }
 }
 
 /// Filter C's syscalls: answered ENOSYS so that libc and runtimes fall back. clone3's
