@@ -1,7 +1,8 @@
 //! The Docker backend beside the host backend, in the same run, through a real MCP
 //! client (rmcp over stdio) against the release binary: warm `print(1+1)` and the first
 //! call of a new session (for Docker, with the warm pool: the session takes over a
-//! container started ahead; and, for scale, without the pool). Needs a Docker engine and the image of
+//! container started ahead; and, for scale, without the pool), and a warm computing call;
+//! then the same under gVisor (`SANDBOX_DOCKER_RUNTIME=runsc`) as ratios to runc. Needs a Docker engine and the image of
 //! `tools/build-image.sh` (`WARDEN_BENCH_IMAGE`, default `warden-sandbox:latest`).
 //! Run with `cargo bench --bench docker`; prints p50/p95 in milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -19,7 +20,17 @@ const PRINT: &str = "print(1+1)";
 /// Time the pool gets to start a replacement between two new sessions.
 const REFILL: Duration = Duration::from_millis(1500);
 
-async fn measure(label: &str, client: &Client, pause: Duration, sessions: usize) {
+/// A warm call that computes (gVisor's cost is in system calls, not in compute).
+const COMPUTE: &str = "print(sum(i * i for i in range(10**6)))";
+
+/// One backend's figures: first call of a new session, warm print, warm compute.
+struct Figures {
+    new: support::Stats,
+    warm: support::Stats,
+    compute: support::Stats,
+}
+
+async fn measure(client: &Client, pause: Duration, sessions: usize) -> Figures {
     let mut new = Vec::new();
     for i in 0..sessions {
         tokio::time::sleep(pause).await;
@@ -32,16 +43,35 @@ async fn measure(label: &str, client: &Client, pause: Duration, sessions: usize)
     for _ in 0..n(300, 50) {
         warm.push(client.timed("warm", PRINT, Some("2\n")).await);
     }
+    let mut compute = Vec::new();
+    for _ in 0..n(30, 5) {
+        compute.push(client.timed("warm", COMPUTE, None).await);
+    }
+    Figures {
+        new: stats(&new),
+        warm: stats(&warm),
+        compute: stats(&compute),
+    }
+}
+
+/// Prints `label`'s figures, beside `baseline`'s when given.
+fn rows(label: &str, f: &Figures, baseline: Option<&Figures>) {
     row(
         &format!("{label}: first call of a new session"),
-        stats(&new),
-        None,
+        f.new,
+        baseline.map(|b| b.new),
         None,
     );
     row(
         &format!("{label}: warm execute_python(\"print(1+1)\")"),
-        stats(&warm),
+        f.warm,
+        baseline.map(|b| b.warm),
         None,
+    );
+    row(
+        &format!("{label}: warm sum of 10^6 squares"),
+        f.compute,
+        baseline.map(|b| b.compute),
         None,
     );
 }
@@ -52,25 +82,55 @@ async fn main() {
         std::env::var("WARDEN_BENCH_IMAGE").unwrap_or_else(|_| "warden-sandbox:latest".into());
     println!("warden backends side by side (client to result, release build)");
     let host = Client::warden(&[("SANDBOX_WARM_WORKERS", "2")]).await;
-    measure("host (pool of 2)", &host, REFILL, n(20, 5)).await;
+    rows(
+        "host (pool of 2)",
+        &measure(&host, REFILL, n(20, 5)).await,
+        None,
+    );
     host.stop().await;
-    let docker_with = |pool: &'static str| {
-        [
+    let docker_with = |pool: &'static str, runtime: &'static str| {
+        let mut env = vec![
             ("EXECUTION_BACKEND", "docker"),
             ("SANDBOX_IMAGE", image.as_str()),
             ("SANDBOX_POOL_SIZE", pool),
-        ]
+        ];
+        if !runtime.is_empty() {
+            env.push(("SANDBOX_DOCKER_RUNTIME", runtime));
+        }
+        env
     };
-    let docker = Client::warden(&docker_with("2")).await;
+    let docker = Client::warden(&docker_with("2", "")).await;
     assert_eq!(
         docker.call("probe", "1").await["backend"],
         "docker",
         "no Docker engine or image: this benchmark needs both"
     );
-    measure("docker (pool of 2)", &docker, REFILL, n(20, 5)).await;
+    let runc = measure(&docker, REFILL, n(20, 5)).await;
+    rows("docker (pool of 2)", &runc, None);
     docker.stop().await;
     // For scale: what the pool saves (each new session starts its own container).
-    let cold = Client::warden(&docker_with("0")).await;
-    measure("docker (no pool)", &cold, Duration::ZERO, n(10, 3)).await;
+    let cold = Client::warden(&docker_with("0", "")).await;
+    let runc_cold = measure(&cold, Duration::ZERO, n(10, 3)).await;
+    rows("docker (no pool)", &runc_cold, None);
+    cold.stop().await;
+    // gVisor beside runc (the baseline): needs runsc registered with the engine.
+    let gvisor = Client::warden(&docker_with("2", "runsc")).await;
+    if gvisor.call("probe", "1").await["container_runtime"]["resolved"] != "runsc" {
+        println!("docker runsc: skipped, the engine has no runsc runtime");
+        gvisor.stop().await;
+        return;
+    }
+    rows(
+        "docker runsc (pool of 2)",
+        &measure(&gvisor, REFILL, n(20, 5)).await,
+        Some(&runc),
+    );
+    gvisor.stop().await;
+    let cold = Client::warden(&docker_with("0", "runsc")).await;
+    rows(
+        "docker runsc (no pool)",
+        &measure(&cold, Duration::ZERO, n(10, 3)).await,
+        Some(&runc_cold),
+    );
     cold.stop().await;
 }
