@@ -24,6 +24,7 @@ pub mod selftest;
 pub mod server;
 pub mod session;
 pub mod text;
+pub mod worker;
 pub mod workspace;
 
 /// `N` bytes from the operating system's CSPRNG (nonces, instance names, uid ranges).

@@ -109,7 +109,7 @@ fn main() -> ExitCode {
     // runtime exists.
     #[cfg(unix)]
     match std::env::args_os().nth(1) {
-        Some(a) if a == warden::backend::host::spawn::HELPER_SUBCOMMAND => {
+        Some(a) if a == warden::worker::helper::HELPER_SUBCOMMAND => {
             warden::sandbox::run_helper_main()
         }
         #[cfg(target_os = "linux")]

@@ -10,7 +10,7 @@ use crate::backend::{
 };
 use crate::config::Settings;
 use crate::sandbox::platform::{self, HostOs};
-use crate::sandbox::policy::SessionPaths;
+use crate::worker::policy::SessionPaths;
 
 /// What the host backend keeps for one session: its directory (no worker can start).
 #[derive(Debug)]
@@ -109,14 +109,5 @@ impl Backend for HostBackend {
             world: None,
             gaps: platform::host_capabilities(HostOs::current()),
         }
-    }
-}
-
-/// What a host worker uses: nothing to read, none exists here.
-pub mod usage {
-    use crate::backend::worker::Usage;
-
-    pub fn of_tree(_pid: i32) -> Option<Usage> {
-        None
     }
 }

@@ -3,10 +3,7 @@
 //! `PatternMatcher`. Sessions, the guard, grants, audit and the workspace diff never
 //! name a backend; they hold a [`SessionSlot`] and a [`Worker`].
 //!
-//! - [`protocol`]: the worker protocol, spoken over any four streams.
-//! - [`capture`]: one call's output from one stream, between its markers.
 //! - [`host`]: the host backend (the walls themselves live in [`crate::sandbox`]).
-//! - [`worker`]: a started worker, whatever backend started it.
 //! - [`budget`]: how many workers may be alive at once (`SANDBOX_MAX_WORKERS`).
 //! - [`pool`]: warm workers started ahead in homes of their own (`SANDBOX_WARM_WORKERS`).
 //!
@@ -16,7 +13,6 @@
 //! before any session is named) and hands both to a new session.
 
 pub mod budget;
-pub mod capture;
 #[cfg(feature = "docker")]
 pub mod docker;
 /// The Docker backend's settings group, in its folder but in every build.
@@ -29,8 +25,6 @@ pub mod host;
 #[path = "host_unsupported.rs"]
 pub mod host;
 pub mod pool;
-pub mod protocol;
-pub mod worker;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -43,10 +37,12 @@ use serde::{Deserialize, Serialize};
 use crate::capability::Capability;
 use crate::config::Settings;
 use crate::grants::Grant;
-use crate::sandbox::policy::SessionPaths;
+use crate::worker::policy::SessionPaths;
 
-pub use protocol::{Captured, Gate, InputFile, LateOutput, Outcome, OutputTap, RunOutput};
-pub use worker::{ExitWitness, KillSwitch, Usage, UsageProbe, Worker};
+pub use crate::worker::handle::{ExitWitness, KillSwitch, Usage, UsageProbe, Worker};
+pub use crate::worker::protocol::{
+    Captured, Gate, InputFile, LateOutput, Outcome, OutputTap, RunOutput,
+};
 
 /// `EXECUTION_BACKEND`: which kind of backend runs the code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -81,7 +77,7 @@ pub enum BackendError {
         /// `SANDBOX_PYTHON=… (from …)`, the setting at fault.
         setting: String,
         #[source]
-        source: crate::sandbox::python::PythonError,
+        source: crate::worker::python::PythonError,
     },
     #[error(
         "the workspaces directory {path} is not reachable by the unprivileged sandbox users ({reason}); set SANDBOX_DATA_DIR to a directory such as /var/lib/warden"

@@ -22,9 +22,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use crate::config::NetworkMode;
-use crate::sandbox::WORKER_SOURCE;
 use crate::sandbox::linux::world::FsView;
-use crate::sandbox::report::WallStatus;
+use crate::worker::WORKER_SOURCE;
+use crate::worker::report::WallStatus;
 
 /// The one `sandbox-exec` warden runs: never looked up on `PATH`.
 pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";

@@ -19,13 +19,13 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::config::SandboxMode;
-use crate::sandbox::WORKER_SOURCE;
-use crate::sandbox::helper::{self, REQUEST_FD, RESPONSE_FD, Refusal, refuse};
 use crate::sandbox::macos;
 use crate::sandbox::platform::HostOs;
-use crate::sandbox::policy::WorkerPolicy;
-use crate::sandbox::report::{HelperMessage, SandboxReport};
 use crate::sandbox::rlimits;
+use crate::worker::WORKER_SOURCE;
+use crate::worker::helper::{self, REQUEST_FD, RESPONSE_FD, Refusal, refuse};
+use crate::worker::policy::WorkerPolicy;
+use crate::worker::report::{HelperMessage, SandboxReport};
 
 /// How often the watchdog looks for the server.
 const WATCH_INTERVAL: Duration = Duration::from_millis(200);
@@ -70,7 +70,7 @@ fn run() -> Result<Infallible, Refusal> {
 
 /// The worker's limits: RLIMIT_NPROC only on a uid of its own (macOS counts it per uid,
 /// so on the desktop user's uid it would count every process of that user).
-fn worker_limits(policy: &WorkerPolicy) -> crate::sandbox::policy::Limits {
+fn worker_limits(policy: &WorkerPolicy) -> crate::worker::policy::Limits {
     let tasks = rlimits::task_count(policy.run_as.is_some(), false, "");
     rlimits::for_worker(&policy.limits, tasks)
 }
@@ -126,7 +126,7 @@ fn exec_unconfined(policy: &WorkerPolicy) -> Result<Infallible, Refusal> {
     ))
 }
 
-fn report(policy: &WorkerPolicy, walls: Vec<crate::sandbox::report::WallStatus>) {
+fn report(policy: &WorkerPolicy, walls: Vec<crate::worker::report::WallStatus>) {
     helper::send(&HelperMessage::Sandbox {
         report: SandboxReport {
             mode: match policy.mode {

@@ -1,16 +1,13 @@
-//! The host platform's sandbox: what confines one host worker (driven by
-//! [`crate::backend::host`]).
+//! The walls that confine a worker, per operating system: on the host (driven by
+//! [`crate::backend::host`]) and, on Linux, inside a container (the Docker launcher runs
+//! the same helper). What a worker is asked and answers lives in [`crate::worker`].
 //!
-//! - [`policy`]: what a worker may touch, as data (pure).
-//! - [`python`]: finding the real interpreter and what it must read.
 //! - [`linux`]: the plan of a worker's private world (pure, every platform) and, on
 //!   Linux, the walls (namespaces, Landlock, seccomp, privileges) and the helper stage
 //!   that installs them before exec.
 //! - [`macos`]: the policy as a deny-default Seatbelt profile and the `sandbox-exec`
 //!   command line (pure builders, tested everywhere); `macos_helper` (macOS) applies
 //!   them.
-//! - [`helper`] (Unix): what the server and every platform's helper agree on.
-//! - [`report`]: which walls stand, as the helper saw them.
 //! - [`rlimits`]: the resource limits per operating system (pure) and applying them.
 //! - [`platform`]: what each operating system can and cannot enforce (pure).
 //! - [`store`] (Unix): where workspaces live (the keeper's size-capped tmpfs, or host
@@ -18,25 +15,16 @@
 //! - [`tmpfs_budget`]: what those tmpfs quotas may commit together (pure arithmetic and
 //!   its ledger).
 
-#[cfg(unix)]
-pub mod helper;
 pub mod linux;
 pub mod macos;
 #[cfg(target_os = "macos")]
 pub mod macos_helper;
 pub mod platform;
-pub mod policy;
-pub mod python;
-pub mod report;
 pub mod rlimits;
 #[cfg(unix)]
 pub mod store;
 pub mod tmpfs_budget;
 pub mod uids;
-
-/// The Python program each worker runs (see `worker.py`), passed with `-c` so that no
-/// file outside the read-only runtime needs to be readable.
-pub const WORKER_SOURCE: &str = include_str!("worker.py");
 
 /// Entry point of `warden __sandbox-exec`, the helper the host backend starts for each
 /// worker: it confines itself with this platform's walls and execs the interpreter, or
@@ -53,7 +41,7 @@ pub fn run_helper_main() -> ! {
     }
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
-        helper::exit_refused(helper::refuse(
+        crate::worker::helper::exit_refused(crate::worker::helper::refuse(
             "host_sandbox",
             platform::host_unsupported_reason(platform::HostOs::current()),
         ))

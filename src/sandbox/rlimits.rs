@@ -15,7 +15,7 @@
 //! limits to its user's count outside ([`task_count`] says when RLIMIT_NPROC may be set).
 
 use crate::sandbox::platform::HostOs;
-use crate::sandbox::policy::Limits;
+use crate::worker::policy::Limits;
 
 /// A limit, independent of the C library's numbering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,12 +12,12 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::config::{SandboxMode, Settings};
-use crate::sandbox::helper::RESPONSE_FD;
 #[cfg(target_os = "linux")]
 use crate::sandbox::linux::keeper::Keeper;
 use crate::sandbox::linux::world::{HostLayout, WorkspaceSource};
-use crate::sandbox::policy::{JoinFds, RunAs, SessionPaths};
 use crate::sandbox::tmpfs_budget::{Admission, TmpfsBudget};
+use crate::worker::helper::RESPONSE_FD;
+use crate::worker::policy::{JoinFds, RunAs, SessionPaths};
 #[cfg(not(target_os = "linux"))]
 use no_keeper::Keeper;
 
@@ -276,7 +276,7 @@ mod no_keeper {
     use std::os::fd::{BorrowedFd, OwnedFd};
     use std::path::Path;
 
-    use crate::sandbox::policy::RunAs;
+    use crate::worker::policy::RunAs;
 
     pub enum Keeper {}
 

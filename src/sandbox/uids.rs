@@ -10,7 +10,7 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::sandbox::policy::RunAs;
+use crate::worker::policy::RunAs;
 
 /// Width of one instance's uid range (one uid per open session, warm homes and selftests
 /// included): wider than the most sessions `SANDBOX_MAX_SESSIONS` allows (4096) with

@@ -15,8 +15,8 @@ use serde_json::json;
 use crate::backend::{Enforcement, Outcome, RunOutput, Worker};
 use crate::config::{NetworkMode, SandboxMode, Settings, TIMEOUT_CAP_S};
 use crate::sandbox::platform::{HostOs, probe_not_applicable};
-use crate::sandbox::report::WallStatus;
 use crate::session::{Ephemeral, SessionManager};
+use crate::worker::report::WallStatus;
 
 use crate::capability::Capability;
 use report::{Attempt, HostEvidence, LimitsInForce, aggregate, judge};

@@ -330,7 +330,7 @@ impl SessionManager {
         };
         let parent_ok = path
             .parent()
-            .is_none_or(|p| crate::sandbox::python::traversable_by_others(p).is_ok());
+            .is_none_or(|p| crate::worker::python::traversable_by_others(p).is_ok());
         if mode & need == need && parent_ok {
             return None;
         }

@@ -46,7 +46,7 @@ use crate::execution::{
 use crate::grants::{Access, ForbiddenPaths, Grant, GrantError};
 use crate::guard::{Guard, VerdictCache};
 use crate::owner::{Owner, SessionKey};
-use crate::sandbox::policy::SessionPaths;
+use crate::worker::policy::SessionPaths;
 
 pub use guard::GuardOutcome;
 pub use workers::{SessionReport, WorkersReport};

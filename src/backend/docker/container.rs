@@ -20,11 +20,11 @@ use super::config::validate_container_config;
 use super::engine;
 use super::frames::{self, Decoder, Stream};
 use crate::backend::StartError;
-use crate::backend::protocol::{Channel, DRAIN_TIMEOUT, WorkerProcess};
-use crate::backend::worker::{
+use crate::worker::handle::{
     BoxFuture, ExitWitness, Gauge, KillSwitch, ProcessHandle, Usage, UsageProbe, Witness,
 };
-use crate::sandbox::report::SandboxReport;
+use crate::worker::protocol::{Channel, DRAIN_TIMEOUT, WorkerProcess};
+use crate::worker::report::SandboxReport;
 
 /// How long a new container may take to start its worker.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -343,7 +343,7 @@ pub async fn start(
     };
     let mut channel = attach_and_start(&process, queue).await?;
     process.host_pid = local_pid(docker, &process.id).await;
-    let handshake = crate::backend::worker::handshake(&mut channel, &mut process, policy_json);
+    let handshake = crate::worker::handle::handshake(&mut channel, &mut process, policy_json);
     match tokio::time::timeout(START_TIMEOUT, handshake).await {
         Ok(Ok(report)) => Ok((channel, process, report)),
         Ok(Err(e)) => Err(e),
@@ -374,7 +374,7 @@ fn local_usage(id: &str, pid: i32) -> Option<crate::backend::Usage> {
     if !cgroup.contains(id) {
         return None;
     }
-    crate::backend::host::usage::of_tree(pid)
+    crate::worker::usage::of_tree(pid)
 }
 
 /// The usage of a container as the engine reports it (one sample, not a stream): for an

@@ -10,7 +10,7 @@
 //!   freeze and thaw. Orders and requests share one ordered stream, so a thaw always
 //!   reaches the worker before the request it was sent for.
 //!
-//! [`Channel`]: crate::backend::protocol::Channel
+//! [`Channel`]: crate::worker::protocol::Channel
 
 /// Which stream a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,9 +32,9 @@ use std::sync::{Arc, Mutex};
 
 use super::frames::{self, Decoder, Frame, Stream};
 use super::query::{Answer, WorkspaceSeen};
-use crate::backend::host::spawn::HELPER_SUBCOMMAND;
-use crate::sandbox::helper::{REQUEST_FD, RESPONSE_FD};
-use crate::sandbox::policy::WorkerPolicy;
+use crate::worker::helper::HELPER_SUBCOMMAND;
+use crate::worker::helper::{REQUEST_FD, RESPONSE_FD};
+use crate::worker::policy::WorkerPolicy;
 
 pub use super::route::{LAUNCHER_SUBCOMMAND, QUERY_SUBCOMMAND};
 
@@ -44,7 +44,7 @@ const LAUNCH_FAILED: i32 = 72;
 /// Entry point of `warden __container-query`: the image's `python3`, resolved inside
 /// the container, and what `/workspace` is, as one JSON line on stdout.
 pub fn run_query_main() -> ! {
-    let runtime = match crate::sandbox::python::resolve(None, false) {
+    let runtime = match crate::worker::python::resolve(None, false) {
         Ok(runtime) => runtime,
         Err(e) => fail(&format!("no usable python3 in this image: {e}")),
     };

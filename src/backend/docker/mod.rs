@@ -57,9 +57,9 @@ use crate::backend::{Backend, BackendKind, Enforcement, StartError, Worker, Work
 use crate::capability::Capability;
 use crate::config::{SandboxMode, Settings};
 use crate::grants::{Grant, PathKind};
-use crate::sandbox::policy::{Limits, SessionPaths, WorkerPolicy, host_view, worker_env};
-use crate::sandbox::python::PythonRuntime;
-use crate::sandbox::report::{SandboxReport, WallStatus};
+use crate::worker::policy::{Limits, SessionPaths, WorkerPolicy, host_view, worker_env};
+use crate::worker::python::PythonRuntime;
+use crate::worker::report::{SandboxReport, WallStatus};
 use config::{BoundGrant, ContainerPlan, Owner, WORKSPACE};
 use quota::Quota;
 use users::Users;

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::quota::{self, Quota};
 use super::{Inner, config, container, engine, make_home, running_as_root};
-use crate::sandbox::python::PythonRuntime;
+use crate::worker::python::PythonRuntime;
 
 /// The file the server leaves in the query's workspace, holding a nonce.
 pub const MARKER: &str = ".warden-quota-probe";

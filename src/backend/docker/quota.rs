@@ -14,7 +14,7 @@ use std::path::Path;
 #[cfg(target_os = "linux")]
 use crate::sandbox::linux::keeper::{inodes_for, workspace_options};
 #[cfg(target_os = "linux")]
-use crate::sandbox::policy::RunAs;
+use crate::worker::policy::RunAs;
 
 /// Why a server on this platform cannot cap a Docker workspace, or `None` when it can
 /// try (Linux: as root, with an engine in its mount namespace).

@@ -16,8 +16,8 @@
 //! report as a gap.
 
 use crate::capability::Capability;
-use crate::sandbox::policy::RunAs;
 use crate::sandbox::uids::UidPool;
+use crate::worker::policy::RunAs;
 
 /// How this server's containers get their identity.
 #[derive(Debug)]

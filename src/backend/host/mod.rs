@@ -8,7 +8,6 @@
 //! ([`spawn`]).
 
 pub mod spawn;
-pub mod usage;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,10 +18,10 @@ use crate::backend::{
 use crate::capability::Capability;
 use crate::config::{SandboxMode, Settings};
 use crate::sandbox::platform::{HostOs, host_capabilities};
-use crate::sandbox::policy::{PolicyInputs, RunAs, SessionPaths, WorkerPolicy};
-use crate::sandbox::python::{self, PythonRuntime};
 use crate::sandbox::store::{Workspace, WorkspaceStore};
 use crate::sandbox::uids::UidPool;
+use crate::worker::policy::{PolicyInputs, RunAs, SessionPaths, WorkerPolicy};
+use crate::worker::python::{self, PythonRuntime};
 
 /// What the host backend keeps for one session.
 #[derive(Debug)]

@@ -14,16 +14,14 @@ use std::time::Duration;
 use tokio::net::unix::pipe;
 use tokio::process::Child;
 
-use crate::backend::protocol::{Channel, DRAIN_TIMEOUT, WorkerProcess};
-use crate::backend::worker::{
+use crate::backend::{StartError, Worker};
+use crate::worker::handle::{
     BoxFuture, ExitWitness, Gauge, KillSwitch, ProcessHandle, Usage, UsageProbe, Witness,
 };
-use crate::backend::{StartError, Worker};
-use crate::sandbox::helper::{REQUEST_FD, RESPONSE_FD};
-use crate::sandbox::policy::WorkerPolicy;
+use crate::worker::helper::{HELPER_SUBCOMMAND, REQUEST_FD, RESPONSE_FD};
+use crate::worker::policy::WorkerPolicy;
+use crate::worker::protocol::{Channel, DRAIN_TIMEOUT, WorkerProcess};
 
-/// The hidden subcommand that runs the sandbox helper.
-pub const HELPER_SUBCOMMAND: &str = "__sandbox-exec";
 /// How long a new worker may take to install its walls and start Python.
 const SPAWN_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -97,7 +95,7 @@ impl Witness for HostPid {
 
 impl Gauge for HostPid {
     fn read(&self) -> Option<Usage> {
-        super::usage::of_tree(self.0)
+        crate::worker::usage::of_tree(self.0)
     }
 }
 
@@ -272,12 +270,12 @@ async fn fork_helper(inherit: &[BorrowedFd<'_>]) -> Result<(Child, OwnedFd, Owne
 /// 64 KiB (the default). Best effort: a pipe the kernel will not enlarge keeps the
 /// default, which is only slower.
 ///
-/// [`PIPE_SIZE`]: crate::backend::capture::PIPE_SIZE
-/// [`PIPE_SIZE_UNPRIVILEGED`]: crate::backend::capture::PIPE_SIZE_UNPRIVILEGED
+/// [`PIPE_SIZE`]: crate::worker::capture::PIPE_SIZE
+/// [`PIPE_SIZE_UNPRIVILEGED`]: crate::worker::capture::PIPE_SIZE_UNPRIVILEGED
 fn enlarge_pipe(pipe: &impl std::os::fd::AsFd) {
     #[cfg(target_os = "linux")]
     {
-        use crate::backend::capture::{PIPE_SIZE, PIPE_SIZE_UNPRIVILEGED};
+        use crate::worker::capture::{PIPE_SIZE, PIPE_SIZE_UNPRIVILEGED};
         let size = if rustix::process::geteuid().is_root() {
             PIPE_SIZE
         } else {
@@ -319,7 +317,7 @@ pub async fn spawn(
     let startup = async {
         let policy_json =
             serde_json::to_vec(policy).map_err(|e| StartError::Protocol(format!("policy: {e}")))?;
-        crate::backend::worker::handshake(&mut channel, &mut process, &policy_json).await
+        crate::worker::handle::handshake(&mut channel, &mut process, &policy_json).await
     };
     let report = match tokio::time::timeout(SPAWN_TIMEOUT, startup).await {
         Ok(Ok(report)) => report,

@@ -29,16 +29,16 @@ use std::process::Command;
 use std::os::fd::BorrowedFd;
 
 use crate::config::{NetworkMode, SandboxMode};
-use crate::sandbox::WORKER_SOURCE;
-use crate::sandbox::helper::MAX_POLICY_BYTES;
-use crate::sandbox::helper::{REFUSED_EXIT, REQUEST_FD, RESPONSE_FD};
 use crate::sandbox::linux::namespaces::{self, NamespaceError};
 use crate::sandbox::linux::world::{FsView, HOSTNAME};
 use crate::sandbox::linux::{egress, landlock, mounts, privileges, seccomp};
 use crate::sandbox::platform::HostOs;
-use crate::sandbox::policy::{WorkerPolicy, World};
-use crate::sandbox::report::{HelperMessage, SandboxReport, WallStatus};
 use crate::sandbox::rlimits;
+use crate::worker::WORKER_SOURCE;
+use crate::worker::helper::MAX_POLICY_BYTES;
+use crate::worker::helper::{REFUSED_EXIT, REQUEST_FD, RESPONSE_FD};
+use crate::worker::policy::{WorkerPolicy, World};
+use crate::worker::report::{HelperMessage, SandboxReport, WallStatus};
 
 struct Refusal {
     wall: &'static str,

@@ -31,7 +31,7 @@ use rustix::net::{
 use serde::{Deserialize, Serialize};
 
 use crate::sandbox::linux::namespaces;
-use crate::sandbox::policy::RunAs;
+use crate::worker::policy::RunAs;
 
 /// The hidden subcommand that runs the keeper.
 pub const KEEPER_SUBCOMMAND: &str = "__workspace-keeper";

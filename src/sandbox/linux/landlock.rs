@@ -258,7 +258,7 @@ mod tests {
     use super::*;
 
     fn view() -> FsView {
-        crate::sandbox::policy::example_policy(NetworkMode::Deny).host_view
+        crate::worker::policy::example_policy(NetworkMode::Deny).host_view
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::grants::{Access, Grant, PathKind};
-use crate::sandbox::python::PythonRuntime;
+use crate::worker::python::PythonRuntime;
 
 /// Where the session's workspace is, inside every world: one fixed path, reported in
 /// every result.

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::StartError;
-use crate::backend::protocol::{
+use crate::worker::protocol::{
     Channel, Gate, Handshake, InputFile, OutputTap, RunOutput, WorkerProcess,
 };
-use crate::sandbox::report::SandboxReport;
+use crate::worker::report::SandboxReport;
 
 /// Hands a new worker its policy and waits for its handshake, whatever backend started
 /// it; each way the start can fail becomes the [`StartError`] a user reads, with how the

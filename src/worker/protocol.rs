@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
 use super::capture::{Markers, StreamCollector};
-use crate::sandbox::report::{HelperMessage, SandboxReport};
+use crate::worker::report::{HelperMessage, SandboxReport};
 
 /// Longest protocol line the server accepts from a worker, before the per-call part
 /// (the result and traceback are capped at the output limit, and JSON's `\uXXXX`
@@ -36,7 +36,7 @@ pub trait WorkerProcess: Send {
     /// Kills the worker and everything it started, at once.
     fn kill(&mut self);
     /// Waits briefly for the worker to end and says how it ended.
-    fn wait_exit(&mut self) -> super::worker::BoxFuture<'_, String>;
+    fn wait_exit(&mut self) -> super::handle::BoxFuture<'_, String>;
     /// Stops every thread of the worker until [`WorkerProcess::thaw`]: between calls a
     /// worker uses no CPU and writes nothing.
     fn freeze(&mut self);

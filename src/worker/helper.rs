@@ -13,8 +13,11 @@ pub const REFUSED_EXIT: i32 = 71;
 
 use std::os::fd::BorrowedFd;
 
-use crate::sandbox::policy::WorkerPolicy;
-use crate::sandbox::report::HelperMessage;
+use crate::worker::policy::WorkerPolicy;
+
+/// The hidden subcommand that runs the sandbox helper, on the host or in a container.
+pub const HELPER_SUBCOMMAND: &str = "__sandbox-exec";
+use crate::worker::report::HelperMessage;
 
 /// Why a helper will not start the worker: the wall that could not stand, and why.
 #[derive(Debug)]

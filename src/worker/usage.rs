@@ -1,11 +1,11 @@
-//! What a host worker uses, read from `/proc` without touching it: CPU time, resident
+//! What a worker uses, read from `/proc` without touching it: CPU time, resident
 //! and proportional memory of the worker's process and everything below it (the helper
 //! may stay as a waiting parent above the interpreter). Reading never signals, stops or
 //! ptraces the worker, so it works while the worker is frozen or in a call.
 
 use std::path::Path;
 
-use crate::backend::worker::Usage;
+use crate::worker::handle::Usage;
 
 /// Most processes counted under one worker (it cannot fork, so a handful at most).
 const MAX_MEMBERS: usize = 64;

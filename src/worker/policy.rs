@@ -13,7 +13,7 @@ use crate::grants::{Access, Grant, PathKind};
 use crate::sandbox::linux::world::{
     FsView, HostLayout, ObjectId, WorkspaceSource, WorldPlan, WorldSpec,
 };
-use crate::sandbox::python::PythonRuntime;
+use crate::worker::python::PythonRuntime;
 
 /// A numeric identity the worker runs as when the server is root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
