@@ -412,11 +412,11 @@ pub enum ConfigError {
         expected: &'static str,
     },
     #[error(
-        "EXECUTION_BACKEND=docker: this build has no Docker backend (it is built with the \
-         `docker` Cargo feature, on by default); unset EXECUTION_BACKEND or set it to \
+        "EXECUTION_BACKEND={0}: this build has no {0} backend (it is built with the \
+         `{0}` Cargo feature, on by default); unset EXECUTION_BACKEND or set it to \
          \"host\""
     )]
-    DockerNotAvailable,
+    BackendNotBuilt(&'static str),
     #[error("{given} names no setting; known settings: {known}")]
     Unknown { given: String, known: String },
     #[error("{name} cannot be set in the config file's [settings] (set it in the environment)")]
@@ -835,11 +835,12 @@ impl Settings {
             layers,
             resolved: Vec::new(),
         };
-        let backend = r.value("EXECUTION_BACKEND", "host or docker", |t| match t {
-            "host" => Some(Ok(BackendKind::Host)),
-            "docker" if cfg!(feature = "docker") => Some(Ok(BackendKind::Docker)),
-            "docker" => Some(Err(ConfigError::DockerNotAvailable)),
-            _ => None,
+        let backend = r.value("EXECUTION_BACKEND", "host or docker", |t| {
+            BackendKind::from_word(t).map(|(kind, built)| {
+                built
+                    .then_some(kind)
+                    .ok_or(ConfigError::BackendNotBuilt(kind.as_str()))
+            })
         })??;
         let host_sandbox = r.choice(
             "HOST_SANDBOX",

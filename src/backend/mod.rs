@@ -55,11 +55,26 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    /// Every backend: its kind, the word `EXECUTION_BACKEND` spells it with, and whether
+    /// this build has it (the Cargo feature that brings it).
+    pub const ALL: &[(BackendKind, &'static str, bool)] = &[
+        (BackendKind::Host, "host", true),
+        (BackendKind::Docker, "docker", cfg!(feature = "docker")),
+    ];
+
     pub fn as_str(self) -> &'static str {
-        match self {
-            BackendKind::Host => "host",
-            BackendKind::Docker => "docker",
-        }
+        Self::ALL
+            .iter()
+            .find(|(k, _, _)| *k == self)
+            .map_or("unknown", |(_, word, _)| word)
+    }
+
+    /// The backend `word` names, and whether this build has it.
+    pub fn from_word(word: &str) -> Option<(BackendKind, bool)> {
+        Self::ALL
+            .iter()
+            .find(|(_, w, _)| *w == word)
+            .map(|(k, _, built)| (*k, *built))
     }
 }
 
@@ -465,6 +480,12 @@ mod tests {
             assert_eq!(kind.to_string(), word);
             let back: BackendKind = serde_json::from_value(word.into()).unwrap();
             assert_eq!(back, kind);
+            assert_eq!(BackendKind::from_word(word).map(|(k, _)| k), Some(kind));
         }
+        assert_eq!(BackendKind::from_word("Docker"), None);
+        assert_eq!(
+            BackendKind::from_word("docker").map(|(_, built)| built),
+            Some(cfg!(feature = "docker"))
+        );
     }
 }
