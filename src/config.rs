@@ -835,31 +835,7 @@ impl Settings {
             layers,
             resolved: Vec::new(),
         };
-        let backend = r.value("EXECUTION_BACKEND", "host or docker", |t| {
-            BackendKind::from_word(t).map(|(kind, built)| {
-                built
-                    .then_some(kind)
-                    .ok_or(ConfigError::BackendNotBuilt(kind.as_str()))
-            })
-        })??;
-        let host_sandbox = r.choice(
-            "HOST_SANDBOX",
-            "off, best-effort or require",
-            &[
-                ("best-effort", SandboxMode::BestEffort),
-                ("require", SandboxMode::Require),
-                ("off", SandboxMode::Off),
-            ],
-        )?;
-        let network = r.choice(
-            "HOST_SANDBOX_NETWORK",
-            "deny, proxy or allow",
-            &[
-                ("deny", NetworkMode::Deny),
-                ("proxy", NetworkMode::Proxy),
-                ("allow", NetworkMode::Allow),
-            ],
-        )?;
+        let (backend, host_sandbox, network) = kinds(&mut r)?;
         let egress = egress_settings(&mut r, network)?;
         let packages = package_settings(&mut r)?;
         let limits = resource_limits(&mut r, layers)?;
@@ -1034,6 +1010,36 @@ fn hide_secrets(mut resolved: Vec<Resolved>) -> Vec<Resolved> {
         }
     }
     resolved
+}
+
+/// Which backend runs code, how strictly its walls are required, and the network mode.
+fn kinds(r: &mut Reader<'_>) -> Result<(BackendKind, SandboxMode, NetworkMode), ConfigError> {
+    let backend = r.value("EXECUTION_BACKEND", "host or docker", |t| {
+        BackendKind::from_word(t).map(|(kind, built)| {
+            built
+                .then_some(kind)
+                .ok_or(ConfigError::BackendNotBuilt(kind.as_str()))
+        })
+    })??;
+    let host_sandbox = r.choice(
+        "HOST_SANDBOX",
+        "off, best-effort or require",
+        &[
+            ("best-effort", SandboxMode::BestEffort),
+            ("require", SandboxMode::Require),
+            ("off", SandboxMode::Off),
+        ],
+    )?;
+    let network = r.choice(
+        "HOST_SANDBOX_NETWORK",
+        "deny, proxy or allow",
+        &[
+            ("deny", NetworkMode::Deny),
+            ("proxy", NetworkMode::Proxy),
+            ("allow", NetworkMode::Allow),
+        ],
+    )?;
+    Ok((backend, host_sandbox, network))
 }
 
 /// What one worker and one session may use, and how many workers there are.

@@ -644,6 +644,14 @@ fn compile_tripwires(specs: Vec<TripwireFile>) -> Result<(Vec<Tripwire>, Vec<Str
     Ok((tripwires, regexes))
 }
 
+/// The last dotted part of each qualified name (`operator.attrgetter` → `attrgetter`).
+fn last_parts(names: HashSet<String>) -> HashSet<String> {
+    names
+        .iter()
+        .map(|q| q.rsplit('.').next().unwrap_or(q).to_string())
+        .collect()
+}
+
 fn dangerous_map(
     field: &str,
     groups: &[DangerousGroupFile],
@@ -785,13 +793,10 @@ impl Policy {
         let string_set = tripwire_builder(&regexes)
             .build()
             .map_err(|e| invalid("tripwires and patterns", e.to_string()))?;
-        let getter_names = name_set(
+        let getter_names = last_parts(name_set(
             "reflection.attribute_getters",
             &file.reflection.attribute_getters,
-        )?
-        .iter()
-        .map(|q| q.rsplit('.').next().unwrap_or(q).to_string())
-        .collect();
+        )?);
         Ok(Policy {
             metaclasses: name_set("reflection.metaclasses", &file.reflection.metaclasses)?,
             patterns,

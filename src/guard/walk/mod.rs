@@ -1068,18 +1068,7 @@ impl<'a> Walker<'a> {
                 self.expr(&b.right);
             }
             Expr::UnaryOp(u) => self.expr(&u.operand),
-            Expr::Lambda(l) => {
-                if let Some(p) = &l.parameters {
-                    self.arguments(p);
-                }
-                self.scopes
-                    .push(scopes::Scope::function(scopes::function_locals(
-                        l.parameters.as_deref(),
-                        &[],
-                    )));
-                self.expr(&l.body);
-                self.scopes.pop();
-            }
+            Expr::Lambda(l) => self.lambda(l),
             Expr::If(i) => {
                 self.expr(&i.test);
                 self.expr(&i.body);
@@ -1087,16 +1076,8 @@ impl<'a> Walker<'a> {
             }
             Expr::Dict(d) => self.dict(d),
             Expr::Set(s) => self.exprs(&s.elts),
-            Expr::ListComp(c) => {
-                self.comprehensions(&c.generators, &[&c.elt]);
-                self.expr(&c.elt);
-                self.scopes.pop();
-            }
-            Expr::SetComp(c) => {
-                self.comprehensions(&c.generators, &[&c.elt]);
-                self.expr(&c.elt);
-                self.scopes.pop();
-            }
+            Expr::ListComp(c) => self.comprehension(&c.generators, &c.elt),
+            Expr::SetComp(c) => self.comprehension(&c.generators, &c.elt),
             Expr::DictComp(c) => {
                 let mut elts = vec![c.value.as_ref()];
                 elts.extend(c.key.as_deref());
@@ -1105,11 +1086,7 @@ impl<'a> Walker<'a> {
                 self.expr(&c.value);
                 self.scopes.pop();
             }
-            Expr::Generator(c) => {
-                self.comprehensions(&c.generators, &[&c.elt]);
-                self.expr(&c.elt);
-                self.scopes.pop();
-            }
+            Expr::Generator(c) => self.comprehension(&c.generators, &c.elt),
             Expr::Await(a) => self.expr(&a.value),
             Expr::Yield(y) => self.opt_expr(y.value.as_deref()),
             Expr::YieldFrom(y) => self.expr(&y.value),
@@ -1158,6 +1135,27 @@ impl<'a> Walker<'a> {
                 self.opt_expr(s.step.as_deref());
             }
         }
+    }
+
+    /// A list, set or generator comprehension: its element in the comprehension's scope.
+    fn comprehension(&mut self, generators: &[py::Comprehension], elt: &Expr) {
+        self.comprehensions(generators, &[elt]);
+        self.expr(elt);
+        self.scopes.pop();
+    }
+
+    /// A lambda: its parameters' defaults outside, its body in a scope of its own.
+    fn lambda(&mut self, l: &py::ExprLambda) {
+        if let Some(p) = &l.parameters {
+            self.arguments(p);
+        }
+        self.scopes
+            .push(scopes::Scope::function(scopes::function_locals(
+                l.parameters.as_deref(),
+                &[],
+            )));
+        self.expr(&l.body);
+        self.scopes.pop();
     }
 
     /// The replacement fields of an f-string (and of their format specs).

@@ -65,41 +65,10 @@ impl Imports {
     fn stmt(&mut self, s: &Stmt, depth: u32) {
         let at = super::super::ast::start(s);
         match s {
-            Stmt::Global(g) => {
-                for n in &g.names {
-                    self.declared.insert(nfkc(n.as_str()).into_owned());
-                }
-            }
-            Stmt::Nonlocal(g) => {
-                for n in &g.names {
-                    self.declared.insert(nfkc(n.as_str()).into_owned());
-                }
-            }
-            Stmt::Import(i) => {
-                for alias in &i.names {
-                    let module = nfkc(alias.name.as_str()).into_owned();
-                    match &alias.asname {
-                        Some(asname) => self.bind(asname.as_str(), module, at),
-                        None => {
-                            let first = module.split('.').next().unwrap_or(&module).to_string();
-                            self.bind(&first.clone(), first, at);
-                        }
-                    }
-                }
-            }
-            Stmt::ImportFrom(i) => {
-                let module = i.module.as_ref().map(|m| nfkc(m.as_str()).into_owned());
-                for alias in &i.names {
-                    let name = nfkc(alias.name.as_str()).into_owned();
-                    let bound = alias.asname.as_ref().map_or(name.as_str(), |a| a.as_str());
-                    match (&module, i.level) {
-                        (Some(m), 0) if name != "*" => {
-                            self.bind(bound, format!("{m}.{name}"), at);
-                        }
-                        _ => self.mark_other(bound),
-                    }
-                }
-            }
+            Stmt::Global(g) => self.declare(&g.names),
+            Stmt::Nonlocal(g) => self.declare(&g.names),
+            Stmt::Import(i) => self.import(i, at),
+            Stmt::ImportFrom(i) => self.import_from(i, at),
             Stmt::Assign(a) => {
                 let path = self.resolve(&a.value).paths;
                 for t in &a.targets {
@@ -166,6 +135,43 @@ impl Imports {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// `global` and `nonlocal` names: bound outside the block that declares them.
+    fn declare(&mut self, names: &[py::Identifier]) {
+        for n in names {
+            self.declared.insert(nfkc(n.as_str()).into_owned());
+        }
+    }
+
+    /// `import a.b as c` binds `c` to `a.b`; `import a.b` binds `a`.
+    fn import(&mut self, i: &py::StmtImport, at: usize) {
+        for alias in &i.names {
+            let module = nfkc(alias.name.as_str()).into_owned();
+            match &alias.asname {
+                Some(asname) => self.bind(asname.as_str(), module, at),
+                None => {
+                    let first = module.split('.').next().unwrap_or(&module).to_string();
+                    self.bind(&first.clone(), first, at);
+                }
+            }
+        }
+    }
+
+    /// `from m import n as b` binds `b` to `m.n`; relative and star imports bind nothing
+    /// known.
+    fn import_from(&mut self, i: &py::StmtImportFrom, at: usize) {
+        let module = i.module.as_ref().map(|m| nfkc(m.as_str()).into_owned());
+        for alias in &i.names {
+            let name = nfkc(alias.name.as_str()).into_owned();
+            let bound = alias.asname.as_ref().map_or(name.as_str(), |a| a.as_str());
+            match (&module, i.level) {
+                (Some(m), 0) if name != "*" => {
+                    self.bind(bound, format!("{m}.{name}"), at);
+                }
+                _ => self.mark_other(bound),
+            }
         }
     }
 
