@@ -467,6 +467,17 @@ fn own_priority() -> i32 {
     }
 }
 
+/// One memfd attempt was refused by a wall: EPERM or EACCES; or, for the sealed memfd
+/// alone, EINVAL from a kernel that does not know MFD_NOEXEC_SEAL (gVisor's Sentry),
+/// which then made no memfd at all. Pure.
+fn memfd_refused(a: &Attempt) -> bool {
+    match a.errno.as_i64() {
+        Some(1 | 13) => true,
+        Some(22) => a.probe == "proc.memfd_exec.sealed",
+        _ => false,
+    }
+}
+
 /// A copy of the interpreter in a memfd, run through /proc/self/fd/N: blocked only if
 /// every attempt was refused and the host finds no marker in the workspace.
 async fn memfd_probe(
@@ -482,12 +493,7 @@ async fn memfd_probe(
         .lines()
         .filter_map(|l| serde_json::from_str::<Attempt>(l).ok())
         .collect();
-    // EPERM or EACCES from a wall; EINVAL for the sealed memfd from a kernel that does
-    // not know MFD_NOEXEC_SEAL (gVisor's Sentry), which then made no memfd at all.
-    let all_refused = refusals.len() == 2
-        && refusals
-            .iter()
-            .all(|a| matches!(a.errno.as_i64(), Some(1) | Some(13) | Some(22)));
+    let all_refused = refusals.len() == 2 && refusals.iter().all(memfd_refused);
     let (status, details) = if ran {
         (
             ProbeStatus::Allowed,
@@ -729,4 +735,25 @@ fn capabilities_of(
     caps.extend(enforcement.gaps.iter().cloned());
     caps.push(report::guard_blind_spots());
     caps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_sealed_memfd_may_be_refused_as_unknown() {
+        let attempt = |probe: &str, errno: i64| Attempt {
+            probe: probe.into(),
+            ok: false,
+            errno: errno.into(),
+            detail: String::new(),
+            data: None,
+        };
+        assert!(memfd_refused(&attempt("proc.memfd_exec.plain", 1)));
+        assert!(memfd_refused(&attempt("proc.memfd_exec.sealed", 13)));
+        assert!(memfd_refused(&attempt("proc.memfd_exec.sealed", 22)));
+        assert!(!memfd_refused(&attempt("proc.memfd_exec.plain", 22)));
+        assert!(!memfd_refused(&attempt("proc.memfd_exec.sealed", 12)));
+    }
 }
