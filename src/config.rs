@@ -1223,10 +1223,11 @@ fn looks_like_a_setting(name: &str) -> bool {
         "EXECUTION_BACKEND",
     ];
     // The test suite's own variables (WARDEN_TEST_PYTHON, WARDEN_TEST_USER, and
-    // WARDEN_REQUIRE_DOCKER, which .ci/run sets) are not server settings.
+    // WARDEN_REQUIRE_DOCKER and WARDEN_REQUIRE_PODMAN, which .ci/run sets) are not
+    // server settings.
     ours.iter().any(|p| name.starts_with(p))
         && !name.starts_with("WARDEN_TEST_")
-        && name != "WARDEN_REQUIRE_DOCKER"
+        && !name.starts_with("WARDEN_REQUIRE_")
 }
 
 /// warden's configuration directory (the config file and nothing a worker can write).

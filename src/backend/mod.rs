@@ -261,6 +261,12 @@ pub struct ContainerRuntime {
     pub user_space_kernel: bool,
     /// The kernel release the code sees (gVisor's Sentry reports its own).
     pub kernel: String,
+    /// The engine serving the API: `docker` or `podman`.
+    pub engine: String,
+    /// The engine's own version.
+    pub engine_version: String,
+    /// The engine runs as an ordinary user, with no root daemon (rootless Podman).
+    pub rootless: bool,
 }
 
 /// What the resolved backend can enforce, for `selftest` and `warden://settings`.

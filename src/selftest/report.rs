@@ -567,7 +567,10 @@ pub fn render_human(report: &SelftestReport) -> String {
     ));
     if let Some(r) = &report.container_runtime {
         out.push_str(&format!(
-            "container runtime: {} (configured {}), kernel {}{}\n",
+            "engine: {} {}{}; container runtime: {} (configured {}), kernel {}{}\n",
+            r.engine,
+            r.engine_version,
+            if r.rootless { ", rootless" } else { "" },
             r.resolved,
             r.configured.as_deref().unwrap_or("the engine's default"),
             r.kernel,

@@ -104,6 +104,11 @@ pub struct WorkerPolicy {
     /// of them be set ([`crate::sandbox::rlimits::HELD_BY_SENTRY`]).
     #[serde(default)]
     pub user_space_kernel: bool,
+    /// The helper already runs in a user namespace of its own that the engine made (a
+    /// rootless Podman's `keep-id` container), so RLIMIT_NPROC counts this worker alone
+    /// on a kernel that counts tasks per user namespace.
+    #[serde(default)]
+    pub own_user_namespace: bool,
 }
 
 /// System trees every CPython needs at run time when there is no world: libc,
@@ -244,6 +249,7 @@ impl WorkerPolicy {
             egress_fd: None,
             egress_outside: false,
             user_space_kernel: false,
+            own_user_namespace: false,
         }
     }
 }
@@ -387,6 +393,7 @@ pub(crate) fn example_policy(network: NetworkMode) -> WorkerPolicy {
         egress_fd: None,
         egress_outside: false,
         user_space_kernel: false,
+        own_user_namespace: false,
     }
 }
 

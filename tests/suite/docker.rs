@@ -165,25 +165,31 @@ async fn every_red_team_case_is_stopped_by_the_container() {
     if !docker_ready() {
         return;
     }
-    red_team_through(&[]).await;
+    red_team_through(As::Root, &[]).await;
 }
 
-/// Every red-team case, guard off, through containers started with `extra` settings:
-/// none breaches, judged from the host.
-pub async fn red_team_through(extra: &[(&str, &str)]) {
+/// Every red-team case, guard off, through containers started with `extra` settings by
+/// a server running as `who` (whose own files are then canaries too): none breaches,
+/// judged from the host, and no container of the server's remains on its engine (the
+/// `DOCKER_HOST` of `extra`, else the local one).
+pub async fn red_team_through(who: As, extra: &[(&str, &str)]) {
     let token = token();
     for stale in pwned_in_tmp() {
         let _ = std::fs::remove_file(stale);
     }
     let canary = std::path::Path::new("/tmp/redteam_canary.txt");
     std::fs::write(canary, "original").unwrap();
-    let secrets = canary_env(&token);
+    let canaries = super::Canaries::plant(who);
     let mut settings = vec![("CODEGUARD", "off")];
     settings.extend_from_slice(extra);
     let mut env = docker_env(&settings);
-    env.extend(secrets.iter().map(|(k, v)| (*k, v.clone())));
+    for (k, v) in canary_env(&token) {
+        if !env.iter().any(|(name, _)| *name == k) {
+            env.push((k, v));
+        }
+    }
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let server = Server::start_in(Net::Isolated, &pairs).await;
+    let server = Server::start_as(who, Net::Isolated, &pairs).await;
     let mut breaches = Vec::new();
     for (i, case) in cases().iter().enumerate() {
         let before = pwned_in_tmp();
@@ -200,10 +206,25 @@ pub async fn red_team_through(extra: &[(&str, &str)]) {
             .await;
     }
     assert_eq!(std::fs::read_to_string(canary).unwrap(), "original");
+    canaries.assert_untouched(&format!("{who:?}"));
     let pid = server.pid;
     server.stop().await;
-    assert!(eventually(10, || containers_of(pid).is_empty()).await);
+    let engine = engine_of(extra);
+    let label = format!("dev.warden.pid={pid}");
+    assert!(
+        eventually(10, || super::containers_labelled_on(engine, &label)
+            .is_empty())
+        .await
+    );
     assert!(breaches.is_empty(), "BREACHES:\n{}", breaches.join("\n"));
+}
+
+/// The engine `extra` names (`DOCKER_HOST`), if any.
+fn engine_of<'a>(extra: &[(&str, &'a str)]) -> Option<&'a str> {
+    extra
+        .iter()
+        .find(|(k, _)| *k == "DOCKER_HOST")
+        .map(|(_, v)| *v)
 }
 
 #[tokio::test]
@@ -211,15 +232,17 @@ async fn every_benign_snippet_passes_through_the_container() {
     if !docker_ready() {
         return;
     }
-    benign_through(&[]).await;
+    benign_through(As::Root, &[]).await;
 }
 
-/// Every benign snippet, guard on, through containers started with `extra` settings:
-/// each prints exactly what it expects.
-pub async fn benign_through(extra: &[(&str, &str)]) {
+/// Every benign snippet, guard on, through containers started with `extra` settings by
+/// a server running as `who`: each prints exactly what it expects.
+pub async fn benign_through(who: As, extra: &[(&str, &str)]) {
     let mut settings = vec![("CODEGUARD", "enforce"), ("SANDBOX_POOL_SIZE", "2")];
     settings.extend_from_slice(extra);
-    let server = start(&settings).await;
+    let env = docker_env(&settings);
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = Server::start_as(who, Net::Host, &pairs).await;
     let mut files: Vec<_> = std::fs::read_dir(corpus("benign"))
         .unwrap()
         .flatten()

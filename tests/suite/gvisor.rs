@@ -12,7 +12,7 @@
 use super::docker::{
     benign_through, docker_env, docker_ready, red_team_through, selftest_all_blocked,
 };
-use super::{Server, containers_of, stdout};
+use super::{As, Server, containers_of, stdout};
 
 const RUNSC: (&str, &str) = ("SANDBOX_DOCKER_RUNTIME", "runsc");
 
@@ -113,7 +113,7 @@ async fn every_red_team_case_is_stopped_under_gvisor() {
     if !gvisor_ready() {
         return;
     }
-    red_team_through(&[RUNSC]).await;
+    red_team_through(As::Root, &[RUNSC]).await;
 }
 
 #[tokio::test]
@@ -121,7 +121,7 @@ async fn every_benign_snippet_passes_under_gvisor() {
     if !gvisor_ready() {
         return;
     }
-    benign_through(&[RUNSC]).await;
+    benign_through(As::Root, &[RUNSC]).await;
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ pub mod lifecycle;
 pub mod mcp;
 pub mod netorigin;
 pub mod packages;
+pub mod podman;
 pub mod quota;
 pub mod reaping;
 pub mod redteam;
@@ -652,7 +653,16 @@ pub fn containers_of(server_pid: u32) -> Vec<String> {
 
 /// Ids of every container, running or not, with the label `label` (`key=value`).
 pub fn containers_labelled(label: &str) -> Vec<String> {
-    let out = std::process::Command::new("docker")
+    containers_labelled_on(None, label)
+}
+
+/// The same, asked of the engine at `host` (a `DOCKER_HOST` URL; `None`: the local one).
+pub fn containers_labelled_on(host: Option<&str>, label: &str) -> Vec<String> {
+    let mut docker = std::process::Command::new("docker");
+    if let Some(host) = host {
+        docker.args(["-H", host]);
+    }
+    let out = docker
         .args([
             "ps",
             "-aq",

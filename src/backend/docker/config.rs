@@ -88,6 +88,9 @@ pub struct ContainerPlan<'a> {
     /// The runtime is a user-space kernel without Landlock (gVisor): the image's account
     /// files, which Landlock hides under runc, are covered by the empty file.
     pub mask_accounts: bool,
+    /// The container's user namespace mode (Podman's `keep-id` for a rootless Podman,
+    /// see [`super::product`]); `None`: the engine's.
+    pub userns: Option<&'a str>,
 }
 
 /// The image's account databases readable by anyone: hidden from the code where
@@ -181,6 +184,7 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         privileged: Some(false),
         auto_remove: Some(false),
         runtime: plan.runtime.map(str::to_string),
+        userns_mode: plan.userns.map(str::to_string),
         ..Default::default()
     };
     ContainerCreateBody {
@@ -544,6 +548,7 @@ mod tests {
             packages: None,
             runtime: None,
             mask_accounts: false,
+            userns: None,
         })
     }
 
@@ -568,6 +573,7 @@ mod tests {
             packages: None,
             runtime: Some("runsc"),
             mask_accounts: true,
+            userns: None,
         };
         let cfg = container_config(&plan);
         validate_container_config(&cfg, &no_sockets).unwrap();
@@ -589,6 +595,7 @@ mod tests {
         let plain = container_config(&ContainerPlan {
             runtime: None,
             mask_accounts: false,
+            userns: None,
             ..plan
         });
         let hc = plain.host_config.unwrap();
@@ -685,6 +692,7 @@ mod tests {
             packages: None,
             runtime: None,
             mask_accounts: false,
+            userns: None,
         });
         validate_container_config(&cfg, &no_sockets).unwrap();
         let mounts = cfg.host_config.as_ref().unwrap().mounts.clone().unwrap();

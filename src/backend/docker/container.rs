@@ -587,6 +587,7 @@ mod tests {
                 packages: None,
                 runtime: None,
                 mask_accounts: false,
+                userns: None,
             });
             let Err(err) = start(&docker, cfg, "warden-test", b"{}").await else {
                 panic!("{bad} was accepted")

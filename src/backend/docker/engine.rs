@@ -208,26 +208,40 @@ pub async fn remove_instance(docker: &Docker, instance: &str) {
     }
 }
 
-/// Kills and removes one container; true when it is gone.
+/// Kills and removes one container; true when it is gone. A removal the engine failed
+/// (500) is tried again: Podman fails a forced removal of a container that stops while
+/// it is being killed ("container state improper"), and the next one succeeds.
 pub async fn remove(docker: &Docker, id: &str) -> bool {
     let options = RemoveContainerOptions {
         force: true,
         v: true,
         ..Default::default()
     };
-    match docker.remove_container(id, Some(options)).await {
-        Ok(()) => true,
-        // Gone already, or its removal is under way.
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404 | 409,
-            ..
-        }) => true,
-        Err(e) => {
-            tracing::warn!(container = %id, error = %e, "could not remove a container");
-            false
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match docker.remove_container(id, Some(options.clone())).await {
+            Ok(()) => return true,
+            // Gone already, or its removal is under way.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404 | 409,
+                ..
+            }) => return true,
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 500, ..
+            }) if attempts < REMOVE_ATTEMPTS => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                tracing::warn!(container = %id, error = %e, "could not remove a container");
+                return false;
+            }
         }
     }
 }
+
+/// How many times a failed removal is tried.
+const REMOVE_ATTEMPTS: u32 = 4;
 
 /// Whether `path` is a socket on this machine (for [`super::config::validate_container_config`]):
 /// a UNIX socket, or on Windows a named pipe (`\\.\pipe\...`).

@@ -42,6 +42,7 @@ pub mod engine;
 pub mod frames;
 #[cfg(target_os = "linux")]
 pub mod launcher;
+pub mod product;
 pub mod query;
 pub mod quota;
 pub mod route;
@@ -117,6 +118,10 @@ pub(crate) struct Inner {
     runtime: PythonRuntime,
     /// The OCI runtime the engine runs the containers with, and the kernel they see.
     oci: crate::backend::ContainerRuntime,
+    /// The engine serving the API (Docker or Podman), and whether it is rootless.
+    engine: product::Engine,
+    /// Whether the engine holds the memory and pids limits, as the start-up query found.
+    limits: product::LimitsHeld,
     launcher: Launcher,
     instance_dir: PathBuf,
     /// Who containers run as (a uid per session as root).
@@ -221,19 +226,24 @@ impl DockerBackend {
         egress: Option<Arc<crate::egress::Egress>>,
     ) -> Result<DockerBackend, Unavailable> {
         let d = &settings.docker;
-        let docker = engine::connect(d).map_err(Unavailable)?;
+        let host = d.host.clone().unwrap_or_else(engine::default_host);
+        let docker = engine::connect(d).map_err(|e| Unavailable(product::unanswered(&host, &e)))?;
         docker
             .ping()
             .await
-            .map_err(|e| Unavailable(format!("no Docker engine answers ({})", causes(&e))))?;
+            .map_err(|e| Unavailable(product::unanswered(&host, &causes(&e))))?;
         let image = docker.inspect_image(&d.image).await.map_err(|e| {
             Unavailable(format!(
                 "the image {} is not available ({e}); build it offline with tools/build-image.sh or set SANDBOX_IMAGE",
                 d.image
             ))
         })?;
+        let serving = product::ask(&docker, &host).await.map_err(Unavailable)?;
         let known = runtime::known(&docker).await.map_err(Unavailable)?;
-        let oci = runtime::pick(d.runtime.as_deref(), &known).map_err(Unavailable)?;
+        let mut oci = runtime::pick(d.runtime.as_deref(), &known).map_err(Unavailable)?;
+        oci.engine.clone_from(&serving.name);
+        oci.engine_version.clone_from(&serving.version);
+        oci.rootless = serving.rootless;
         let labels = image.config.and_then(|c| c.labels).unwrap_or_default();
         let launcher = choose_launcher(&settings, &labels).map_err(Unavailable)?;
         let instance = instance_dir
@@ -262,6 +272,8 @@ impl DockerBackend {
                 read_roots: Vec::new(),
             },
             oci,
+            engine: serving,
+            limits: product::LimitsHeld::Held,
             launcher,
             instance_dir: instance_dir.to_path_buf(),
             users,
@@ -276,13 +288,17 @@ impl DockerBackend {
                 instance_dir.display()
             ))
         })?;
-        let (runtime, quota, kernel) = query::query_image(&inner).await.map_err(Unavailable)?;
-        inner.oci.kernel = kernel;
-        if let Quota::Unavailable(why) = &quota {
+        let found = query::query_image(&inner).await.map_err(Unavailable)?;
+        inner.oci.kernel = found.kernel;
+        if let Quota::Unavailable(why) = &found.quota {
             tracing::warn!(reason = %why, "no per-session disk quota in the Docker backend");
         }
-        inner.runtime = runtime;
-        inner.quota = quota;
+        if let product::LimitsHeld::Dropped(why) = &found.limits {
+            tracing::warn!(reason = %why, "no cgroup memory and pids limits in the Docker backend");
+        }
+        inner.runtime = found.runtime;
+        inner.quota = found.quota;
+        inner.limits = found.limits;
         tracing::info!(image = %d.image, python = %inner.runtime.executable.display(), launcher = %inner.launcher.describe(), "docker backend ready");
         Ok(DockerBackend {
             inner: Arc::new(inner),
@@ -314,6 +330,7 @@ impl Inner {
     fn policy(&self, run: &Run<'_>) -> WorkerPolicy {
         let (workspace, tmp) = (Path::new(WORKSPACE), Path::new("/tmp"));
         let s = &self.settings;
+        let own_userns = self.engine.userns_mode().is_some();
         let mut env = worker_env(workspace, tmp, &self.runtime.executable, &|_| None);
         if run.network.proxied() {
             env.extend(crate::egress::proxy_env());
@@ -339,13 +356,17 @@ impl Inner {
                 cpu_seconds: 3600,
                 file_size_bytes: s.file_size_limit_bytes,
                 open_files: 256,
-                processes: None,
+                // Only where it counts this container alone: in a user namespace of its
+                // own (the pids cgroup bounds it otherwise, and a rootless engine on
+                // cgroup v1 drops that).
+                processes: own_userns.then_some(s.pids_limit),
             },
             parent_pid: 0,
             egress_fd: None,
             // The server makes the endpoint in the container's namespace.
             egress_outside: run.network.proxied(),
             user_space_kernel: self.oci.user_space_kernel,
+            own_user_namespace: own_userns,
         }
     }
 
@@ -374,6 +395,7 @@ impl Inner {
             packages: run.packages,
             runtime: self.oci.configured.as_deref(),
             mask_accounts: self.oci.user_space_kernel,
+            userns: self.engine.userns_mode(),
         }
     }
 
@@ -484,34 +506,59 @@ impl Inner {
             name: "container".into(),
             enforced: true,
             detail: format!(
-                "container {} of image {}: read-only root, {}, cap_drop ALL, no-new-privileges, network {}, memory {} MiB (swap equal), pids {}, /tmp tmpfs {} MiB, init, log driver none, its own mount/PID/IPC/UTS{} namespaces; launcher: {}",
+                "container {} of image {} ({} {}{}): read-only root, {}, cap_drop ALL, no-new-privileges, network {}, {}, /tmp tmpfs {} MiB, init, log driver none, its own mount/PID/IPC/UTS/network{} namespaces; launcher: {}",
                 &process.id()[..12.min(process.id().len())],
                 self.settings.docker.image,
+                self.engine.name,
+                self.engine.version,
+                if self.engine.rootless { ", rootless" } else { "" },
                 self.users.describe(user),
                 if self.settings.network.proxied() {
                     "none but the egress proxy"
                 } else {
                     "none"
                 },
-                self.settings.mem_limit_bytes >> 20,
-                self.settings.pids_limit,
+                match self.limits {
+                    product::LimitsHeld::Held => format!(
+                        "memory {} MiB (swap equal), pids {}",
+                        self.settings.mem_limit_bytes >> 20,
+                        self.settings.pids_limit
+                    ),
+                    product::LimitsHeld::Dropped(_) =>
+                        "no memory or pids cgroup limit (dropped by the engine: see cgroup_limits)".into(),
+                },
                 self.settings.docker.tmp_size_bytes >> 20,
-                "/network",
+                match self.engine.userns_mode() {
+                    Some(mode) => format!("/user ({mode})"),
+                    None => String::new(),
+                },
                 self.launcher.describe(),
             ),
         });
         report.walls.insert(1, self.quota_wall());
+        if let Some(wall) = self.limits_wall() {
+            report.walls.insert(2, wall);
+        }
         if self.oci.user_space_kernel {
             sentry_notes(&mut report.walls, &self.oci);
         }
-        if self.settings.host_sandbox == SandboxMode::Require
-            && let Some(w) = report.walls.iter().find(|w| !w.enforced)
-        {
+        let missing: Vec<&WallStatus> = report.walls.iter().filter(|w| !w.enforced).collect();
+        if self.settings.host_sandbox == SandboxMode::Require && !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|w| w.name.as_str()).collect();
+            let details: Vec<String> = missing
+                .iter()
+                .map(|w| format!("{}: {}", w.name, w.detail))
+                .collect();
             return Err(StartError::Refused {
-                wall: w.name.clone(),
+                wall: names.join(", "),
                 message: format!(
-                    "HOST_SANDBOX=require and this wall cannot be installed inside the container: {}",
-                    w.detail
+                    "HOST_SANDBOX=require and {} cannot be installed inside the container: {}",
+                    if missing.len() == 1 {
+                        "this wall"
+                    } else {
+                        "these walls"
+                    },
+                    details.join("; ")
                 ),
             });
         }
@@ -544,6 +591,26 @@ fn sentry_notes(walls: &mut [WallStatus], oci: &crate::backend::ContainerRuntime
 }
 
 impl Inner {
+    /// The cgroup limits the engine dropped (a rootless engine on cgroup v1), as a
+    /// missing wall beside what still bounds the worker; `None` when they are held.
+    fn limits_wall(&self) -> Option<WallStatus> {
+        let product::LimitsHeld::Dropped(why) = &self.limits else {
+            return None;
+        };
+        Some(WallStatus {
+            name: LIMITS_WALL.into(),
+            enforced: false,
+            detail: format!(
+                "{why}; the worker's RLIMIT_AS still caps each process's memory, the seccomp filter refuses new processes{}",
+                if self.engine.userns_mode().is_some() {
+                    " and RLIMIT_NPROC, counted in the container's own user namespace, caps its threads"
+                } else {
+                    ""
+                }
+            ),
+        })
+    }
+
     fn quota_wall(&self) -> WallStatus {
         match &self.quota {
             Quota::Tmpfs { bytes } => WallStatus {
@@ -565,6 +632,10 @@ impl Inner {
         }
     }
 }
+
+/// The wall of the container's memory and pids cgroup limits, named where the engine
+/// dropped them.
+const LIMITS_WALL: &str = "cgroup_limits";
 
 /// The empty read-only file of the instance that covers each file a grant hides.
 const EMPTY_FILE: &str = "hidden-empty";
@@ -816,7 +887,8 @@ impl Backend for DockerBackend {
 
     fn enforcement(&self) -> Enforcement {
         let inner = &self.inner;
-        let mut gaps: Vec<Capability> = inner.users.gap().into_iter().collect();
+        let mut gaps: Vec<Capability> =
+            inner.users.gap(inner.engine.rootless).into_iter().collect();
         if let Quota::Unavailable(why) = &inner.quota {
             gaps.push(Capability {
                 mechanism: "disk_quota".into(),
@@ -826,6 +898,14 @@ impl Backend for DockerBackend {
                 ),
             });
         }
+        if let Some(wall) = inner.limits_wall() {
+            gaps.push(Capability {
+                mechanism: wall.name,
+                enforced: false,
+                reason: wall.detail,
+            });
+        }
+        let held = inner.limits == product::LimitsHeld::Held;
         Enforcement {
             kind: BackendKind::Docker,
             python: inner.runtime.executable.display().to_string(),
@@ -836,8 +916,13 @@ impl Backend for DockerBackend {
                 Launcher::Bound(path) => vec![path.clone()],
                 Launcher::Image { .. } => Vec::new(),
             },
-            processes_limit: Some(inner.settings.pids_limit),
-            processes_counted_by: "the container's pids cgroup (SANDBOX_PIDS_LIMIT)".into(),
+            processes_limit: (held || inner.engine.userns_mode().is_some())
+                .then_some(inner.settings.pids_limit),
+            processes_counted_by: match (held, inner.engine.userns_mode().is_some()) {
+                (true, _) => "the container's pids cgroup (SANDBOX_PIDS_LIMIT)".into(),
+                (false, true) => "RLIMIT_NPROC in the container's own user namespace (the engine dropped the pids cgroup limit)".into(),
+                (false, false) => "nothing: the engine dropped the pids cgroup limit; the seccomp filter refuses new processes".into(),
+            },
             grant_walls: crate::grants::GrantWalls::Container,
             launcher: Some(inner.launcher.describe()),
             container_runtime: self.container_runtime(),

@@ -10,6 +10,7 @@ use bollard::query_parameters::AttachContainerOptions;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use super::product::{self, LimitsHeld};
 use super::quota::{self, Quota};
 use super::{Inner, config, container, engine, make_home, running_as_root};
 use crate::worker::python::PythonRuntime;
@@ -39,13 +40,23 @@ pub struct WorkspaceSeen {
     pub marker: Option<String>,
 }
 
+/// What the start-up query found.
+pub(super) struct Found {
+    pub runtime: PythonRuntime,
+    pub quota: Quota,
+    /// The kernel release the code sees.
+    pub kernel: String,
+    /// The memory and pids limits as the engine holds them for a container it made.
+    pub limits: LimitsHeld,
+}
+
 /// The image's interpreter, and how workspaces can be capped: the query's own workspace
 /// holds a marker (a nonce), and the engine must show it to the container, or the
 /// workspaces this server binds would not be what its containers see (a remote engine,
 /// or a directory Docker Desktop does not share): then the backend is unavailable. As
 /// root on Linux the workspace is also a tmpfs of `SANDBOX_DISK_LIMIT`, and the quota
 /// stands only if the container saw exactly that.
-pub(super) async fn query_image(inner: &Inner) -> Result<(PythonRuntime, Quota, String), String> {
+pub(super) async fn query_image(inner: &Inner) -> Result<Found, String> {
     let user = inner
         .users
         .allocate()
@@ -61,7 +72,7 @@ async fn query_in(
     inner: &Inner,
     home: &std::path::Path,
     user: (u32, u32),
-) -> Result<(PythonRuntime, Quota, String), String> {
+) -> Result<Found, String> {
     let dir = make_home(home, user, None).map_err(|e| format!("{}: {e}", home.display()))?;
     let bytes = inner.settings.disk_limit_bytes;
     let nonce: String = crate::hex(&crate::random_bytes::<12>());
@@ -98,7 +109,7 @@ async fn query_in(
         let _ = quota::unmount(&dir);
     }
     let _ = std::fs::remove_dir_all(home);
-    let (stdout, stderr) = result?;
+    let (stdout, stderr, held) = result?;
     let answer = serde_json::from_slice::<Answer>(stdout.trim_ascii()).map_err(|e| {
         format!(
             "the image {} has no usable python3 or launcher ({e}): {}",
@@ -118,7 +129,21 @@ async fn query_in(
         Ok(q) => q,
         Err(why) => Quota::Unavailable(why),
     };
-    Ok((answer.runtime, quota, answer.kernel))
+    let asked = (
+        cfg_limit(inner.settings.mem_limit_bytes),
+        cfg_limit(inner.settings.pids_limit),
+    );
+    Ok(Found {
+        runtime: answer.runtime,
+        quota,
+        kernel: answer.kernel,
+        limits: product::limits_held(&inner.engine, asked, held),
+    })
+}
+
+/// A limit as the engine's API states it.
+fn cfg_limit(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
 }
 
 /// The container saw the marker this server wrote in the directory it bound: the
@@ -128,15 +153,19 @@ fn shared(nonce: &str, seen: &WorkspaceSeen, dir: &std::path::Path) -> Result<()
         return Ok(());
     }
     Err(format!(
-        "the engine does not show its containers this machine's directories (a container bound {} and did not find the file the server wrote there): a remote DOCKER_HOST cannot bind this machine's workspaces, and Docker Desktop must share that directory (Settings > Resources > File sharing)",
+        "the engine does not show its containers this machine's directories (a container bound {} and did not find the file the server wrote there): a remote DOCKER_HOST cannot bind this machine's workspaces, Docker Desktop must share that directory (Settings > Resources > File sharing), and a rootless Docker maps a container's uid into the user's subordinate range, where the server's own mode-0700 workspaces are out of reach (rootless Podman is supported: its containers keep the user's uid)",
         dir.display()
     ))
 }
 
+/// The query container's output, and the memory and pids limits the engine holds for it
+/// (as its inspection reports them).
+type Output = (Vec<u8>, Vec<u8>, (Option<i64>, Option<i64>));
+
 async fn run_to_end(
     inner: &Inner,
     cfg: bollard::models::ContainerCreateBody,
-) -> Result<(Vec<u8>, Vec<u8>), String> {
+) -> Result<Output, String> {
     config::validate_container_config(&cfg, &engine::is_socket).map_err(|e| e.to_string())?;
     let name = container::container_name(&inner.owner.instance, "query");
     let docker = &inner.docker;
@@ -152,6 +181,13 @@ async fn run_to_end(
         .map_err(|e| format!("cannot create a container from the image: {e}"))?
         .id;
     let out = async {
+        let held = docker
+            .inspect_container(&id, None)
+            .await
+            .map_err(|e| format!("cannot inspect the query container: {e}"))?
+            .host_config
+            .map(|hc| (hc.memory, hc.pids_limit))
+            .unwrap_or_default();
         let mut attached = docker
             .attach_container(
                 &id,
@@ -176,7 +212,7 @@ async fn run_to_end(
                 _ => {}
             }
         }
-        Ok((stdout, stderr))
+        Ok((stdout, stderr, held))
     };
     let result = tokio::time::timeout(Duration::from_secs(30), out)
         .await

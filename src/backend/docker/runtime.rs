@@ -20,7 +20,8 @@ pub struct Known {
 const GVISOR: &[&str] = &["runsc"];
 
 /// The runtime `configured` names (else the engine's default), checked against what
-/// the engine knows. Pure. The kernel is filled in later, by the image query.
+/// the engine knows. Pure. The kernel is filled in later, by the image query, and the
+/// engine by [`super::product`].
 ///
 /// # Errors
 /// A runtime the engine does not know, with the way to register it.
@@ -46,6 +47,9 @@ pub fn pick(configured: Option<&str>, known: &Known) -> Result<ContainerRuntime,
         resolved: name,
         user_space_kernel: GVISOR.contains(&program),
         kernel: String::new(),
+        engine: String::new(),
+        engine_version: String::new(),
+        rootless: false,
     })
 }
 

@@ -112,8 +112,10 @@ impl Users {
         }
     }
 
-    /// Why sessions do not each have a uid of their own, for selftest and the settings.
-    pub fn gap(&self) -> Option<Capability> {
+    /// Why sessions do not each have a uid of their own, for selftest and the settings;
+    /// `rootless_engine`: the engine runs as the server's user (rootless Podman), which
+    /// gives the server no power over the machine.
+    pub fn gap(&self, rootless_engine: bool) -> Option<Capability> {
         let Users::Fixed {
             ids: (uid, gid),
             why,
@@ -124,6 +126,9 @@ impl Users {
         let reason = match why {
             Fixed::Pinned => format!(
                 "SANDBOX_USER={uid}:{gid} pins every container to that identity: every session's workspace is owned by uid {uid}, so any host process running as uid {uid} can reach them all (through the containers' processes, /proc/PID/root) and signal those processes, and sessions share that uid's per-user limits (leave SANDBOX_USER at auto for a uid per session under a root server)"
+            ),
+            Fixed::ServerOwn if rootless_engine => format!(
+                "the server is not root, so its containers run as its own uid and gid ({uid}:{gid}), kept inside by the rootless engine's user namespace (keep-id), and every workspace is its own mode-0700 directory: other users cannot reach them, and sessions share that uid's per-user limits outside the containers"
             ),
             Fixed::ServerOwn => format!(
                 "the server is not root, so its containers run as its own uid and gid ({uid}:{gid}) and every workspace is its own mode-0700 directory: other users cannot reach them, and the server's user, who reaches the engine through the docker group, is root on this machine through it anyway"
@@ -163,17 +168,26 @@ mod tests {
         assert_eq!(decide(facts(None, false, None)), Some(Fixed::NoHostUids));
 
         let users = Users::new(facts(None, true, Some((0, 0))));
-        assert!(users.per_session() && users.gap().is_none());
+        assert!(users.per_session() && users.gap(false).is_none());
         let (a, b) = (users.allocate().unwrap(), users.allocate().unwrap());
         assert_ne!(a, b, "two sessions, two uids");
         assert!(a.0 >= 1_000_000_000 && a.0 == a.1, "{a:?}");
 
         let own = Users::new(facts(None, false, me));
         assert_eq!(own.allocate().unwrap(), (1000, 1000));
-        assert!(own.gap().unwrap().reason.contains("not root"));
+        let gap = own.gap(false).unwrap().reason;
+        assert!(
+            gap.contains("not root") && gap.contains("docker group"),
+            "{gap}"
+        );
+        let rootless = own.gap(true).unwrap().reason;
+        assert!(
+            rootless.contains("keep-id") && !rootless.contains("docker group"),
+            "{rootless}"
+        );
         let pinned = Users::new(facts(Some((5000, 5001)), true, Some((0, 0))));
         assert_eq!(pinned.allocate().unwrap(), (5000, 5001));
-        let gap = pinned.gap().unwrap();
+        let gap = pinned.gap(false).unwrap();
         assert!(!gap.enforced && gap.reason.contains("any host process running as uid 5000"));
     }
 }

@@ -446,7 +446,7 @@ fn confine_and_exec(
 fn apply_rlimits(policy: &WorkerPolicy, in_world: bool, walls: &mut Walls) -> Result<(), Refusal> {
     let tasks = rlimits::task_count(
         policy.run_as.is_some(),
-        in_world,
+        in_world || policy.own_user_namespace,
         &rlimits::kernel_release(),
     );
     let mut limits =
