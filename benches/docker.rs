@@ -2,8 +2,10 @@
 //! client (rmcp over stdio) against the release binary: warm `print(1+1)` and the first
 //! call of a new session (for Docker, with the warm pool: the session takes over a
 //! container started ahead; and, for scale, without the pool), and a warm computing call;
-//! then the same under gVisor (`SANDBOX_DOCKER_RUNTIME=runsc`) as ratios to runc. Needs a Docker engine and the image of
-//! `tools/build-image.sh` (`WARDEN_BENCH_IMAGE`, default `warden-sandbox:latest`).
+//! then the same under gVisor (`SANDBOX_DOCKER_RUNTIME=runsc`) as ratios to runc, and on
+//! rootless Podman (the server run as the login user `WARDEN_TEST_USER`, its engine that
+//! user's `podman system service`) as ratios to Docker. Needs a Docker engine and the
+//! image of `tools/build-image.sh` (`WARDEN_BENCH_IMAGE`, default `warden-sandbox:latest`).
 //! Run with `cargo bench --bench docker`; prints p50/p95 in milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -113,6 +115,7 @@ async fn main() {
     let runc_cold = measure(&cold, Duration::ZERO, n(10, 3)).await;
     rows("docker (no pool)", &runc_cold, None);
     cold.stop().await;
+    podman(&image, &runc, &runc_cold).await;
     // gVisor beside runc (the baseline): needs runsc registered with the engine.
     let gvisor = Client::warden(&docker_with("2", "runsc")).await;
     if gvisor.call("probe", "1").await["container_runtime"]["resolved"] != "runsc" {
@@ -133,4 +136,52 @@ async fn main() {
         Some(&runc_cold),
     );
     cold.stop().await;
+}
+
+/// Rootless Podman beside Docker (the baseline): the server runs as the login user and
+/// reaches that user's Podman service, as `.ci/podman-user` sets it up.
+async fn podman(image: &str, docker: &Figures, docker_cold: &Figures) {
+    let Some(user) = std::env::var("WARDEN_TEST_USER").ok() else {
+        println!("podman: skipped, no login user (WARDEN_TEST_USER)");
+        return;
+    };
+    let uid = std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.split(':').next() == Some(user.as_str()))
+        .and_then(|l| l.split(':').nth(2).map(str::to_string))
+        .unwrap_or_default();
+    let host = std::env::var("WARDEN_TEST_PODMAN_HOST")
+        .unwrap_or_else(|_| format!("unix:///run/user/{uid}/podman/podman.sock"));
+    let env = |pool: &'static str| {
+        vec![
+            ("EXECUTION_BACKEND", "docker"),
+            ("SANDBOX_IMAGE", image),
+            ("SANDBOX_POOL_SIZE", pool),
+            ("DOCKER_HOST", host.as_str()),
+        ]
+    };
+    let Some(warm) = Client::warden_as_user(&user, &env("2")).await else {
+        println!("podman: skipped, {user} is not an account here");
+        return;
+    };
+    if warm.call("probe", "1").await["container_runtime"]["engine"] != "podman" {
+        println!("podman: skipped, no Podman service with the image at {host}");
+        warm.stop().await;
+        return;
+    }
+    rows(
+        "podman rootless (pool of 2)",
+        &measure(&warm, REFILL, n(20, 5)).await,
+        Some(docker),
+    );
+    warm.stop().await;
+    if let Some(cold) = Client::warden_as_user(&user, &env("0")).await {
+        rows(
+            "podman rootless (no pool)",
+            &measure(&cold, Duration::ZERO, n(10, 3)).await,
+            Some(docker_cold),
+        );
+        cold.stop().await;
+    }
 }

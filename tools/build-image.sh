@@ -13,10 +13,15 @@
 # /opt/warden/warden, labelled with its launcher protocol and version: the launcher the
 # Docker backend uses when it cannot bind its own binary (a server on macOS or Windows,
 # a remote DOCKER_HOST, or SANDBOX_LAUNCHER=image). It must run on this machine.
+# --podman-user USER copies the image into USER's rootless Podman storage (offline:
+# docker save, podman load as that user), unless it holds that image already, and makes
+# one container of it in the user namespace the backend asks for (keep-id), which Podman
+# prepares once per image.
 #
 #   tools/build-image.sh [--tag warden-sandbox:latest] [--packages "python3-numpy ..."]
 #                        [--requirements FILE --wheels DIR] [--launcher FILE]
 #                        [--from IMAGE] [--suite bookworm] [--mirror URL] [--force]
+#                        [--podman-user USER]
 set -euo pipefail
 umask 022
 
@@ -29,6 +34,7 @@ mirror="${WARDEN_DEBIAN_MIRROR:-}"
 force=0
 from=""
 launcher=""
+podman_user=""
 cache="${WARDEN_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warden-image}"
 
 die() { echo "build-image: $*" >&2; exit 1; }
@@ -43,11 +49,41 @@ while [ $# -gt 0 ]; do
     --force) force=1; shift ;;
     --from) from="$2"; shift 2 ;;
     --launcher) launcher="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --podman-user) podman_user="$2"; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
 command -v docker >/dev/null || die "the docker CLI is missing (apt-get install docker.io)"
+if [ -n "$podman_user" ]; then
+  command -v podman >/dev/null || die "--podman-user: podman is missing (apt-get install podman uidmap)"
+  getent passwd "$podman_user" >/dev/null || die "--podman-user: no user $podman_user"
+fi
+
+# Runs "$@" as the Podman user, in its home, with its runtime directory.
+as_podman_user() {
+  local uid home
+  uid="$(id -u "$podman_user")"
+  home="$(getent passwd "$podman_user" | cut -d: -f6)"
+  (cd "$home" && setpriv --reuid="$podman_user" --regid="$podman_user" --init-groups \
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$home" USER="$podman_user" \
+    LOGNAME="$podman_user" XDG_RUNTIME_DIR="/run/user/$uid" "$@")
+}
+
+# The image built (or found up to date): copied to the Podman user when asked; done.
+finish() {
+  if [ -n "$podman_user" ]; then
+    local want have
+    want="$(docker image inspect -f '{{ .Id }}' "$tag" | sed 's/^sha256://')"
+    have="$(as_podman_user podman image inspect -f '{{ .Id }}' "$tag" 2>/dev/null || true)"
+    if [ "$want" != "$have" ]; then
+      docker save "$tag" | as_podman_user podman load -q >/dev/null
+      as_podman_user podman run --rm --userns=keep-id --network none "$tag" true
+      echo "build-image: $tag copied into $podman_user's rootless Podman"
+    fi
+  fi
+  exit 0
+}
 if [ -z "$from" ]; then
   [ "$(id -u)" = 0 ] || die "debootstrap needs root; run this as root"
   command -v debootstrap >/dev/null || die "debootstrap is missing (apt-get install debootstrap)"
@@ -109,7 +145,7 @@ key="$( {
 } | sha256sum | cut -c1-32)"
 if [ "$force" = 0 ] && [ "$(docker image inspect -f '{{ index .Config.Labels "dev.warden.image-key" }}' "$tag" 2>/dev/null)" = "$key" ]; then
   echo "build-image: $tag is up to date ($key)"
-  exit 0
+  finish
 fi
 
 work="$(mktemp -d /var/tmp/warden-image.XXXXXX)"
@@ -134,7 +170,7 @@ if [ -n "$from" ]; then
   docker commit --change "LABEL dev.warden.image-key=$key" "${launcher_labels[@]}" \
     "$container" "$tag" >/dev/null
   echo "build-image: built $tag ($key) on $from: Python $pyver${requirements:+, wheels from $wheels}${launcher:+, launcher protocol $launcher_protocol ($launcher_version)}"
-  exit 0
+  finish
 fi
 root="$work/root"
 mkdir -p "$cache/debs"
@@ -181,3 +217,4 @@ tar --numeric-owner -C "$root" -c . | docker import \
   "${launcher_labels[@]}" \
   - "$tag" >/dev/null
 echo "build-image: built $tag ($key): Debian $suite, Python $pyver at $python_bin"
+finish

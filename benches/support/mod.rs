@@ -118,6 +118,8 @@ pub struct Client {
     pub service: RunningService<RoleClient, ()>,
     pub pid: u32,
     _data: Option<tempfile::TempDir>,
+    /// A copy of the binary another user can reach, kept while the server runs.
+    _bin: Option<tempfile::TempDir>,
 }
 
 impl Client {
@@ -150,6 +152,50 @@ impl Client {
         Client::connect(cmd.into(), owned).await
     }
 
+    /// The release warden binary run as the login user `user` (uid, gid and home from
+    /// the account database), `serve` over stdio, with a data directory of that user's
+    /// and a copy of the binary it can reach; `None` when there is no such user.
+    pub async fn warden_as_user(user: &str, env: &[(&str, &str)]) -> Option<Client> {
+        let entry = std::fs::read_to_string("/etc/passwd")
+            .ok()?
+            .lines()
+            .find(|l| l.split(':').next() == Some(user))?
+            .to_string();
+        let fields: Vec<&str> = entry.split(':').collect();
+        let (uid, gid): (u32, u32) = (fields[2].parse().ok()?, fields[3].parse().ok()?);
+        let data = tempfile::Builder::new()
+            .prefix("warden-bench-user-")
+            .tempdir()
+            .unwrap();
+        std::os::unix::fs::chown(data.path(), Some(uid), Some(gid)).unwrap();
+        warden::os::set_mode(data.path(), 0o700).unwrap();
+        let bin_dir = tempfile::Builder::new()
+            .prefix("warden-bench-bin-")
+            .tempdir()
+            .unwrap();
+        warden::os::set_mode(bin_dir.path(), 0o755).unwrap();
+        let bin = bin_dir.path().join("warden");
+        std::fs::copy(warden_bin(), &bin).unwrap();
+        let mut cmd = tokio::process::Command::new("setpriv");
+        cmd.args([
+            format!("--reuid={uid}"),
+            format!("--regid={gid}"),
+            "--clear-groups".into(),
+            "--".into(),
+        ])
+        .arg(&bin)
+        .arg("serve")
+        .env("HOME", fields[5])
+        .env("USER", user)
+        .env("SANDBOX_DATA_DIR", data.path())
+        .env("SANDBOX_PYTHON", PYTHON)
+        .env("WARDEN_LOG", "error")
+        .envs(env.iter().copied());
+        let mut client = Client::connect(cmd, Some(data)).await;
+        client._bin = Some(bin_dir);
+        Some(client)
+    }
+
     /// The unsandboxed `python3 -c` baseline server, working in `cwd`.
     pub async fn baseline(cwd: &Path) -> Client {
         let mut cmd = tokio::process::Command::new(std::env::current_exe().unwrap());
@@ -166,6 +212,7 @@ impl Client {
             service,
             pid,
             _data: data,
+            _bin: None,
         }
     }
 

@@ -189,7 +189,7 @@ pub async fn red_team_through(who: As, extra: &[(&str, &str)]) {
         }
     }
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let server = Server::start_as(who, Net::Isolated, &pairs).await;
+    let server = start_reaching(who, Net::Isolated, &pairs, engine_of(extra).is_none()).await;
     let mut breaches = Vec::new();
     for (i, case) in cases().iter().enumerate() {
         let before = pwned_in_tmp();
@@ -219,12 +219,41 @@ pub async fn red_team_through(who: As, extra: &[(&str, &str)]) {
     assert!(breaches.is_empty(), "BREACHES:\n{}", breaches.join("\n"));
 }
 
+/// A server running as `who` that reaches its engine: a login user reaches the local
+/// engine as a member of the `docker` group (as a desktop user does), and an engine of
+/// its own (`DOCKER_HOST`, such as its rootless Podman) as itself.
+/// `local`: the engine is the machine's own (no `DOCKER_HOST` of the test's).
+async fn start_reaching(who: As, net: Net, env: &[(&str, &str)], local: bool) -> Server {
+    match (who, docker_gid()) {
+        (As::User, Some(gid)) if local => {
+            let data = super::data_dir_for(who);
+            let cmd = super::server_command_as(who, net, env, &[], data.path());
+            Server::from_command(with_docker_group(&cmd, gid), data, who).await
+        }
+        _ => Server::start_as(who, net, env).await,
+    }
+}
+
 /// The engine `extra` names (`DOCKER_HOST`), if any.
 fn engine_of<'a>(extra: &[(&str, &'a str)]) -> Option<&'a str> {
     extra
         .iter()
         .find(|(k, _)| *k == "DOCKER_HOST")
         .map(|(_, v)| *v)
+}
+
+/// The same with the server running as a login user in the `docker` group, whose own
+/// files are canaries too.
+#[tokio::test]
+async fn every_red_team_case_is_stopped_by_the_container_of_a_login_users_server() {
+    if !docker_ready() || super::login_user().is_none() {
+        return;
+    }
+    if docker_gid().is_none() {
+        eprintln!("not applicable: no docker group, so no login user reaches the engine");
+        return;
+    }
+    red_team_through(As::User, &[]).await;
 }
 
 #[tokio::test]
@@ -242,7 +271,7 @@ pub async fn benign_through(who: As, extra: &[(&str, &str)]) {
     settings.extend_from_slice(extra);
     let env = docker_env(&settings);
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let server = Server::start_as(who, Net::Host, &pairs).await;
+    let server = start_reaching(who, Net::Host, &pairs, engine_of(extra).is_none()).await;
     let mut files: Vec<_> = std::fs::read_dir(corpus("benign"))
         .unwrap()
         .flatten()
@@ -1480,6 +1509,16 @@ async fn a_pinned_sandbox_user_runs_every_container_and_says_the_workspaces_are_
     server.stop().await;
 }
 
+/// The `docker` group's gid, when this machine has that group.
+pub fn docker_gid() -> Option<u32> {
+    std::fs::read_to_string("/etc/group")
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("docker:"))
+        .and_then(|l| l.split(':').nth(2))
+        .and_then(|g| g.parse::<u32>().ok())
+}
+
 /// `command` (a login user's server, made with `--clear-groups`) with the `docker` group
 /// instead: the user as a member of that group, as a desktop user reaches the engine.
 fn with_docker_group(command: &tokio::process::Command, gid: u32) -> tokio::process::Command {
@@ -1516,13 +1555,7 @@ async fn docker_workspaces_of_a_docker_group_users_server_are_its_own() {
     let Some(user) = super::login_user() else {
         return;
     };
-    let group = std::fs::read_to_string("/etc/group").unwrap();
-    let Some(gid) = group
-        .lines()
-        .find(|l| l.starts_with("docker:"))
-        .and_then(|l| l.split(':').nth(2))
-        .and_then(|g| g.parse::<u32>().ok())
-    else {
+    let Some(gid) = docker_gid() else {
         eprintln!(
             "not applicable: no docker group on this machine, so no login user reaches the engine"
         );

@@ -116,6 +116,20 @@ async fn every_red_team_case_is_stopped_under_gvisor() {
     red_team_through(As::Root, &[RUNSC]).await;
 }
 
+/// The same with the server running as a login user in the `docker` group, whose own
+/// files are canaries too.
+#[tokio::test]
+async fn every_red_team_case_is_stopped_under_gvisor_for_a_login_users_server() {
+    if !gvisor_ready() || super::login_user().is_none() {
+        return;
+    }
+    if super::docker::docker_gid().is_none() {
+        eprintln!("not applicable: no docker group, so no login user reaches the engine");
+        return;
+    }
+    red_team_through(As::User, &[RUNSC]).await;
+}
+
 #[tokio::test]
 async fn every_benign_snippet_passes_under_gvisor() {
     if !gvisor_ready() {
