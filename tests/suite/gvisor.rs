@@ -9,6 +9,8 @@
 //! These need `runsc` registered with the engine (`.ci/run` does it); without it they say
 //! so and pass, except under `WARDEN_REQUIRE_DOCKER=1`, where they fail.
 
+use serde_json::json;
+
 use super::docker::{
     benign_through, docker_env, docker_ready, red_team_through, selftest_all_blocked,
 };
@@ -60,6 +62,16 @@ try:
     os.execv("/bin/sh", ["sh", "-c", "echo shell"])
 except OSError as e:
     print("exec", e.errno)
+import ctypes, mmap
+try:
+    mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    print("rwx mapped")
+except OSError as e:
+    print("rwx", e.errno)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+page = libc.mmap(None, 4096, 3, 0x22, -1, 0)
+print("gain", libc.mprotect(ctypes.c_void_p(page), 4096, 5), ctypes.get_errno())
 "#;
 
 #[tokio::test]
@@ -86,7 +98,7 @@ async fn a_session_runs_under_gvisor_and_every_result_says_so() {
     // The image's account files are covered (no Landlock to hide them).
     assert_eq!(
         stdout(&r),
-        format!("{kernel}\n''\ndisk 28\nexec 1\n"),
+        format!("{kernel}\n''\ndisk 28\nexec 1\nrwx 1\ngain -1 1\n"),
         "{r}"
     );
     let warnings = r["warnings"].to_string();
@@ -105,6 +117,18 @@ async fn a_session_runs_under_gvisor_and_every_result_says_so() {
     assert_eq!(doc["resolved"]["container_runtime"], *runtime, "{doc:#}");
     let st = selftest_all_blocked(&server).await;
     assert_eq!(st["container_runtime"], *runtime);
+    // W^X stands in the Sentry through the seccomp seal, so its probe is required.
+    let rwx = st["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "mem.rwx")
+        .unwrap();
+    assert_eq!(
+        (&rwx["status"], &rwx["required"]),
+        (&json!("blocked"), &json!(true)),
+        "{rwx}"
+    );
     server.stop().await;
 }
 

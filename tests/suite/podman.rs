@@ -350,3 +350,40 @@ async fn a_podman_service_killed_mid_call_ends_the_call_and_the_next_runs_when_i
     );
     service.kill();
 }
+
+/// A login user's server killed with SIGKILL leaves its containers on the user's Podman;
+/// the next server of that user reaps them by their labels.
+#[tokio::test]
+async fn containers_of_a_killed_server_are_reaped_from_podman_by_the_next_one() {
+    let Some((_, host)) = podman_ready() else {
+        return;
+    };
+    let first = start(&host, &[("SANDBOX_POOL_SIZE", "1")]).await;
+    first.run("s", "print(1)").await;
+    assert!(eventually(30, || containers_on(&host, first.pid).len() == 2).await);
+    let dead = first.pid;
+    // SIGKILL: no shutdown, nothing cleaned up by the server itself.
+    unsafe { libc::kill(dead as i32, libc::SIGKILL) };
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{dead}/stat"))
+            .map(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+            .unwrap_or(true)
+    };
+    assert!(eventually(5, gone).await);
+    assert!(
+        !containers_on(&host, dead).is_empty(),
+        "nothing left to reap"
+    );
+    let second = start(&host, &[]).await;
+    let r = second.run("s", "print(2)").await;
+    assert_eq!(r["backend"], "docker", "{r}");
+    assert!(
+        containers_on(&host, dead).is_empty(),
+        "the dead server's containers were not reaped: {:?}",
+        containers_on(&host, dead)
+    );
+    let pid = second.pid;
+    second.stop().await;
+    assert!(eventually(10, || containers_on(&host, pid).is_empty()).await);
+    drop(first);
+}

@@ -580,7 +580,9 @@ fn sentry_notes(walls: &mut [WallStatus], oci: &crate::backend::ContainerRuntime
             "landlock" => "gVisor's Sentry does not implement Landlock; the exec seal and the \
                  container's mounts stand in for its execute and path rules"
                 .into(),
-            "w_xor_x" => "gVisor's Sentry has no PR_SET_MDWE".into(),
+            "w_xor_x" => "gVisor's Sentry has no PR_SET_MDWE; the Sentry runs the seccomp \
+                 filter that stands in for it"
+                .into(),
             "seccomp" => "these filters run in the Sentry, which serves the code's system \
                  calls itself; the host's kernel sees only the Sentry's, under runsc's own filter"
                 .into(),

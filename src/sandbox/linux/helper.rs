@@ -414,8 +414,8 @@ fn confine_and_exec(
                  if it cannot)",
             );
         }
-        forbid_writable_executable_memory(&mut walls)?;
-        install_seccomp(network, &mut walls)?;
+        let wx_seal = !forbid_writable_executable_memory(&mut walls)?;
+        install_seccomp(network, wx_seal, &mut walls)?;
         verify_no_new_privs(&mut walls)?;
         self_check(network, &walls, in_world)?;
     }
@@ -559,7 +559,8 @@ fn close_inherited_fds() -> Result<(), Refusal> {
     Ok(())
 }
 
-fn install_seccomp(network: NetworkMode, walls: &mut Walls) -> Result<(), Refusal> {
+/// The seccomp filters; `wx_seal`: they also stand in for a missing `PR_SET_MDWE`.
+fn install_seccomp(network: NetworkMode, wx_seal: bool, walls: &mut Walls) -> Result<(), Refusal> {
     if seccomp::Arch::native().is_none() {
         return walls.missing(
             "seccomp",
@@ -573,8 +574,13 @@ fn install_seccomp(network: NetworkMode, walls: &mut Walls) -> Result<(), Refusa
         network,
         // SAFETY: getpid cannot fail.
         self_pid: unsafe { libc::getpid() },
+        wx_seal,
     };
-    match seccomp::install_filters_on_current_thread(plan) {
+    let installed = seccomp::install_filters_on_current_thread(plan);
+    if wx_seal {
+        walls.list.push(wx_seal_wall(installed.is_ok()));
+    }
+    match installed {
         Ok(n) => {
             walls.enforced(
                 "seccomp",
@@ -601,11 +607,32 @@ fn install_seccomp(network: NetworkMode, walls: &mut Walls) -> Result<(), Refusa
     }
 }
 
+/// The W^X wall where the kernel has no `PR_SET_MDWE`: held by the seccomp filter when it
+/// stands. Missing W^X is not a refusal under `require` (the memfd and exec walls do not
+/// depend on it).
+fn wx_seal_wall(sealed: bool) -> WallStatus {
+    WallStatus {
+        name: "w_xor_x".to_string(),
+        enforced: sealed,
+        detail: if sealed {
+            "the kernel has no PR_SET_MDWE; the seccomp filter stands in for it: no mapping \
+             is made writable and executable, and none is made executable later (mprotect, \
+             pkey_mprotect)"
+                .to_string()
+        } else {
+            "this kernel has no PR_SET_MDWE (Linux 6.3+) and no seccomp filter stands in for \
+             it: native code could be written into memory and run; it still runs confined by \
+             every other wall"
+                .to_string()
+        },
+    }
+}
+
 /// W^X (Linux 6.3+): no mapping may become writable and executable, nor gain execute
 /// later, so code cannot write machine code into memory and run it. Inherited across
-/// execve. A kernel without it leaves the wall unenforced and says so; it is not a
-/// refusal under `require` (the memfd and exec walls do not depend on it).
-fn forbid_writable_executable_memory(walls: &mut Walls) -> Result<(), Refusal> {
+/// execve. `false` when the kernel has no such flag (EINVAL, as under gVisor's Sentry):
+/// the seccomp filter then stands in for it, and [`install_seccomp`] reports the wall.
+fn forbid_writable_executable_memory(walls: &mut Walls) -> Result<bool, Refusal> {
     // SAFETY: plain prctl with integer arguments.
     let rc = unsafe {
         libc::prctl(
@@ -621,15 +648,10 @@ fn forbid_writable_executable_memory(walls: &mut Walls) -> Result<(), Refusal> {
             "w_xor_x",
             "PR_SET_MDWE: no memory is ever writable and executable",
         );
-        return Ok(());
+        return Ok(true);
     }
     if errno() == libc::EINVAL {
-        walls.list.push(WallStatus {
-            name: "w_xor_x".to_string(),
-            enforced: false,
-            detail: "this kernel has no PR_SET_MDWE (Linux 6.3+): native code could be written into memory and run; it still runs confined by every other wall".to_string(),
-        });
-        return Ok(());
+        return Ok(false);
     }
     Err(refuse("w_xor_x", os_error("PR_SET_MDWE")))
 }

@@ -45,6 +45,10 @@ pub struct SeccompPlan {
     /// The helper's pid, which stays the worker's pid across execve: the only process the
     /// worker may signal.
     pub self_pid: i32,
+    /// The kernel beneath has no `PR_SET_MDWE` (gVisor's Sentry, Linux before 6.3): the
+    /// filter stands in for it, refusing a mapping both writable and executable and any
+    /// mapping made executable after it was made.
+    pub wx_seal: bool,
 }
 
 // Linux UAPI values the conditions compare with. They are the same on x86_64 and
@@ -79,6 +83,9 @@ const IOPRIO_WHO_PROCESS: u64 = 1;
 pub const MFD_NOEXEC_SEAL: u64 = 0x0008;
 pub const MFD_EXEC: u64 = 0x0010;
 const EPERM: u32 = 1;
+/// Memory protection bits (asm-generic/mman-common.h, the same on both architectures).
+const PROT_WRITE: u64 = 0x2;
+const PROT_EXEC: u64 = 0x4;
 
 fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
     Ok(SeccompCondition::new(
@@ -101,6 +108,9 @@ pub fn deny_policy(plan: SeccompPlan) -> Result<Rules, SeccompError> {
     network_rules(&plan, &mut rules)?;
     process_rules(&plan, &mut rules)?;
     file_and_memory_rules(&mut rules)?;
+    if plan.wx_seal {
+        wx_seal_rules(&mut rules)?;
+    }
     introspection_rules(&mut rules)?;
     namespace_and_ipc_rules(&mut rules)?;
     ownership_rules(&mut rules)?;
@@ -262,6 +272,23 @@ fn file_and_memory_rules(rules: &mut Rules) -> Result<(), SeccompError> {
             rule(vec![cond(1, Eq, F_SETOWN_EX)?])?,
         ],
     );
+    Ok(())
+}
+
+/// W^X where the kernel has no `PR_SET_MDWE`: no mapping is made writable and executable
+/// at once, and none gains execute later (`mprotect`, `pkey_mprotect`), so code written
+/// into memory can never run. Executable mappings of files (the interpreter and its
+/// libraries, as the loader maps them) are made executable at once and stay allowed.
+fn wx_seal_rules(rules: &mut Rules) -> Result<(), SeccompError> {
+    use SeccompCmpOp::MaskedEq;
+    let both = PROT_WRITE | PROT_EXEC;
+    rules.insert(Sys::Mmap, vec![rule(vec![cond(2, MaskedEq(both), both)?])?]);
+    for sys in [Sys::Mprotect, Sys::PkeyMprotect] {
+        rules.insert(
+            sys,
+            vec![rule(vec![cond(2, MaskedEq(PROT_EXEC), PROT_EXEC)?])?],
+        );
+    }
     Ok(())
 }
 

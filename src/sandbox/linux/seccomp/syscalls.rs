@@ -90,6 +90,10 @@ syscalls! {
     FanotifyMark = "fanotify_mark", x86_64: Some(301), aarch64: Some(263);
     // Descriptors.
     MemfdCreate = "memfd_create", x86_64: Some(319), aarch64: Some(279);
+    // Memory mappings (the W^X seal where the kernel has no PR_SET_MDWE).
+    Mmap = "mmap", x86_64: Some(9), aarch64: Some(222);
+    Mprotect = "mprotect", x86_64: Some(10), aarch64: Some(226);
+    PkeyMprotect = "pkey_mprotect", x86_64: Some(329), aarch64: Some(288);
     Fcntl = "fcntl", x86_64: Some(72), aarch64: Some(25);
     Ioctl = "ioctl", x86_64: Some(16), aarch64: Some(29);
     // Debugging, eBPF, perf.
@@ -260,6 +264,9 @@ const _: () = {
     same(Sys::FanotifyInit, libc::SYS_fanotify_init);
     same(Sys::FanotifyMark, libc::SYS_fanotify_mark);
     same(Sys::MemfdCreate, libc::SYS_memfd_create);
+    same(Sys::Mmap, libc::SYS_mmap);
+    same(Sys::Mprotect, libc::SYS_mprotect);
+    same(Sys::PkeyMprotect, libc::SYS_pkey_mprotect);
     same(Sys::Fcntl, libc::SYS_fcntl);
     same(Sys::Ioctl, libc::SYS_ioctl);
     same(Sys::Ptrace, libc::SYS_ptrace);
@@ -397,6 +404,9 @@ const _: () = {
     same(Sys::FanotifyInit, libc::SYS_fanotify_init);
     same(Sys::FanotifyMark, libc::SYS_fanotify_mark);
     same(Sys::MemfdCreate, libc::SYS_memfd_create);
+    same(Sys::Mmap, libc::SYS_mmap);
+    same(Sys::Mprotect, libc::SYS_mprotect);
+    same(Sys::PkeyMprotect, libc::SYS_pkey_mprotect);
     same(Sys::Fcntl, libc::SYS_fcntl);
     same(Sys::Ioctl, libc::SYS_ioctl);
     same(Sys::Ptrace, libc::SYS_ptrace);

@@ -16,6 +16,7 @@ fn plan(network: NetworkMode) -> SeccompPlan {
     SeccompPlan {
         network,
         self_pid: ME,
+        wx_seal: false,
     }
 }
 
@@ -110,6 +111,48 @@ fn watches_are_denied_and_memfds_must_be_sealed_against_exec() {
         assert_eq!(count(&policy, sys), Some(0), "{}", sys.name());
     }
     assert_eq!(count(&policy, Sys::MemfdCreate), Some(2));
+}
+
+#[test]
+fn the_wx_seal_refuses_writable_executable_maps_and_exec_gains_only_when_asked() {
+    const ALLOW: u32 = 0x7FFF_0000;
+    const DENIED: u32 = 0x0005_0000 | EPERM;
+    let (r, w, x) = (0x1u64, PROT_WRITE, PROT_EXEC);
+    for arch in BOTH {
+        let sealed = SeccompPlan {
+            wx_seal: true,
+            ..plan(NetworkMode::Deny)
+        };
+        let programs = build_programs(sealed, arch).unwrap();
+        let ask = |sys: Sys, prot: u64| {
+            let mut args = [0u64; 6];
+            args[2] = prot;
+            let data = SeccompData {
+                nr: sys.number(arch).unwrap() as i32,
+                arch: arch.audit_arch(),
+                args,
+            };
+            run_stack(&programs, &data).unwrap()
+        };
+        assert_eq!(ask(Sys::Mmap, r | w | x), DENIED, "{arch:?}");
+        assert_eq!(ask(Sys::Mmap, w | x), DENIED);
+        assert_eq!(
+            ask(Sys::Mmap, r | x),
+            ALLOW,
+            "the loader maps code like this"
+        );
+        assert_eq!(ask(Sys::Mmap, r | w), ALLOW);
+        for gain in [Sys::Mprotect, Sys::PkeyMprotect] {
+            assert_eq!(ask(gain, r | x), DENIED, "{}", gain.name());
+            assert_eq!(ask(gain, r), ALLOW, "RELRO makes pages read-only");
+            assert_eq!(ask(gain, r | w), ALLOW);
+        }
+        // Without the seal (PR_SET_MDWE stands), the filter leaves memory alone.
+        for (sys, prot) in [(Sys::Mmap, r | w | x), (Sys::Mprotect, r | x)] {
+            let nr = sys.number(arch).unwrap();
+            assert_eq!(answer(arch, NetworkMode::Deny, nr, &[0, 0, prot]), ALLOW);
+        }
+    }
 }
 
 #[test]
