@@ -138,8 +138,15 @@ async fn main() {
     cold.stop().await;
 }
 
+/// Rootless Podman exists only on Linux.
+#[cfg(not(unix))]
+async fn podman(_image: &str, _docker: &Figures, _docker_cold: &Figures) {
+    println!("podman: skipped, rootless Podman runs on Linux");
+}
+
 /// Rootless Podman beside Docker (the baseline): the server runs as the login user and
 /// reaches that user's Podman service, as `.ci/podman-user` sets it up.
+#[cfg(unix)]
 async fn podman(image: &str, docker: &Figures, docker_cold: &Figures) {
     let Some(user) = std::env::var("WARDEN_TEST_USER").ok() else {
         println!("podman: skipped, no login user (WARDEN_TEST_USER)");

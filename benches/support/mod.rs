@@ -155,6 +155,7 @@ impl Client {
     /// The release warden binary run as the login user `user` (uid, gid and home from
     /// the account database), `serve` over stdio, with a data directory of that user's
     /// and a copy of the binary it can reach; `None` when there is no such user.
+    #[cfg(unix)]
     pub async fn warden_as_user(user: &str, env: &[(&str, &str)]) -> Option<Client> {
         let entry = std::fs::read_to_string("/etc/passwd")
             .ok()?

@@ -154,6 +154,7 @@ async fn podman_rootless(_host: &str, _version: &str) -> Result<bool, String> {
 }
 
 /// `host.security.rootless` in an HTTP answer to `/libpod/info`. Pure.
+#[cfg(any(unix, test))]
 fn rootless_in(answer: &[u8]) -> Option<bool> {
     let start = answer.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
     let status = answer.split(|b| *b == b'\n').next()?;
