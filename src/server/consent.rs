@@ -271,7 +271,10 @@ impl WardenServer {
         }
         let asked = match self.may_elicit(ctx, &route, &self.sessions.pre_approval_hint()) {
             Ok(client_name) => self
-                .ask_person(ctx, path_question(&args, &session, &resolved))
+                .ask_person(
+                    ctx,
+                    path_question(&args, &session, &resolved, self.roots.containing(&path)),
+                )
                 .await
                 .map(|decision| (client_name, decision)),
             Err(message) => Err(message),
@@ -358,7 +361,13 @@ impl WardenServer {
 /// The question a path grant puts to the person. The model's words go last, on one
 /// quoted line of their own, control characters removed and capped, so they can neither
 /// run into warden's text nor fake a line of it. Pure.
-fn path_question(args: &GrantArgs, session: &str, resolved: &Resolved) -> String {
+/// `root`: the client's root the path is in, which the person is told.
+fn path_question(
+    args: &GrantArgs,
+    session: &str,
+    resolved: &Resolved,
+    root: Option<super::roots::RootDir>,
+) -> String {
     let (quoted, _) = crate::text::quoted_one_line(&args.reason, MAX_REASON_CHARS);
     let shown = crate::text::display_path(&resolved.path);
     let (what, verb) = match args.access {
@@ -370,9 +379,27 @@ fn path_question(args: &GrantArgs, session: &str, resolved: &Resolved) -> String
         crate::grants::PathKind::File => "file",
     };
     format!(
-        "warden: the AI agent asks for {what} access to the {noun}\n\n    {shown}\n\nfor the Python sandbox of session \"{session}\". Approve only if code written by the agent should be able to {verb} it.{} The session's interpreter restarts; its variables are cleared.\n\n---- the agent's stated reason: its own words, not warden's, shown as one quoted line ----\n{quoted}",
+        "warden: the AI agent asks for {what} access to the {noun}\n\n    {shown}\n\nfor the Python sandbox of session \"{session}\".{} Approve only if code written by the agent should be able to {verb} it.{} The session's interpreter restarts; its variables are cleared.\n\n---- the agent's stated reason: its own words, not warden's, shown as one quoted line ----\n{quoted}",
+        root_notice(&resolved.path, root),
         inside_notice(&resolved.inside),
     )
+}
+
+/// What the person is told when the path is one of the folders they have open in the
+/// client (its roots), which is no approval by itself. Pure.
+fn root_notice(path: &std::path::Path, root: Option<super::roots::RootDir>) -> String {
+    let Some(root) = root else {
+        return String::new();
+    };
+    let named = root.name.map(|n| format!(" (\"{n}\")")).unwrap_or_default();
+    if root.path == path {
+        format!(" It is one of the folders you have open in this client{named}.")
+    } else {
+        format!(
+            " It is inside {}{named}, one of the folders you have open in this client.",
+            crate::text::display_path(&root.path)
+        )
+    }
 }
 
 /// What a granted path's result says: whether the worker restarted, and what the grant

@@ -9,6 +9,7 @@ mod files;
 pub mod http;
 mod progress;
 mod prompts;
+mod roots;
 pub mod schema;
 
 use std::sync::{Arc, Mutex};
@@ -22,7 +23,7 @@ use rmcp::model::{
     ReadResourceResult, Resource, ResourceContents, ResourceTemplate, ServerCapabilities,
     ServerConfig,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler, prompt_handler, tool, tool_handler,
     tool_router,
@@ -192,6 +193,8 @@ pub struct WardenServer {
     scope: Option<Arc<http::ScopeGuard>>,
     /// Made for the stdio client that launched the server (see [`Self::on_stdio`]).
     stdio: bool,
+    /// This connection's client's roots: grant candidates (see [`roots`]).
+    roots: Arc<roots::ClientRoots>,
 }
 
 #[tool_router]
@@ -204,6 +207,7 @@ impl WardenServer {
             prompt_router: Self::prompt_router(),
             scope: None,
             stdio: false,
+            roots: Arc::default(),
         }
     }
 
@@ -221,6 +225,7 @@ impl WardenServer {
         WardenServer {
             scope: Some(Arc::new(http::ScopeGuard::new(self.sessions.clone()))),
             stdio: false,
+            roots: Arc::default(),
             ..self.clone()
         }
     }
@@ -233,6 +238,25 @@ impl WardenServer {
 
     fn transport(&self, ctx: &RequestContext<RoleServer>) -> http::Transport {
         http::transport_of(self.scope.as_deref(), ctx)
+    }
+
+    /// Reads the client's roots in the background when it declared them (an answer can
+    /// take as long as the client likes, and the handler must not wait for it); tells
+    /// the client the tools changed when the roots did, since `request_grant`'s
+    /// description names them. `asked`: the client said they changed.
+    fn read_roots(&self, peer: rmcp::service::Peer<RoleServer>, asked: bool) {
+        let offered = peer
+            .peer_info()
+            .is_some_and(|info| info.capabilities.roots.is_some());
+        if !offered && !asked {
+            return;
+        }
+        let roots = self.roots.clone();
+        tokio::spawn(async move {
+            if roots.refresh(&peer).await {
+                let _ = peer.notify_tool_list_changed().await;
+            }
+        });
     }
 
     /// Keeps a selftest report for the settings resource.
@@ -267,6 +291,7 @@ impl WardenServer {
                 "audit_log": self.sessions.audit().status(),
                 "guard_policy": self.sessions.guard_summary(),
             },
+            "client_roots": self.roots.snapshot(),
             "never_grantable": self.sessions.never_grantable(),
             "dropped_grants": self.sessions.dropped_grants(),
             "workers": self.sessions.workers_report(),
@@ -699,10 +724,41 @@ impl ServerHandler for WardenServer {
         self.negotiate_initialize(&request)
     }
 
+    /// A client that has roots is asked for them once it is ready.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.read_roots(context.peer, false);
+    }
+
+    /// The client's roots changed: read them again.
+    async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {
+        self.read_roots(context.peer, true);
+    }
+
+    /// The tools, with `request_grant`'s description naming the client's roots.
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, McpError> {
+        let extra = self.roots.for_description();
+        let mut tools = self.tool_router.list_all();
+        if !extra.is_empty()
+            && let Some(grant) = tools.iter_mut().find(|t| t.name == "request_grant")
+        {
+            let text = format!(
+                "{}{extra}",
+                grant.description.as_deref().unwrap_or_default()
+            );
+            grant.description = Some(text.into());
+        }
+        Ok(rmcp::model::ListToolsResult::with_all_items(tools))
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
+                .enable_tool_list_changed()
                 .enable_resources()
                 .enable_prompts()
                 .build(),

@@ -7,6 +7,7 @@
 mod hosts;
 mod packages;
 mod reach;
+mod roots;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -33,18 +34,42 @@ enum Answer {
 }
 
 /// A client that declares elicitation and answers every prompt the same way, keeping
-/// what it was asked.
+/// what it was asked; with `roots`, it also declares the folders it has open.
 #[derive(Clone)]
+#[allow(deprecated)]
 struct Person {
     answer: Arc<Mutex<Answer>>,
     asked: Arc<Mutex<Vec<String>>>,
+    /// The roots it offers (`None`: it does not declare roots).
+    roots: Arc<Mutex<Option<Vec<rmcp::model::Root>>>>,
+    /// How many times the server said its tools changed.
+    tools_changed: Arc<std::sync::atomic::AtomicUsize>,
 }
 
+#[allow(deprecated)]
 impl ClientHandler for Person {
     fn get_info(&self) -> ClientConfig {
         let mut caps = ClientCapabilities::default();
         caps.elicitation = Some(Default::default());
+        if self.roots.lock().unwrap().is_some() {
+            let mut roots = rmcp::model::RootsCapabilities::default();
+            roots.list_changed = Some(true);
+            caps.roots = Some(roots);
+        }
         ClientConfig::new(caps, Implementation::new("grant-test-person", "1.0"))
+    }
+
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, ErrorData> {
+        let roots = self.roots.lock().unwrap().clone().unwrap_or_default();
+        Ok(rmcp::model::ListRootsResult::new(roots))
+    }
+
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.tools_changed
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     async fn create_elicitation(
@@ -112,9 +137,22 @@ impl Harness {
         data: tempfile::TempDir,
         answer: Answer,
     ) -> Harness {
+        Harness::start_person(cmd, data, answer, None).await
+    }
+
+    /// The same with a client that offers `roots` (when given).
+    #[allow(deprecated)]
+    async fn start_person(
+        cmd: tokio::process::Command,
+        data: tempfile::TempDir,
+        answer: Answer,
+        roots: Option<Vec<rmcp::model::Root>>,
+    ) -> Harness {
         let person = Person {
             answer: Arc::new(Mutex::new(answer)),
             asked: Arc::new(Mutex::new(Vec::new())),
+            roots: Arc::new(Mutex::new(roots)),
+            tools_changed: Arc::default(),
         };
         let (transport, _) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::inherit())
@@ -665,6 +703,8 @@ async fn runtime_never_grantable(who: As) {
     let person = Person {
         answer: Arc::new(Mutex::new(Answer::Approve)),
         asked: Arc::new(Mutex::new(Vec::new())),
+        roots: Arc::default(),
+        tools_changed: Arc::default(),
     };
     let (transport, _) = TokioChildProcess::builder(cmd)
         .stderr(Stdio::inherit())
