@@ -425,14 +425,9 @@ async fn containers_of_a_killed_server_are_reaped_by_the_next_one() {
     assert!(eventually(30, || containers_of(first.pid).len() == 2).await);
     let dead = first.pid;
     // SIGKILL: no shutdown, nothing cleaned up by the server itself.
-    unsafe { libc::kill(dead as i32, libc::SIGKILL) };
-    let gone = || {
-        std::fs::read_to_string(format!("/proc/{dead}/stat"))
-            .map(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
-            .unwrap_or(true)
-    };
-    assert!(eventually(5, gone).await);
-    assert!(!containers_of(dead).is_empty(), "nothing left to reap");
+    super::sigkill_and_wait(dead).await;
+    // Not asserted here that they are still there: any server starting meanwhile (other
+    // tests run at once) reaps them just the same, which is what is being proved.
     let second = start(&[]).await;
     second.run("s", "print(2)").await;
     assert!(
@@ -1604,13 +1599,7 @@ async fn kill_hard(server: Server) -> tempfile::TempDir {
         pid,
         ..
     } = server;
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    let gone = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
-            .unwrap_or(true)
-    };
-    assert!(eventually(5, gone).await);
+    super::sigkill_and_wait(pid).await;
     drop(client);
     data_dir
 }

@@ -651,6 +651,18 @@ pub fn containers_of(server_pid: u32) -> Vec<String> {
     containers_labelled(&format!("dev.warden.pid={server_pid}"))
 }
 
+/// Kills process `pid` with SIGKILL (nothing cleaned up by it) and waits until it is
+/// gone or a zombie.
+pub async fn sigkill_and_wait(pid: u32) {
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+            .unwrap_or(true)
+    };
+    assert!(eventually(5, gone).await, "process {pid} outlived SIGKILL");
+}
+
 /// Ids of every container, running or not, with the label `label` (`key=value`).
 pub fn containers_labelled(label: &str) -> Vec<String> {
     containers_labelled_on(None, label)
