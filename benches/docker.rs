@@ -56,6 +56,18 @@ async fn measure(client: &Client, pause: Duration, sessions: usize) -> Figures {
     }
 }
 
+/// Prints the warm call's and the new session's targets for `label` (a warm pool).
+fn targets(label: &str, f: &Figures, warm_ms: f64, new_ms: f64) {
+    println!(
+        "  {label}: warm call {:.2} ms (p50); target ≤ {warm_ms} ms",
+        f.warm.p50_ms
+    );
+    println!(
+        "  {label}: new session with a warm pool {:.2} ms (p50); target ≤ {new_ms} ms",
+        f.new.p50_ms
+    );
+}
+
 /// Prints `label`'s figures, beside `baseline`'s when given.
 fn rows(label: &str, f: &Figures, baseline: Option<&Figures>) {
     row(
@@ -123,11 +135,9 @@ async fn main() {
         gvisor.stop().await;
         return;
     }
-    rows(
-        "docker runsc (pool of 2)",
-        &measure(&gvisor, REFILL, n(20, 5)).await,
-        Some(&runc),
-    );
+    let pooled = measure(&gvisor, REFILL, n(20, 5)).await;
+    rows("docker runsc (pool of 2)", &pooled, Some(&runc));
+    targets("docker runsc", &pooled, 3.0, 15.0);
     gvisor.stop().await;
     let cold = Client::warden(&docker_with("0", "runsc")).await;
     rows(
@@ -177,11 +187,9 @@ async fn podman(image: &str, docker: &Figures, docker_cold: &Figures) {
         warm.stop().await;
         return;
     }
-    rows(
-        "podman rootless (pool of 2)",
-        &measure(&warm, REFILL, n(20, 5)).await,
-        Some(docker),
-    );
+    let pooled = measure(&warm, REFILL, n(20, 5)).await;
+    rows("podman rootless (pool of 2)", &pooled, Some(docker));
+    targets("podman rootless", &pooled, 2.0, 10.0);
     warm.stop().await;
     if let Some(cold) = Client::warden_as_user(&user, &env("0")).await {
         rows(
