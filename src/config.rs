@@ -203,6 +203,16 @@ const GENERAL: &[Spec] = &[
          longer is stopped and changes nothing.",
     ),
     spec(
+        "SANDBOX_JUDGE",
+        "off",
+        "`advisory`: before an irreversible action (a write grant, a new host, a package \
+         install, closing a session and deleting its files) warden asks the client's own \
+         model, through MCP sampling, for a verdict: `proceed`, `escalate` or `block`. \
+         `block` refuses without asking the user; the others are shown to the user in the \
+         question. Advice only: a judge that fails or is slow (2 s) is skipped, and the \
+         result says so. Clients without sampling get no judge. `off`: never asked.",
+    ),
+    spec(
         "SANDBOX_MEM_LIMIT",
         "2g",
         "address-space limit per worker (`512m`, `4g`, bytes; at least `64m`).",
@@ -667,6 +677,8 @@ pub struct Settings {
     pub egress: EgressSettings,
     /// `SANDBOX_PACKAGE*`, `SANDBOX_WHEELHOUSE`: what `install_packages` may do.
     pub packages: PackageSettings,
+    /// `SANDBOX_JUDGE`: whether the client's model is asked before irreversible actions.
+    pub judge: crate::judge::JudgeMode,
     pub mem_limit_bytes: u64,
     pub pids_limit: u64,
     pub file_size_limit_bytes: u64,
@@ -838,6 +850,14 @@ impl Settings {
         let (backend, host_sandbox, network) = kinds(&mut r)?;
         let egress = egress_settings(&mut r, network)?;
         let packages = package_settings(&mut r)?;
+        let judge = r.choice(
+            "SANDBOX_JUDGE",
+            "off or advisory",
+            &[
+                ("off", crate::judge::JudgeMode::Off),
+                ("advisory", crate::judge::JudgeMode::Advisory),
+            ],
+        )?;
         let limits = resource_limits(&mut r, layers)?;
         let max_sessions = r.value(
             "SANDBOX_MAX_SESSIONS",
@@ -884,6 +904,7 @@ impl Settings {
             network,
             egress,
             packages,
+            judge,
             mem_limit_bytes: limits.mem_limit_bytes,
             pids_limit: limits.pids_limit,
             file_size_limit_bytes: limits.file_size_limit_bytes,

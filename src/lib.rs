@@ -15,6 +15,7 @@ pub mod execution;
 pub mod grants;
 pub mod guard;
 pub mod instances;
+pub mod judge;
 pub mod os;
 pub mod owner;
 pub mod packages;

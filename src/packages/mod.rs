@@ -130,6 +130,9 @@ pub struct InstallResult {
     pub error: Option<crate::execution::ErrorInfo>,
     pub warnings: Vec<String>,
     pub duration_ms: u64,
+    /// The client's model's verdict, when it was asked (`SANDBOX_JUDGE=advisory`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judge: Option<crate::judge::Judgement>,
 }
 
 impl InstallResult {

@@ -7,11 +7,13 @@ use rmcp::service::RequestContext;
 
 use super::{
     CONSENT_TIMEOUT, GrantArgs, GrantDecision, GrantResult, MAX_REASON_CHARS, WardenServer, http,
+    judge,
 };
 use crate::egress::grants::{HostGrant, authority, parse_requested_host};
 use crate::egress::rules::Verdict;
 use crate::execution::validate_session_name;
 use crate::grants::{Access, Grant, Resolved};
+use crate::judge::{Action, ActionKind, Judgement};
 use crate::owner::SessionKey;
 
 impl WardenServer {
@@ -141,8 +143,22 @@ impl WardenServer {
         };
         let (reason, _) = crate::text::one_line(&args.reason, MAX_REASON_CHARS);
         let (quoted, _) = crate::text::quoted_one_line(&args.reason, MAX_REASON_CHARS);
-        let question = format!(
-            "warden: the AI agent asks to let its code connect to\n\n    {shown}\n\nthrough warden's egress proxy, for the Python sandbox of session \"{session}\". Approve only if code written by the agent may send data to this host and read what it answers. Loopback and private addresses stay refused whatever the host resolves to.\n\n---- the agent's stated reason: its own words, not warden's, shown as one quoted line ----\n{quoted}"
+        let action = Action {
+            action: ActionKind::HostGrant,
+            session: session.clone(),
+            arguments: serde_json::json!({"host": shown}),
+            reason: Some(args.reason.clone()),
+        };
+        result.judge = self.judge(ctx, &key, action).await;
+        if let Some(blocked) = result.judge.as_ref().filter(|j| j.blocks()) {
+            result.message = format!("{shown}: {}", judge::refusal(blocked));
+            return result;
+        }
+        let question = judge::with_judgement(
+            format!(
+                "warden: the AI agent asks to let its code connect to\n\n    {shown}\n\nthrough warden's egress proxy, for the Python sandbox of session \"{session}\". Approve only if code written by the agent may send data to this host and read what it answers. Loopback and private addresses stay refused whatever the host resolves to.\n\n---- the agent's stated reason: its own words, not warden's, shown as one quoted line ----\n{quoted}"
+            ),
+            result.judge.as_ref(),
         );
         let decision = match self.ask_person(ctx, question).await {
             Ok(d) => d,
@@ -176,52 +192,139 @@ impl WardenServer {
         result
     }
 
-    /// Under `SANDBOX_PACKAGES=ask`, the person's approval of an install: who approved
-    /// it, or the refusal to return. Nothing is asked for a list the session layer would
-    /// refuse anyway, nor under `allow` (`Ok(None)`).
+    /// The person's approval of an install, under `SANDBOX_PACKAGES=ask` or when the
+    /// judge escalates it: who approved it (`None`: nobody had to) and the judge's word,
+    /// or the refusal to return. Nothing is asked for a list the session layer would
+    /// refuse anyway.
     pub(super) async fn consent_packages(
         &self,
         args: &crate::packages::InstallArgs,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Option<String>, crate::packages::InstallResult> {
+    ) -> Result<(Option<String>, Option<Judgement>), crate::packages::InstallResult> {
         let settings = self.sessions.settings();
-        if settings.packages.mode != crate::config::PackagesMode::Ask {
-            return Ok(None);
-        }
+        let mode = settings.packages.mode;
         let session = args
             .session
             .clone()
             .unwrap_or_else(|| "default".to_string());
-        let refuse = |message: String| {
-            crate::packages::InstallResult::refused(
+        let Ok(reqs) = crate::packages::requirements::parse_all(&args.packages) else {
+            return Ok((None, None));
+        };
+        if mode == crate::config::PackagesMode::Deny || validate_session_name(&session).is_err() {
+            return Ok((None, None));
+        }
+        let list: Vec<String> = reqs.iter().map(|r| r.text.clone()).collect();
+        let action = Action {
+            action: ActionKind::PackageInstall,
+            session: session.clone(),
+            arguments: serde_json::json!({"packages": list}),
+            reason: None,
+        };
+        let key = SessionKey::new(&self.owner(ctx), &session);
+        let judgement = self.judge(ctx, &key, action).await;
+        let refuse = |message: String| crate::packages::InstallResult {
+            judge: judgement.clone(),
+            ..crate::packages::InstallResult::refused(
                 &session,
                 crate::execution::ErrorInfo::new("ConsentRefused", message),
             )
         };
-        let Ok(reqs) = crate::packages::requirements::parse_all(&args.packages) else {
-            return Ok(None);
+        if let Some(blocked) = judgement.as_ref().filter(|j| j.blocks()) {
+            return Err(refuse(judge::refusal(blocked)));
+        }
+        let escalated = judgement
+            .as_ref()
+            .is_some_and(|j| !j.failed_open && j.verdict == crate::judge::Verdict::Escalate);
+        if mode == crate::config::PackagesMode::Allow && !escalated {
+            return Ok((None, judgement));
+        }
+        let why_asked = match mode {
+            crate::config::PackagesMode::Ask => "SANDBOX_PACKAGES=ask needs the person's approval",
+            _ => "the client's model escalated it to the person",
         };
         let route = http::consent_route(self.stdio, ctx)
-            .map_err(|why| refuse(format!("refused without asking: {why}, and SANDBOX_PACKAGES=ask needs the person's approval")))?;
+            .map_err(|why| refuse(format!("refused without asking: {why}, and {why_asked}")))?;
         let pre_approval = "set SANDBOX_PACKAGES=allow";
-        let client_name = self.may_elicit(ctx, &route, pre_approval).map_err(refuse)?;
-        let list: Vec<String> = reqs.iter().map(|r| format!("    {}", r.text)).collect();
+        let client_name = self
+            .may_elicit(ctx, &route, pre_approval)
+            .map_err(&refuse)?;
+        let shown: Vec<String> = reqs.iter().map(|r| format!("    {}", r.text)).collect();
         let from = match &settings.packages.wheelhouse {
             Some(dir) => format!("the wheelhouse {}", dir.display()),
             None => format!("the package index {}", settings.packages.index.url),
         };
-        let question = format!(
-            "warden: the AI agent asks to install these Python packages (and their dependencies) for the sandbox of session \"{session}\":\n\n{}\n\nfrom {from}. They run inside the sandbox, under the same walls as the agent's own code.",
-            list.join("\n")
+        let question = judge::with_judgement(
+            format!(
+                "warden: the AI agent asks to install these Python packages (and their dependencies) for the sandbox of session \"{session}\":\n\n{}\n\nfrom {from}. They run inside the sandbox, under the same walls as the agent's own code.",
+                shown.join("\n")
+            ),
+            judgement.as_ref(),
         );
-        self.ask_person(ctx, question)
-            .await
-            .map(|_| Some(format!("user via elicitation ({client_name})")))
-            .map_err(refuse)
+        match self.ask_person(ctx, question).await {
+            Ok(_) => Ok((
+                Some(format!("user via elicitation ({client_name})")),
+                judgement,
+            )),
+            Err(message) => Err(refuse(message)),
+        }
     }
 }
 
 impl WardenServer {
+    /// Before a session is closed and its files deleted: the judge's word, and the
+    /// person's when the judge escalates; or the refusal to return. Nothing is judged
+    /// when there is no open session to close.
+    pub(super) async fn consent_close(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        owner: &crate::owner::Owner,
+        session: &str,
+    ) -> Result<Option<Judgement>, super::ResetResult> {
+        let key = SessionKey::new(owner, session);
+        if validate_session_name(session).is_err() || !self.sessions.is_open(&key) {
+            return Ok(None);
+        }
+        let action = Action {
+            action: ActionKind::CloseSession,
+            session: session.to_string(),
+            arguments: serde_json::json!({"session": session, "delete_files": true}),
+            reason: None,
+        };
+        let judgement = self.judge(ctx, &key, action).await;
+        let refuse = |message: String| super::ResetResult {
+            message: format!("not closed: {message}"),
+            judge: judgement.clone(),
+            ..super::ResetResult::not_done(session.to_string())
+        };
+        let Some(j) = judgement.as_ref() else {
+            return Ok(None);
+        };
+        if j.blocks() {
+            return Err(refuse(judge::refusal(j)));
+        }
+        if j.failed_open || j.verdict != crate::judge::Verdict::Escalate {
+            return Ok(judgement);
+        }
+        let route = http::consent_route(self.stdio, ctx).map_err(|why| {
+            refuse(format!(
+                "the client's model escalated closing this session to the user, who cannot be asked here: {why}"
+            ))
+        })?;
+        let pre_approval = "close it again once the user agrees, with SANDBOX_JUDGE=off";
+        self.may_elicit(ctx, &route, pre_approval)
+            .map_err(&refuse)?;
+        let question = judge::with_judgement(
+            format!(
+                "warden: the AI agent asks to close session \"{session}\": its interpreter stops, and its workspace files and grants are deleted for good. Approve to close it."
+            ),
+            Some(j),
+        );
+        match self.ask_person(ctx, question).await {
+            Ok(_) => Ok(judgement),
+            Err(message) => Err(refuse(message)),
+        }
+    }
+
     /// The path grant's flow. Everything the model sent is input to the question, never
     /// to the answer: only the person's reply through the client can approve.
     pub(super) async fn consent(
@@ -269,18 +372,32 @@ impl WardenServer {
             result.message = format!("refused without asking: {conflict}");
             return result;
         }
-        let asked = match self.may_elicit(ctx, &route, &self.sessions.pre_approval_hint()) {
-            Ok(client_name) => self
-                .ask_person(
-                    ctx,
-                    path_question(&args, &session, &resolved, self.roots.containing(&path)),
-                )
-                .await
-                .map(|decision| (client_name, decision)),
-            Err(message) => Err(message),
+        let client_name = match self.may_elicit(ctx, &route, &self.sessions.pre_approval_hint()) {
+            Ok(client_name) => client_name,
+            Err(message) => {
+                result.message = message;
+                return result;
+            }
         };
-        let (client_name, decision) = match asked {
-            Ok(answer) => answer,
+        if args.access == Access::Write {
+            let action = Action {
+                action: ActionKind::WriteGrant,
+                session: session.clone(),
+                arguments: serde_json::json!({"path": path, "access": "write"}),
+                reason: Some(args.reason.clone()),
+            };
+            result.judge = self.judge(ctx, &key, action).await;
+        }
+        if let Some(blocked) = result.judge.as_ref().filter(|j| j.blocks()) {
+            result.message = judge::refusal(blocked);
+            return result;
+        }
+        let question = judge::with_judgement(
+            path_question(&args, &session, &resolved, self.roots.containing(&path)),
+            result.judge.as_ref(),
+        );
+        let decision = match self.ask_person(ctx, question).await {
+            Ok(decision) => decision,
             Err(message) => {
                 result.message = message;
                 return result;

@@ -7,6 +7,7 @@ pub mod auth;
 mod consent;
 mod files;
 pub mod http;
+mod judge;
 mod progress;
 mod prompts;
 mod roots;
@@ -78,6 +79,7 @@ impl GrantResult {
                 .host
                 .as_deref()
                 .map(|h| crate::text::one_line(h, 300).0),
+            judge: None,
         }
     }
 }
@@ -118,6 +120,10 @@ pub struct GrantResult {
     /// The `host:port` a host grant names (absent for a path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The client's model's verdict, when it was asked (`SANDBOX_JUDGE=advisory`, a
+    /// write grant or a host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<crate::judge::Judgement>,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -141,6 +147,23 @@ pub struct ResetResult {
     /// A running interpreter was killed (its variables are gone).
     pub worker_killed: bool,
     pub message: String,
+    /// The client's model's verdict on closing, when it was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<crate::judge::Judgement>,
+}
+
+impl ResetResult {
+    /// Nothing was done to `session` (the message says why).
+    fn not_done(session: String) -> ResetResult {
+        ResetResult {
+            session,
+            ok: false,
+            closed: false,
+            worker_killed: false,
+            message: String::new(),
+            judge: None,
+        }
+    }
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -195,6 +218,8 @@ pub struct WardenServer {
     stdio: bool,
     /// This connection's client's roots: grant candidates (see [`roots`]).
     roots: Arc<roots::ClientRoots>,
+    /// This connection's judge: its breaker and cache (see [`judge`]).
+    judge: Arc<crate::judge::Judge>,
 }
 
 #[tool_router]
@@ -208,6 +233,7 @@ impl WardenServer {
             scope: None,
             stdio: false,
             roots: Arc::default(),
+            judge: Arc::default(),
         }
     }
 
@@ -226,6 +252,7 @@ impl WardenServer {
             scope: Some(Arc::new(http::ScopeGuard::new(self.sessions.clone()))),
             stdio: false,
             roots: Arc::default(),
+            judge: Arc::default(),
             ..self.clone()
         }
     }
@@ -266,9 +293,10 @@ impl WardenServer {
         }
     }
 
-    /// Configured settings beside what resolved, the live workers, `owner`'s sessions
-    /// with what their workers use, and the latest selftest.
-    pub fn settings_document(&self, owner: &Owner) -> serde_json::Value {
+    /// Configured settings beside what resolved, the live workers, the sessions of the
+    /// client asking with what their workers use, its judge, and the latest selftest.
+    fn settings_document(&self, ctx: &RequestContext<RoleServer>) -> serde_json::Value {
+        let owner = &self.owner(ctx);
         let enforcement = self.sessions.enforcement();
         let last = self.last_selftest.lock().ok().and_then(|l| l.clone());
         json!({
@@ -292,6 +320,7 @@ impl WardenServer {
                 "guard_policy": self.sessions.guard_summary(),
             },
             "client_roots": self.roots.snapshot(),
+            "judge": self.judge_document(ctx),
             "never_grantable": self.sessions.never_grantable(),
             "dropped_grants": self.sessions.dropped_grants(),
             "workers": self.sessions.workers_report(),
@@ -433,8 +462,8 @@ impl WardenServer {
             Err(e) => return Ok(e.into_result()),
         };
         let owner = self.owner(&ctx);
-        let approved_by = match self.consent_packages(&args, &ctx).await {
-            Ok(by) => by,
+        let (approved_by, judgement) = match self.consent_packages(&args, &ctx).await {
+            Ok(answer) => answer,
             Err(mut refused) => {
                 let key = SessionKey::new(&owner, &refused.session);
                 let event = crate::audit::AuditEvent {
@@ -449,10 +478,13 @@ impl WardenServer {
                 return wrapped("install_packages", &refused, true);
             }
         };
-        let result = self
-            .sessions
-            .install_packages(&owner, &args, approved_by)
-            .await;
+        let result = crate::packages::InstallResult {
+            judge: judgement,
+            ..self
+                .sessions
+                .install_packages(&owner, &args, approved_by)
+                .await
+        };
         wrapped("install_packages", &result, !result.ok)
     }
 
@@ -479,6 +511,13 @@ impl WardenServer {
         };
         let owner = self.owner(&ctx);
         let session = args.session.unwrap_or_else(|| "default".to_string());
+        let judgement = match args.keep_files {
+            false => match self.consent_close(&ctx, &owner, &session).await {
+                Ok(judgement) => judgement,
+                Err(refused) => return wrapped("reset_session", &refused, true),
+            },
+            true => None,
+        };
         let result = match self.sessions.reset(&owner, &session, args.keep_files).await {
             Ok(worker_killed) => ResetResult {
                 session,
@@ -491,13 +530,12 @@ impl WardenServer {
                     "the session was closed: its interpreter, workspace files and grants are gone"
                         .into()
                 },
+                judge: judgement,
             },
             Err(e) => ResetResult {
-                session,
-                ok: false,
-                closed: false,
-                worker_killed: false,
                 message: format!("{}: {}", e.kind, e.message),
+                judge: judgement,
+                ..ResetResult::not_done(session)
             },
         };
         wrapped("reset_session", &result, !result.ok)
@@ -845,7 +883,7 @@ impl ServerHandler for WardenServer {
                 None,
             ));
         }
-        let mut document = self.settings_document(&self.owner(&context));
+        let mut document = self.settings_document(&context);
         if self.transport(&context) != http::Transport::Stdio {
             redact_host_paths(&mut document, &self.host_paths());
         }

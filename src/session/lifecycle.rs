@@ -60,6 +60,11 @@ impl SessionManager {
         Ok(sessions.get(key).cloned())
     }
 
+    /// Whether a session named `key` is open (closing it would delete something).
+    pub fn is_open(&self, key: &SessionKey) -> bool {
+        self.lookup(key).ok().flatten().is_some()
+    }
+
     /// The session named `key`, opened if it does not exist: in a warm home when
     /// `warm_ok` and one is ready, else in a new home.
     pub(super) async fn open_session(

@@ -5,6 +5,7 @@
 //! mounts) is in [`reach`].
 
 mod hosts;
+mod judge;
 mod packages;
 mod reach;
 mod roots;
@@ -44,6 +45,34 @@ struct Person {
     roots: Arc<Mutex<Option<Vec<rmcp::model::Root>>>>,
     /// How many times the server said its tools changed.
     tools_changed: Arc<std::sync::atomic::AtomicUsize>,
+    /// How it answers sampling (`None`: it does not declare sampling).
+    sampling: Arc<Mutex<Option<Sampling>>>,
+    /// The text of every sampling request it got.
+    sampled: Arc<Mutex<Vec<String>>>,
+}
+
+impl Person {
+    /// A client that answers every prompt with `answer`, with no roots and no sampling.
+    fn answering(answer: Answer) -> Person {
+        Person {
+            answer: Arc::new(Mutex::new(answer)),
+            asked: Arc::default(),
+            roots: Arc::default(),
+            tools_changed: Arc::default(),
+            sampling: Arc::default(),
+            sampled: Arc::default(),
+        }
+    }
+}
+
+/// How the client's model answers a sampling request.
+#[derive(Clone, Debug)]
+enum Sampling {
+    Say(String),
+    /// Answers `proceed` after this long.
+    Sleep(std::time::Duration),
+    /// Answers with an error.
+    Fail,
 }
 
 #[allow(deprecated)]
@@ -56,7 +85,42 @@ impl ClientHandler for Person {
             roots.list_changed = Some(true);
             caps.roots = Some(roots);
         }
+        if self.sampling.lock().unwrap().is_some() {
+            caps.sampling = Some(Default::default());
+        }
         ClientConfig::new(caps, Implementation::new("grant-test-person", "1.0"))
+    }
+
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, ErrorData> {
+        let mut text = params.system_prompt.clone().unwrap_or_default();
+        for m in &params.messages {
+            for block in m.content.iter() {
+                if let Some(t) = block.as_text() {
+                    text.push('\n');
+                    text.push_str(&t.text);
+                }
+            }
+        }
+        self.sampled.lock().unwrap().push(text);
+        let how = self.sampling.lock().unwrap().clone();
+        let say = match how {
+            Some(Sampling::Say(s)) => s,
+            Some(Sampling::Sleep(d)) => {
+                tokio::time::sleep(d).await;
+                "proceed: late".to_string()
+            }
+            Some(Sampling::Fail) | None => {
+                return Err(ErrorData::internal_error("the model is unavailable", None));
+            }
+        };
+        Ok(rmcp::model::CreateMessageResult::new(
+            rmcp::model::SamplingMessage::assistant_text(say),
+            "test-model-1".to_string(),
+        ))
     }
 
     async fn list_roots(
@@ -149,11 +213,18 @@ impl Harness {
         roots: Option<Vec<rmcp::model::Root>>,
     ) -> Harness {
         let person = Person {
-            answer: Arc::new(Mutex::new(answer)),
-            asked: Arc::new(Mutex::new(Vec::new())),
             roots: Arc::new(Mutex::new(roots)),
-            tools_changed: Arc::default(),
+            ..Person::answering(answer)
         };
+        Harness::start_client(cmd, data, person).await
+    }
+
+    /// The server a test built, with this client.
+    async fn start_client(
+        cmd: tokio::process::Command,
+        data: tempfile::TempDir,
+        person: Person,
+    ) -> Harness {
         let (transport, _) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::inherit())
             .spawn()
@@ -700,12 +771,7 @@ async fn runtime_never_grantable(who: As) {
         &[],
         data.path(),
     );
-    let person = Person {
-        answer: Arc::new(Mutex::new(Answer::Approve)),
-        asked: Arc::new(Mutex::new(Vec::new())),
-        roots: Arc::default(),
-        tools_changed: Arc::default(),
-    };
+    let person = Person::answering(Answer::Approve);
     let (transport, _) = TokioChildProcess::builder(cmd)
         .stderr(Stdio::inherit())
         .spawn()
