@@ -213,6 +213,33 @@ const GENERAL: &[Spec] = &[
          result says so. Clients without sampling get no judge. `off`: never asked.",
     ),
     spec(
+        "SANDBOX_TASK_AFTER_MS",
+        "1000",
+        "for a client that declares MCP Tasks (`io.modelcontextprotocol/tasks`): a call of \
+         `execute_python`, `install_packages` or `request_grant` still running after this \
+         many milliseconds answers with a task, which the client polls (`tasks/get`) or \
+         cancels. A consent prompt inside such a call makes it a task at once. Other \
+         clients are unchanged.",
+    ),
+    spec(
+        "SANDBOX_TASK_TIMEOUT_S",
+        "3600",
+        "seconds a call that became a task may run (instead of `SANDBOX_TIMEOUT_S`, whose \
+         cap of 120 s does not apply); a task past it is stopped, its code killed.",
+    ),
+    spec(
+        "SANDBOX_TASK_TTL_S",
+        "600",
+        "seconds a task is kept: its `ttlMs` is `SANDBOX_TASK_TIMEOUT_S` plus this, and a \
+         finished task's result stays readable at least this long.",
+    ),
+    spec(
+        "SANDBOX_MAX_TASKS",
+        "64",
+        "tasks one client may have running or waiting for input at once; a call that \
+         would start another is refused (`TooManyTasks`).",
+    ),
+    spec(
         "SANDBOX_MEM_LIMIT",
         "2g",
         "address-space limit per worker (`512m`, `4g`, bytes; at least `64m`).",
@@ -577,6 +604,49 @@ fn egress_settings(
     })
 }
 
+/// When and for how long a call runs as an MCP Task.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TaskSettings {
+    /// `SANDBOX_TASK_AFTER_MS`.
+    pub after_ms: u64,
+    /// `SANDBOX_TASK_TIMEOUT_S`.
+    pub timeout_s: u64,
+    /// `SANDBOX_TASK_TTL_S`.
+    pub ttl_s: u64,
+    /// `SANDBOX_MAX_TASKS`.
+    pub max_tasks: usize,
+}
+
+/// Reads `SANDBOX_TASK_*` and `SANDBOX_MAX_TASKS`, in registry order.
+fn task_settings(r: &mut Reader<'_>) -> Result<TaskSettings, ConfigError> {
+    let whole =
+        |lo: u64, hi: u64| move |t: &str| t.parse::<u64>().ok().filter(|n| (lo..=hi).contains(n));
+    let after_ms = r.value(
+        "SANDBOX_TASK_AFTER_MS",
+        "whole milliseconds from 0 to 600000",
+        whole(0, 600_000),
+    )?;
+    let timeout_s = r.value(
+        "SANDBOX_TASK_TIMEOUT_S",
+        "whole seconds from 1 to 86400",
+        whole(1, 86_400),
+    )?;
+    let ttl_s = r.value(
+        "SANDBOX_TASK_TTL_S",
+        "whole seconds from 1 to 86400",
+        whole(1, 86_400),
+    )?;
+    let max_tasks = r.value("SANDBOX_MAX_TASKS", "a whole number from 1 to 4096", |t| {
+        t.parse::<usize>().ok().filter(|n| (1..=4096).contains(n))
+    })?;
+    Ok(TaskSettings {
+        after_ms,
+        timeout_s,
+        ttl_s,
+        max_tasks,
+    })
+}
+
 /// `SANDBOX_PACKAGES`: whether `install_packages` runs, and whether the user is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -677,6 +747,8 @@ pub struct Settings {
     pub egress: EgressSettings,
     /// `SANDBOX_PACKAGE*`, `SANDBOX_WHEELHOUSE`: what `install_packages` may do.
     pub packages: PackageSettings,
+    /// `SANDBOX_TASK_*`, `SANDBOX_MAX_TASKS`: long calls as MCP Tasks.
+    pub tasks: TaskSettings,
     /// `SANDBOX_JUDGE`: whether the client's model is asked before irreversible actions.
     pub judge: crate::judge::JudgeMode,
     pub mem_limit_bytes: u64,
@@ -858,6 +930,7 @@ impl Settings {
                 ("advisory", crate::judge::JudgeMode::Advisory),
             ],
         )?;
+        let tasks = task_settings(&mut r)?;
         let limits = resource_limits(&mut r, layers)?;
         let max_sessions = r.value(
             "SANDBOX_MAX_SESSIONS",
@@ -904,6 +977,7 @@ impl Settings {
             network,
             egress,
             packages,
+            tasks,
             judge,
             mem_limit_bytes: limits.mem_limit_bytes,
             pids_limit: limits.pids_limit,
@@ -1649,6 +1723,34 @@ mod tests {
             ("SANDBOX_WARM_WORKERS", "65"),
             ("SANDBOX_SESSION_IDLE_S", "-1"),
             ("SANDBOX_KEEP_WORKSPACES", "maybe"),
+        ] {
+            let err = settings(&[(name, bad)]).unwrap_err().to_string();
+            assert!(err.contains(name), "{err}");
+        }
+    }
+
+    #[test]
+    fn task_and_judge_settings_are_read_and_bad_values_named() {
+        let s = settings(&[]).unwrap();
+        let t = s.tasks;
+        assert_eq!(
+            (t.after_ms, t.timeout_s, t.ttl_s, t.max_tasks),
+            (1000, 3600, 600, 64)
+        );
+        assert_eq!(s.judge, crate::judge::JudgeMode::Off);
+        let s = settings(&[("SANDBOX_JUDGE", "advisory"), ("SANDBOX_MAX_TASKS", "2")]).unwrap();
+        assert_eq!(
+            (s.judge, s.tasks.max_tasks),
+            (crate::judge::JudgeMode::Advisory, 2)
+        );
+        for (name, bad) in [
+            ("SANDBOX_MAX_TASKS", "0"),
+            ("SANDBOX_MAX_TASKS", "1.5"),
+            ("SANDBOX_TASK_TIMEOUT_S", "-1"),
+            ("SANDBOX_TASK_TIMEOUT_S", "1180591620717411303424"),
+            ("SANDBOX_TASK_AFTER_MS", "600001"),
+            ("SANDBOX_TASK_TTL_S", "0"),
+            ("SANDBOX_JUDGE", "strict"),
         ] {
             let err = settings(&[(name, bad)]).unwrap_err().to_string();
             assert!(err.contains(name), "{err}");

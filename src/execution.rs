@@ -41,6 +41,11 @@ pub struct ExecuteArgs {
     /// text, or `{"base64": "..."}` for binary content. 16 MiB in all.
     #[serde(default)]
     pub inputs: Option<BTreeMap<String, InputContent>>,
+    /// Set by the server, never by the client: the call may become an MCP Task, whose
+    /// limit (`SANDBOX_TASK_TIMEOUT_S`) replaces the plain call's.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub task_limit: Option<std::time::Duration>,
 }
 
 /// What `timeout_s` accepts: a JSON number (`15`, `15.0`, `2.5`), or a string holding

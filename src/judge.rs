@@ -89,6 +89,48 @@ pub struct Action {
     pub reason: Option<String>,
 }
 
+impl Action {
+    /// Write access to `path`, asked for `reason`.
+    pub fn write_grant(session: &str, path: &std::path::Path, reason: &str) -> Action {
+        Action {
+            action: ActionKind::WriteGrant,
+            session: session.to_string(),
+            arguments: serde_json::json!({"path": path, "access": "write"}),
+            reason: Some(reason.to_string()),
+        }
+    }
+
+    /// `host` (as `host:port`) through the egress proxy, asked for `reason`.
+    pub fn host_grant(session: &str, host: &str, reason: &str) -> Action {
+        Action {
+            action: ActionKind::HostGrant,
+            session: session.to_string(),
+            arguments: serde_json::json!({"host": host}),
+            reason: Some(reason.to_string()),
+        }
+    }
+
+    /// These requirements installed.
+    pub fn install(session: &str, packages: Vec<String>) -> Action {
+        Action {
+            action: ActionKind::PackageInstall,
+            session: session.to_string(),
+            arguments: serde_json::json!({"packages": packages}),
+            reason: None,
+        }
+    }
+
+    /// The session closed and its files deleted.
+    pub fn close(session: &str) -> Action {
+        Action {
+            action: ActionKind::CloseSession,
+            session: session.to_string(),
+            arguments: serde_json::json!({"session": session, "delete_files": true}),
+            reason: None,
+        }
+    }
+}
+
 /// What the judge said about one action, in the result of the tool that asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Judgement {

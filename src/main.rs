@@ -739,6 +739,7 @@ async fn run_once(
                 session: Some("run".into()),
                 timeout_s,
                 inputs: None,
+                task_limit: None,
             },
         )
         .await;

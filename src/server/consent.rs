@@ -13,7 +13,7 @@ use crate::egress::grants::{HostGrant, authority, parse_requested_host};
 use crate::egress::rules::Verdict;
 use crate::execution::validate_session_name;
 use crate::grants::{Access, Grant, Resolved};
-use crate::judge::{Action, ActionKind, Judgement};
+use crate::judge::{Action, Judgement};
 use crate::owner::SessionKey;
 
 impl WardenServer {
@@ -33,10 +33,9 @@ impl WardenServer {
                  access. To allow it, the user can {pre_approval}."
             ));
         }
-        let client = ctx.peer.peer_info();
-        let supports = client
-            .as_ref()
-            .is_some_and(|info| info.capabilities.elicitation.is_some());
+        let supports = ctx
+            .client_capabilities()
+            .is_some_and(|caps| caps.elicitation.is_some());
         if !supports {
             return Err(format!(
                 "refused: this MCP client cannot ask the user for consent (it did not declare \
@@ -44,9 +43,9 @@ impl WardenServer {
                  the user can {pre_approval}."
             ));
         }
-        Ok(client
-            .as_ref()
-            .map(|info| format!("{} {}", info.client_info.name, info.client_info.version))
+        Ok(ctx
+            .client_info()
+            .map(|info| format!("{} {}", info.name, info.version))
             .unwrap_or_else(|| "unknown client".to_string())
             + ", "
             + route)
@@ -58,10 +57,14 @@ impl WardenServer {
         ctx: &RequestContext<RoleServer>,
         question: String,
     ) -> Result<GrantDecision, String> {
-        let answer = ctx
-            .peer
-            .elicit_with_timeout::<GrantDecision>(question, Some(CONSENT_TIMEOUT))
-            .await;
+        let answer = match ctx.extensions.get::<super::tasks::TaskRun>() {
+            Some(run) => ask_in_task(run, question).await,
+            None => {
+                ctx.peer
+                    .elicit_with_timeout::<GrantDecision>(question, Some(CONSENT_TIMEOUT))
+                    .await
+            }
+        };
         match answer {
             Ok(Some(d)) if d.approve => Ok(d),
             Ok(Some(_)) => Err("the user did not approve the request".to_string()),
@@ -79,6 +82,27 @@ impl WardenServer {
                 self.sessions.pre_approval_hint()
             )),
         }
+    }
+
+    /// The judge's word on `action` (when there is one) kept in `judgement`, then the
+    /// person asked `question` with that word on it; refused without asking when the
+    /// judge blocks. The approving answer, or what to tell the agent.
+    async fn judge_then_ask(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        key: &SessionKey,
+        action: Option<Action>,
+        question: String,
+        judgement: &mut Option<Judgement>,
+    ) -> Result<GrantDecision, String> {
+        if let Some(action) = action {
+            *judgement = self.judge(ctx, key, action).await;
+        }
+        if let Some(blocked) = judgement.as_ref().filter(|j| j.blocks()) {
+            return Err(judge::refusal(blocked));
+        }
+        let question = judge::with_judgement(question, judgement.as_ref());
+        self.ask_person(ctx, question).await
     }
 
     /// The host grant: the exact host and port, asked of the person like a path. It lets
@@ -143,24 +167,14 @@ impl WardenServer {
         };
         let (reason, _) = crate::text::one_line(&args.reason, MAX_REASON_CHARS);
         let (quoted, _) = crate::text::quoted_one_line(&args.reason, MAX_REASON_CHARS);
-        let action = Action {
-            action: ActionKind::HostGrant,
-            session: session.clone(),
-            arguments: serde_json::json!({"host": shown}),
-            reason: Some(args.reason.clone()),
-        };
-        result.judge = self.judge(ctx, &key, action).await;
-        if let Some(blocked) = result.judge.as_ref().filter(|j| j.blocks()) {
-            result.message = format!("{shown}: {}", judge::refusal(blocked));
-            return result;
-        }
-        let question = judge::with_judgement(
-            format!(
-                "warden: the AI agent asks to let its code connect to\n\n    {shown}\n\nthrough warden's egress proxy, for the Python sandbox of session \"{session}\". Approve only if code written by the agent may send data to this host and read what it answers. Loopback and private addresses stay refused whatever the host resolves to.\n\n---- the agent's stated reason: its own words, not warden's, shown as one quoted line ----\n{quoted}"
-            ),
-            result.judge.as_ref(),
+        let question = format!(
+            "warden: the AI agent asks to let its code connect to\n\n    {shown}\n\nthrough warden's egress proxy, for the Python sandbox of session \"{session}\". Approve only if code written by the agent may send data to this host and read what it answers. Loopback and private addresses stay refused whatever the host resolves to.\n\n---- the agent's stated reason: its own words, not warden's, shown as one quoted line ----\n{quoted}"
         );
-        let decision = match self.ask_person(ctx, question).await {
+        let action = Action::host_grant(&session, &shown, &args.reason);
+        let asked = self
+            .judge_then_ask(ctx, &key, Some(action), question, &mut result.judge)
+            .await;
+        let decision = match asked {
             Ok(d) => d,
             Err(message) => {
                 result.message = format!("{shown}: {message}");
@@ -214,12 +228,7 @@ impl WardenServer {
             return Ok((None, None));
         }
         let list: Vec<String> = reqs.iter().map(|r| r.text.clone()).collect();
-        let action = Action {
-            action: ActionKind::PackageInstall,
-            session: session.clone(),
-            arguments: serde_json::json!({"packages": list}),
-            reason: None,
-        };
+        let action = Action::install(&session, list);
         let key = SessionKey::new(&self.owner(ctx), &session);
         let judgement = self.judge(ctx, &key, action).await;
         let refuse = |message: String| crate::packages::InstallResult {
@@ -284,13 +293,7 @@ impl WardenServer {
         if validate_session_name(session).is_err() || !self.sessions.is_open(&key) {
             return Ok(None);
         }
-        let action = Action {
-            action: ActionKind::CloseSession,
-            session: session.to_string(),
-            arguments: serde_json::json!({"session": session, "delete_files": true}),
-            reason: None,
-        };
-        let judgement = self.judge(ctx, &key, action).await;
+        let judgement = self.judge(ctx, &key, Action::close(session)).await;
         let refuse = |message: String| super::ResetResult {
             message: format!("not closed: {message}"),
             judge: judgement.clone(),
@@ -379,24 +382,13 @@ impl WardenServer {
                 return result;
             }
         };
-        if args.access == Access::Write {
-            let action = Action {
-                action: ActionKind::WriteGrant,
-                session: session.clone(),
-                arguments: serde_json::json!({"path": path, "access": "write"}),
-                reason: Some(args.reason.clone()),
-            };
-            result.judge = self.judge(ctx, &key, action).await;
-        }
-        if let Some(blocked) = result.judge.as_ref().filter(|j| j.blocks()) {
-            result.message = judge::refusal(blocked);
-            return result;
-        }
-        let question = judge::with_judgement(
-            path_question(&args, &session, &resolved, self.roots.containing(&path)),
-            result.judge.as_ref(),
-        );
-        let decision = match self.ask_person(ctx, question).await {
+        let action = (args.access == Access::Write)
+            .then(|| Action::write_grant(&session, &path, &args.reason));
+        let question = path_question(&args, &session, &resolved, self.roots.containing(&path));
+        let asked = self
+            .judge_then_ask(ctx, &key, action, question, &mut result.judge)
+            .await;
+        let decision = match asked {
             Ok(decision) => decision,
             Err(message) => {
                 result.message = message;
@@ -570,4 +562,51 @@ fn inside_notice(inside: &crate::grants::Inside) -> String {
         ));
     }
     text
+}
+
+/// The consent question asked through the call's task: it becomes the task's input
+/// request, and the client's `tasks/update` answers it.
+async fn ask_in_task(
+    run: &super::tasks::TaskRun,
+    question: String,
+) -> Result<Option<GrantDecision>, rmcp::service::ElicitationError> {
+    use rmcp::model::{ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction};
+    use rmcp::service::{ElicitationError, ServiceError};
+    let failed = |why: String| {
+        ElicitationError::Service(ServiceError::McpError(rmcp::ErrorData::internal_error(
+            why, None,
+        )))
+    };
+    let schema = rmcp::model::ElicitationSchema::from_type::<GrantDecision>()
+        .map_err(|e| failed(format!("the consent form could not be built: {e}")))?;
+    let request = ElicitRequest::new(ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: question,
+        requested_schema: schema,
+    });
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    run.ask
+        .send((rmcp::model::InputRequest::Elicitation(request), reply))
+        .await
+        .map_err(|_| failed("the task that would ask is gone".to_string()))?;
+    let value = match tokio::time::timeout(CONSENT_TIMEOUT, answer).await {
+        Ok(Ok(value)) => value,
+        Ok(Err(_)) => return Err(ElicitationError::UserCancelled),
+        Err(_) => return Err(failed("nobody answered in time".to_string())),
+    };
+    let result: ElicitResult = serde_json::from_value(value.clone())
+        .map_err(|error| ElicitationError::ParseError { error, data: value })?;
+    match result.action {
+        ElicitationAction::Accept => match result.content {
+            Some(content) => serde_json::from_value(content.clone())
+                .map(Some)
+                .map_err(|error| ElicitationError::ParseError {
+                    error,
+                    data: content,
+                }),
+            None => Err(ElicitationError::NoContent),
+        },
+        ElicitationAction::Decline => Err(ElicitationError::UserDeclined),
+        _ => Err(ElicitationError::UserCancelled),
+    }
 }

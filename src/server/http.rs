@@ -178,13 +178,19 @@ fn route_of(stdio: bool, over_http: bool, client: Option<&HttpClient>) -> Result
 /// any more.
 pub(crate) struct ScopeGuard {
     sessions: Arc<crate::session::SessionManager>,
+    /// Its tasks go with it (their runs are in its Python sessions).
+    tasks: Arc<super::tasks::Tasks>,
     owner: OnceLock<Owner>,
 }
 
 impl ScopeGuard {
-    pub(crate) fn new(sessions: Arc<crate::session::SessionManager>) -> ScopeGuard {
+    pub(super) fn new(
+        sessions: Arc<crate::session::SessionManager>,
+        tasks: Arc<super::tasks::Tasks>,
+    ) -> ScopeGuard {
         ScopeGuard {
             sessions,
+            tasks,
             owner: OnceLock::new(),
         }
     }
@@ -203,6 +209,7 @@ impl Drop for ScopeGuard {
         let Some(owner) = self.owner.take() else {
             return;
         };
+        self.tasks.forget(&owner);
         let sessions = self.sessions.clone();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move { sessions.close_owner(&owner).await });

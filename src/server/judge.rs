@@ -23,8 +23,9 @@ use crate::judge::{self, Action, Gate, JudgeMode, Judgement, Verdict};
 use crate::owner::SessionKey;
 
 impl WardenServer {
-    /// Why this connection has no judge, or `None` when it has one.
-    fn judge_absent(&self, peer: &Peer<RoleServer>, transport: http::Transport) -> Option<String> {
+    /// Why this client has no judge, or `None` when it has one.
+    fn judge_absent(&self, ctx: &RequestContext<RoleServer>) -> Option<String> {
+        let transport = self.transport(ctx);
         if self.sessions.settings().judge == JudgeMode::Off {
             return Some("SANDBOX_JUDGE=off".to_string());
         }
@@ -34,9 +35,19 @@ impl WardenServer {
                     .to_string(),
             );
         }
-        let sampling = peer
-            .peer_info()
-            .is_some_and(|info| info.capabilities.sampling.is_some());
+        let modern = ctx
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        if modern {
+            return Some(
+                "this client speaks the 2026-07-28 protocol, in which a server cannot ask the \
+                 client's model during a call"
+                    .to_string(),
+            );
+        }
+        let sampling = ctx
+            .client_capabilities()
+            .is_some_and(|caps| caps.sampling.is_some());
         (!sampling).then(|| {
             "this client did not declare sampling, so there is no model to ask: no judge"
                 .to_string()
@@ -45,7 +56,7 @@ impl WardenServer {
 
     /// The judge as `warden://settings` shows it for this connection.
     pub(super) fn judge_document(&self, ctx: &RequestContext<RoleServer>) -> serde_json::Value {
-        let absent = self.judge_absent(&ctx.peer, self.transport(ctx));
+        let absent = self.judge_absent(ctx);
         json!({
             "mode": self.sessions.settings().judge,
             "active": absent.is_none(),
@@ -72,7 +83,7 @@ impl WardenServer {
         key: &SessionKey,
         action: Action,
     ) -> Option<Judgement> {
-        if self.judge_absent(&ctx.peer, self.transport(ctx)).is_some() {
+        if self.judge_absent(ctx).is_some() {
             return None;
         }
         let (question, cache_key) = judge::prompt(&action);

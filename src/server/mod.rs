@@ -12,6 +12,7 @@ mod progress;
 mod prompts;
 mod roots;
 pub mod schema;
+mod tasks;
 
 use std::sync::{Arc, Mutex};
 
@@ -220,12 +221,16 @@ pub struct WardenServer {
     roots: Arc<roots::ClientRoots>,
     /// This connection's judge: its breaker and cache (see [`judge`]).
     judge: Arc<crate::judge::Judge>,
+    /// Every client's tasks (see [`tasks`]): the server's, not a connection's.
+    tasks: Arc<tasks::Tasks>,
 }
 
 #[tool_router]
 impl WardenServer {
     pub fn new(sessions: Arc<SessionManager>) -> WardenServer {
+        let tasks = tasks::Tasks::new(sessions.settings().tasks, sessions.data_dir());
         WardenServer {
+            tasks: Arc::new(tasks),
             sessions,
             last_selftest: Arc::new(Mutex::new(None)),
             tool_router: Self::tool_router(),
@@ -249,7 +254,10 @@ impl WardenServer {
     /// The handler for one HTTP connection (an MCP session, or one stateless request).
     pub fn for_connection(&self) -> WardenServer {
         WardenServer {
-            scope: Some(Arc::new(http::ScopeGuard::new(self.sessions.clone()))),
+            scope: Some(Arc::new(http::ScopeGuard::new(
+                self.sessions.clone(),
+                self.tasks.clone(),
+            ))),
             stdio: false,
             roots: Arc::default(),
             judge: Arc::default(),
@@ -642,7 +650,11 @@ impl WardenServer {
         // A cancelled call drops the execution, which kills the worker's process group:
         // cancelled code never keeps running.
         let owner = self.owner(&ctx);
+        let mut args = args;
+        let in_task = ctx.extensions.get::<tasks::TaskRun>().cloned();
+        args.task_limit = in_task.as_ref().map(|run| run.limit);
         let (tap, forwarder) = match ctx.meta.get_progress_token() {
+            _ if in_task.is_some() => (in_task.map(|run| run.output), None),
             Some(token) => {
                 let (tap, task) = progress::start(ctx.peer.clone(), token);
                 (Some(tap), Some(task))
@@ -772,6 +784,46 @@ impl ServerHandler for WardenServer {
         self.read_roots(context.peer, true);
     }
 
+    /// A tool call; from a client that declared Tasks, one that may become a task.
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, McpError> {
+        if self.task_eligible(&request, &context) {
+            return self.call_maybe_as_task(request, context).await;
+        }
+        let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        self.tool_router.call(call).await
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        let task = self.tasks.get(&self.owner(&context), &request.task_id)?;
+        Ok(rmcp::model::GetTaskResult::new(task))
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let owner = self.owner(&context);
+        self.tasks
+            .update(&owner, &request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks.cancel(&self.owner(&context), &request.task_id)
+    }
+
     /// The tools, with `request_grant`'s description naming the client's roots.
     async fn list_tools(
         &self,
@@ -799,6 +851,7 @@ impl ServerHandler for WardenServer {
                 .enable_tool_list_changed()
                 .enable_resources()
                 .enable_prompts()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new(

@@ -60,6 +60,15 @@ impl SessionManager {
         Ok(sessions.get(key).cloned())
     }
 
+    /// The data directory this server's instance lives in (its `sessions/INSTANCE`'s
+    /// grandparent), when it has one.
+    pub fn data_dir(&self) -> Option<std::path::PathBuf> {
+        self.instance_dir()
+            .parent()
+            .and_then(std::path::Path::parent)
+            .map(std::path::Path::to_path_buf)
+    }
+
     /// Whether a session named `key` is open (closing it would delete something).
     pub fn is_open(&self, key: &SessionKey) -> bool {
         self.lookup(key).ok().flatten().is_some()

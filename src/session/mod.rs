@@ -520,7 +520,12 @@ impl SessionManager {
             Err(e) => return ExecResult::refused(name, e, Vec::new()),
         };
         let key = SessionKey::new(owner, name);
-        let timeout = self.settings.effective_timeout(args.timeout_s);
+        let timeout = match args.task_limit {
+            Some(limit) => args
+                .timeout_s
+                .map_or(limit, |s| std::time::Duration::from_secs_f64(s).min(limit)),
+            None => self.settings.effective_timeout(args.timeout_s),
+        };
         // A session closed (expired, reset) while this call waited for it: its name now
         // belongs to a new session, which the next lookup opens.
         for _ in 0..3 {

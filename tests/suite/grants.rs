@@ -285,7 +285,7 @@ impl Harness {
 
 /// A directory outside every workspace, open to any uid by file permissions, so that
 /// only the sandbox (and a grant) decides.
-fn shared_dir(content: &str) -> (tempfile::TempDir, PathBuf) {
+pub(super) fn shared_dir(content: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let file = dir.path().join("export.csv");

@@ -408,11 +408,15 @@ impl McpHttp {
                 .entry("_meta")
                 .or_insert(json!({}));
             meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-            meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+            meta.as_object_mut()
+                .unwrap()
+                .entry("io.modelcontextprotocol/clientCapabilities")
+                .or_insert(json!({}));
         }
         let name = params["name"]
             .as_str()
             .or(params["uri"].as_str())
+            .or(params["taskId"].as_str())
             .map(str::to_string);
         let reply = post(
             &self.addr,

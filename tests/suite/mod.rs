@@ -27,6 +27,7 @@ pub mod scale;
 pub mod selftest;
 pub mod settings;
 pub mod signals;
+pub mod tasks;
 pub mod unjudged;
 pub mod walls;
 pub mod workspace;
