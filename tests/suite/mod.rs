@@ -102,6 +102,23 @@ pub fn login_user() -> Option<LoginUser> {
     })
 }
 
+/// Polls an async `probe` every `every` until it answers `Some`, at most `tries` times:
+/// a window to judge an event in, never a deadline asserted (for a plain condition, see
+/// [`eventually`]). `None` when it never answered.
+pub async fn until_some<T>(
+    tries: u32,
+    every: std::time::Duration,
+    mut probe: impl AsyncFnMut() -> Option<T>,
+) -> Option<T> {
+    for _ in 0..tries {
+        if let Some(found) = probe().await {
+            return Some(found);
+        }
+        tokio::time::sleep(every).await;
+    }
+    None
+}
+
 /// Both modes this machine can test: root always, the login user when configured.
 pub fn both_modes() -> Vec<As> {
     let mut modes = vec![As::Root];

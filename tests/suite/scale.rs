@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use super::{
     As, Net, Server, WORKER_PROCESSES, both_modes, descendants, eventually, find_files, is_keeper,
-    stdout, workers_of,
+    stdout, until_some, workers_of,
 };
 
 async fn start(who: As, env: &[(&str, &str)]) -> Server {
@@ -305,15 +305,9 @@ async fn kept_workspaces_survive_expiry_and_shutdown() {
 async fn the_warm_pool_hands_out_frozen_workers_and_refills_after_a_burst() {
     let server = start(As::Root, &[("SANDBOX_WARM_WORKERS", "2")]).await;
     let ready = |doc: &Value| doc["workers"]["warm"]["ready"].as_u64().unwrap_or(0);
-    let mut filled = false;
-    for _ in 0..100 {
-        if ready(&server.settings().await) == 2 {
-            filled = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(filled, "the pool filled");
+    let full = async || (ready(&server.settings().await) == 2).then_some(());
+    let filled = until_some(100, Duration::from_millis(100), full).await;
+    assert!(filled.is_some(), "the pool filled");
     // The warm workers wait frozen inside their walls, each with its own uid.
     let info = || -> Vec<(char, u64, u32)> {
         workers_of(server.pid)
@@ -353,15 +347,9 @@ async fn the_warm_pool_hands_out_frozen_workers_and_refills_after_a_burst() {
         from_pool, 2,
         "two of the burst got the warm workers: {uids:?}"
     );
-    let mut refilled = false;
-    for _ in 0..300 {
-        if ready(&server.settings().await) == 2 {
-            refilled = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(refilled, "the pool refilled after the burst");
+    let full = async || (ready(&server.settings().await) == 2).then_some(());
+    let refilled = until_some(300, Duration::from_millis(100), full).await;
+    assert!(refilled.is_some(), "the pool refilled after the burst");
     server.stop().await;
 }
 
@@ -537,18 +525,14 @@ async fn one_new_name_called_at_once_opens_one_session() {
     let doc = server.settings().await;
     assert_eq!(doc["workers"]["sessions_open"], 1, "{}", doc["workers"]);
     // Every workspace the keeper holds belongs to the session or to a warm worker.
-    let mut settled = false;
-    for _ in 0..100 {
+    let held = async || {
         let w = server.settings().await["workers"]["warm"].clone();
         let expected = 1 + w["ready"].as_u64().unwrap() + w["starting"].as_u64().unwrap();
-        if workspace_mounts(&server) as u64 == expected {
-            settled = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (workspace_mounts(&server) as u64 == expected).then_some(())
+    };
+    let settled = until_some(100, Duration::from_millis(100), held).await;
     assert!(
-        settled,
+        settled.is_some(),
         "workspaces held by the keeper: {}",
         workspace_mounts(&server)
     );
@@ -586,16 +570,12 @@ async fn a_workers_output_pipes_are_enlarged_within_the_users_pipe_limit() {
         };
         // No start under way (a worker being started gets its pipes enlarged a moment
         // after its fork).
-        let mut settled = false;
-        for _ in 0..300 {
+        let idle = async || {
             let warm = server.settings().await["workers"]["warm"].clone();
-            if warm["starting"] == 0 && warm["ready"] == warm["target"] {
-                settled = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(settled, "{who:?}: the warm pool never settled");
+            (warm["starting"] == 0 && warm["ready"] == warm["target"]).then_some(())
+        };
+        let settled = until_some(300, Duration::from_millis(100), idle).await;
+        assert!(settled.is_some(), "{who:?}: the warm pool never settled");
         // Every pipe the host can open (a process of another uid may refuse
         // /proc/PID/fd) has the size asked for.
         let sizes: Vec<(u32, i32, usize)> = workers_of(server.pid)

@@ -18,7 +18,7 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Value, json};
 
-use super::{As, Net, both_modes, data_dir_for, server_command_as};
+use super::{As, Net, both_modes, data_dir_for, server_command_as, until_some};
 
 /// A client that declares Tasks and elicitation (answered only through tasks here), and
 /// keeps the task statuses the server pushed.
@@ -105,17 +105,14 @@ impl Tasked {
         id: &str,
         done: impl Fn(&rmcp::model::DetailedTask) -> bool,
     ) -> rmcp::model::DetailedTask {
-        for _ in 0..1200 {
-            let task = self.get(id).await.unwrap();
-            if done(&task) {
-                return task;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let poll = async || Some(self.get(id).await.unwrap()).filter(&done);
+        match until_some(1200, Duration::from_millis(50), poll).await {
+            Some(task) => task,
+            None => panic!(
+                "task {id} never reached the expected state: {:?}",
+                self.get(id).await
+            ),
         }
-        panic!(
-            "task {id} never reached the expected state: {:?}",
-            self.get(id).await
-        );
     }
 
     async fn finished(&self, id: &str) -> rmcp::model::DetailedTask {
@@ -167,16 +164,14 @@ async fn a_long_call_becomes_a_task_polled_to_its_result() {
         assert_eq!(r["stdout"], "halfway \u{1b}[2J there\ndone\n", "{r}");
         assert_eq!(r["status"], "ok");
         // The changes were pushed, the last one `completed`.
-        for _ in 0..100 {
+        let last_pushed = async || {
             let pushed = t.handler.pushed.lock().unwrap().clone();
-            if pushed
+            pushed
                 .iter()
                 .any(|(i, s)| *i == id && *s == TaskStatus::Completed)
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+                .then_some(())
+        };
+        until_some(100, Duration::from_millis(50), last_pushed).await;
         let pushed = t.handler.pushed.lock().unwrap().clone();
         let mine: Vec<TaskStatus> = pushed
             .iter()
@@ -259,15 +254,10 @@ async fn tasks_pass_their_time_limit_and_expire() {
     let done = t.finished(&id).await;
     assert_eq!(completed(&done)["stdout"], "ok\n");
     assert_eq!(done.task.ttl_ms, Some(3000));
-    let mut gone = None;
-    for _ in 0..200 {
-        if let Err(e) = t.get(&id).await {
-            gone = Some(e);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let e = gone.expect("the task was never dropped");
+    let gone = async || t.get(&id).await.err();
+    let e = until_some(200, Duration::from_millis(100), gone)
+        .await
+        .expect("the task was never dropped");
     assert!(e.contains("has expired"), "{e}");
 }
 

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use rmcp::model::Root;
 use serde_json::{Value, json};
 
-use super::super::{As, Net, both_modes, data_dir_for, server_command_as, stdout};
+use super::super::{As, Net, both_modes, data_dir_for, server_command_as, stdout, until_some};
 use super::{Answer, Harness, read_code, shared_dir};
 
 fn root(path: &Path, name: &str) -> Root {
@@ -32,15 +32,12 @@ async fn start(who: As, answer: Answer, roots: Option<Vec<Root>>) -> Harness {
 /// The settings' `client_roots`, once `done` holds of it (the server reads roots in the
 /// background); the last one read otherwise.
 async fn roots_when(h: &Harness, done: impl Fn(&Value) -> bool) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..200 {
-        last = h.settings().await["client_roots"].clone();
-        if done(&last) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let read = async || h.settings().await["client_roots"].clone();
+    let every = std::time::Duration::from_millis(50);
+    match until_some(200, every, async || Some(read().await).filter(&done)).await {
+        Some(roots) => roots,
+        None => read().await,
     }
-    last
 }
 
 fn paths(roots: &Value) -> Vec<String> {
@@ -100,13 +97,13 @@ async fn roots_are_listed_reread_and_granted_only_by_consent() {
         let seen = roots_when(&h, |r| r["roots"].as_array().is_some_and(|l| l.len() == 2)).await;
         assert_eq!(paths(&seen), vec![a.clone(), b.clone()], "{seen}");
         assert!(seen["refused"].as_array().unwrap().is_empty());
-        for _ in 0..100 {
-            if h.person.tools_changed.load(Ordering::SeqCst) > changed_before {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        assert!(h.person.tools_changed.load(Ordering::SeqCst) > changed_before);
+        let changed =
+            async || (h.person.tools_changed.load(Ordering::SeqCst) > changed_before).then_some(());
+        let every = std::time::Duration::from_millis(50);
+        assert!(
+            until_some(100, every, changed).await.is_some(),
+            "tools changed"
+        );
         assert!(grant_description(&h).await.contains(&b));
 
         // Declined: nothing granted, the code still cannot reach it.
