@@ -162,12 +162,10 @@ async fn podman(image: &str, docker: &Figures, docker_cold: &Figures) {
         println!("podman: skipped, no login user (WARDEN_TEST_USER)");
         return;
     };
-    let uid = std::fs::read_to_string("/etc/passwd")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.split(':').next() == Some(user.as_str()))
-        .and_then(|l| l.split(':').nth(2).map(str::to_string))
-        .unwrap_or_default();
+    let Some((uid, _, _)) = support::account(&user) else {
+        println!("podman: skipped, {user} is not an account here");
+        return;
+    };
     let host = std::env::var("WARDEN_TEST_PODMAN_HOST")
         .unwrap_or_else(|_| format!("unix:///run/user/{uid}/podman/podman.sock"));
     let env = |pool: &'static str| {

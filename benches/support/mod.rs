@@ -157,13 +157,7 @@ impl Client {
     /// and a copy of the binary it can reach; `None` when there is no such user.
     #[cfg(unix)]
     pub async fn warden_as_user(user: &str, env: &[(&str, &str)]) -> Option<Client> {
-        let entry = std::fs::read_to_string("/etc/passwd")
-            .ok()?
-            .lines()
-            .find(|l| l.split(':').next() == Some(user))?
-            .to_string();
-        let fields: Vec<&str> = entry.split(':').collect();
-        let (uid, gid): (u32, u32) = (fields[2].parse().ok()?, fields[3].parse().ok()?);
+        let (uid, gid, home) = account(user)?;
         let data = tempfile::Builder::new()
             .prefix("warden-bench-user-")
             .tempdir()
@@ -186,7 +180,7 @@ impl Client {
         ])
         .arg(&bin)
         .arg("serve")
-        .env("HOME", fields[5])
+        .env("HOME", home)
         .env("USER", user)
         .env("SANDBOX_DATA_DIR", data.path())
         .env("SANDBOX_PYTHON", PYTHON)
@@ -406,4 +400,22 @@ impl rmcp::ServerHandler for Baseline {
         });
         Ok(CallToolResult::structured(value).into())
     }
+}
+
+/// `user`'s uid, gid and home from the account database; `None` when there is no such
+/// user.
+#[cfg(unix)]
+pub fn account(user: &str) -> Option<(u32, u32, String)> {
+    let entry = std::fs::read_to_string("/etc/passwd")
+        .ok()?
+        .lines()
+        .find(|l| l.split(':').next() == Some(user))?
+        .to_string();
+    let fields: Vec<&str> = entry.split(':').collect();
+    let home = fields.get(5)?.to_string();
+    Some((
+        fields.get(2)?.parse().ok()?,
+        fields.get(3)?.parse().ok()?,
+        home,
+    ))
 }
