@@ -402,6 +402,18 @@ fn ended_without_result() -> McpError {
     McpError::internal_error("the call ended without a result", None)
 }
 
+/// The task's outcome from the call's.
+fn settle(
+    finished: Result<Finished, oneshot::error::RecvError>,
+) -> Result<rmcp::model::CallToolResult, rmcp::task_manager::TaskExit> {
+    use rmcp::task_manager::TaskExit;
+    match finished {
+        Ok(Ok(rmcp::model::CallToolResponse::Complete(result))) => Ok(result),
+        Ok(Ok(_)) | Err(_) => Err(TaskExit::Error(ended_without_result())),
+        Ok(Err(e)) => Err(TaskExit::Error(e)),
+    }
+}
+
 /// A call that became a task, as its task's operation sees it.
 struct Running {
     done: oneshot::Receiver<Finished>,
@@ -442,17 +454,14 @@ impl Running {
                         Ok(value) => { let _ = reply.send(value); }
                         Err(exit) => { self.stop.cancel(); return Err(exit); }
                     },
+                    // The call gave up waiting (its own consent timeout): so does the task.
+                    finished = &mut self.done => return settle(finished),
                     () = &mut deadline => { self.stop.cancel(); return Err(over(self.limit)); }
                 }
                 continue;
             }
             tokio::select! {
-                finished = &mut self.done => return match finished {
-                    Ok(Ok(rmcp::model::CallToolResponse::Complete(result))) => Ok(result),
-                    Ok(Ok(_)) => Err(TaskExit::Error(ended_without_result())),
-                    Ok(Err(e)) => Err(TaskExit::Error(e)),
-                    Err(_) => Err(TaskExit::Error(ended_without_result())),
-                },
+                finished = &mut self.done => return settle(finished),
                 ask = self.asks.recv(), if asks_open => match ask {
                     Some(ask) => self.first_ask = Some(ask),
                     None => asks_open = false,

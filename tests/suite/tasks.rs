@@ -115,6 +115,14 @@ impl Tasked {
         }
     }
 
+    /// A run's result, whether it answered at once or as a task.
+    async fn run_to_end(&self, session: &str, code: &str) -> Value {
+        match self.run(session, code).await {
+            Ok(r) => r,
+            Err(id) => completed(&self.finished(&id).await),
+        }
+    }
+
     async fn finished(&self, id: &str) -> rmcp::model::DetailedTask {
         self.until(id, |t| t.status().is_terminal()).await
     }
@@ -220,10 +228,7 @@ async fn a_cancelled_task_kills_its_code_and_frees_its_session() {
     let done = t.finished(&id).await;
     assert_eq!(done.status(), TaskStatus::Cancelled, "{done:?}");
     // The session is free again (the killed run no longer holds it): a call ends.
-    let after = match t.run("c", "print('after')").await {
-        Ok(r) => r,
-        Err(id) => completed(&t.finished(&id).await),
-    };
+    let after = t.run_to_end("c", "print('after')").await;
     assert_eq!(after["stdout"], "after\n", "{after}");
 }
 
@@ -322,10 +327,7 @@ async fn consent_inside_a_task_is_its_input_request() {
             "print(open({:?}).read())",
             dir.join("export.csv").display().to_string()
         );
-        let out = match t.run("q", &read).await {
-            Ok(r) => r,
-            Err(id) => completed(&t.finished(&id).await),
-        };
+        let out = t.run_to_end("q", &read).await;
         assert_eq!(out["stdout"], "task rows\n", "{who:?}: {out}");
         t.client.cancel().await.unwrap();
     }
