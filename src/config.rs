@@ -347,10 +347,14 @@ const GENERAL: &[Spec] = &[
          code, reports what would have been blocked in `warnings` and `guard`), `off` \
          (every result says the guard is off).",
     ),
-    computed(
+    spec(
         "SANDBOX_POLICY",
-        "embedded `policies/default.toml`",
-        "guard policy file (TOML; see the comments in the default).",
+        "default",
+        "the guard's policy: a tier compiled in (`strict`: no third-party package and a \
+         smaller standard library; `default`; `data-science`: the default plus what \
+         analysis code needs and the default refuses for convenience, not safety; see \
+         `policies/`), or the path of a policy file (TOML, which may start with \
+         `extends = \"default\"`). A file named like a tier is given as `./strict`.",
     ),
 ];
 
@@ -775,7 +779,8 @@ pub struct Settings {
     pub data_dir: Option<PathBuf>,
     /// `None`: python3 on PATH, resolved to a real ELF binary.
     pub python: Option<PathBuf>,
-    pub policy_file: Option<PathBuf>,
+    /// `SANDBOX_POLICY`: a tier or a policy file.
+    pub policy: crate::guard::PolicyChoice,
     pub codeguard: GuardMode,
     /// Where the selftest's connect probe aims (RFC 5737 TEST-NET-1 by default).
     pub probe_addr: String,
@@ -958,7 +963,11 @@ impl Settings {
                 ("off", GuardMode::Off),
             ],
         )?;
-        let policy_file = r.optional("SANDBOX_POLICY", "a path to a policy file", path)?;
+        let policy = r.value(
+            "SANDBOX_POLICY",
+            "strict, default, data-science or a path to a policy file",
+            crate::guard::PolicyChoice::parse,
+        )?;
         let docker = crate::backend::docker_settings::read(&mut r)?;
         let probe_addr = r.value("SANDBOX_PROBE_ADDR", "an IPv4 address", |t| {
             t.parse::<std::net::Ipv4Addr>().ok().map(|a| a.to_string())
@@ -993,7 +1002,7 @@ impl Settings {
             keep_workspaces,
             data_dir,
             python,
-            policy_file,
+            policy,
             codeguard,
             probe_addr,
             config_file,

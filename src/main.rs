@@ -81,6 +81,10 @@ enum Command {
         /// JSON verdicts, one object per file.
         #[arg(long)]
         json: bool,
+        /// The policy to check against: strict, default, data-science or a policy
+        /// file's path (default: SANDBOX_POLICY).
+        #[arg(long, value_name = "NAME", value_parser = parse_policy)]
+        policy: Option<warden::guard::PolicyChoice>,
     },
     /// Verify every record of the audit log (default: the data directory's `audit/`; or
     /// one segment file). Exits 1 and names the first bad record if anything is broken.
@@ -215,7 +219,14 @@ fn real_main() -> anyhow::Result<ExitCode> {
     }
     let settings = Arc::new(settings);
     match &cli.command {
-        Command::Check { files, json } => return check_files(&settings, files, *json),
+        Command::Check {
+            files,
+            json,
+            policy,
+        } => {
+            let policy = policy.as_ref().unwrap_or(&settings.policy);
+            return check_files(policy, files, *json);
+        }
         Command::AuditVerify { path } => return audit_verify(&settings, path.clone()),
         Command::Settings { markdown } => {
             show_settings(&settings, *markdown)?;
@@ -646,12 +657,15 @@ fn audit_verify(settings: &Settings, path: Option<PathBuf>) -> anyhow::Result<Ex
     }
 }
 
-fn check_files(settings: &Settings, files: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {
-    use warden::guard::{CheckContext, Decision, Guard};
-    let guard = match &settings.policy_file {
-        Some(path) => Guard::from_policy_file(path)?,
-        None => Guard::with_default_policy()?,
-    };
+fn check_files(
+    policy: &warden::guard::PolicyChoice,
+    files: &[PathBuf],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use warden::guard::{CheckContext, Decision};
+    let guard = policy
+        .guard()
+        .with_context(|| format!("cannot load the guard policy `{policy}`"))?;
     let ctx = CheckContext {
         workspace: std::env::current_dir().context("no current directory")?,
         allowed_roots: Vec::new(),
@@ -704,6 +718,15 @@ async fn selftest(settings: Arc<Settings>, human: bool) -> anyhow::Result<ExitCo
             ExitCode::SUCCESS
         },
     )
+}
+
+fn parse_policy(text: &str) -> Result<warden::guard::PolicyChoice, String> {
+    warden::guard::PolicyChoice::parse(text).ok_or_else(|| {
+        format!(
+            "name a policy: {} or the path of a policy file",
+            warden::guard::Tier::names()
+        )
+    })
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {

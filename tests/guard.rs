@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
-use warden::guard::{CheckContext, Decision, Guard, GuardError, Verdict, render_human};
+use warden::guard::{
+    CheckContext, Decision, Guard, GuardError, PolicyChoice, Tier, Verdict, render_human,
+};
 
 const WORKSPACE: &str = "/var/lib/warden/sessions/default";
 
@@ -3434,4 +3436,180 @@ fn assert_decisions(head: &str, codes: &[&str], decision: Decision) {
         let v = check(&format!("{head}{code}"));
         assert_eq!(v.decision, decision, "{code}\n{v:#?}");
     }
+}
+
+// ---- policy tiers -------------------------------------------------------------------
+
+fn tier_guard(tier: Tier) -> Guard {
+    PolicyChoice::Tier(tier).guard().unwrap()
+}
+
+/// Every escape the corpora hold: the red-team cases and the bypass programs.
+fn escapes() -> Vec<(String, Vec<u8>)> {
+    let mut all = corpus_files("redteam");
+    all.extend(corpus_files("bypass"));
+    all.extend(corpus_files("bypass-memory"));
+    all
+}
+
+/// Each tier against both corpora: the benign corpus passes untouched under default and
+/// data-science and strict refuses more of it; no tier lets through the guard an escape
+/// the default stops.
+#[test]
+fn policy_tiers_against_both_corpora() {
+    let c = ctx();
+    let benign = corpus_files("benign");
+    let default = tier_guard(Tier::Default);
+    let stopped_by_default: Vec<_> = escapes()
+        .into_iter()
+        .filter(|(_, b)| default.check(b, &c).decision == Decision::Blocked)
+        .collect();
+    assert!(
+        stopped_by_default.len() >= 60,
+        "{}",
+        stopped_by_default.len()
+    );
+    for tier in Tier::ALL {
+        let g = tier_guard(tier);
+        let refused: Vec<&str> = benign
+            .iter()
+            .filter(|(_, b)| {
+                let v = g.check(b, &c);
+                v.decision != Decision::Allowed || !v.findings.is_empty()
+            })
+            .map(|(n, _)| n.as_str())
+            .collect();
+        match tier {
+            Tier::Strict => {
+                assert!(refused.len() >= 10, "strict refuses only {refused:?}");
+                assert!(refused.iter().any(|n| n.contains("pandas")), "{refused:?}");
+            }
+            Tier::Default | Tier::DataScience => {
+                assert!(refused.is_empty(), "{}: {refused:?}", tier.name());
+            }
+        }
+        for (name, bytes) in &stopped_by_default {
+            let v = g.check(bytes, &c);
+            assert_eq!(
+                v.decision,
+                Decision::Blocked,
+                "{} lets {name} through:\n{v:#?}",
+                tier.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_strict_tier_allows_only_its_list() {
+    let g = tier_guard(Tier::Strict);
+    let c = ctx();
+    for allowed in [
+        "import math, json, csv\nfrom collections import Counter",
+        "from collections.abc import Mapping\nimport datetime as dt",
+        "from pathlib import Path\nprint(Path('x.csv').exists())",
+    ] {
+        let v = g.check(allowed.as_bytes(), &c);
+        assert_eq!(v.decision, Decision::Allowed, "{allowed}: {v:#?}");
+    }
+    for (refused, module) in [
+        ("import numpy as np", "numpy"),
+        ("from pandas import DataFrame", "pandas"),
+        ("import threading", "threading"),
+        ("from xml.etree import ElementTree", "xml"),
+        ("import sklearn", "sklearn"),
+    ] {
+        let v = g.check(refused.as_bytes(), &c);
+        assert_eq!(v.decision, Decision::Blocked, "{refused}: {v:#?}");
+        assert_eq!(rules(&v), vec!["blocked_module"], "{refused}: {v:#?}");
+        let message = &v.findings[0].message;
+        assert!(message.contains("allow_only"), "{message}");
+        assert!(message.contains(&format!("`{module}`")), "{message}");
+    }
+    // The default's own blocks keep their own reasons.
+    let v = g.check(b"import os", &c);
+    assert!(v.findings[0].message.contains("pathlib"), "{v:#?}");
+}
+
+#[test]
+fn the_data_science_tier_imports_single_names_never_the_module() {
+    let g = tier_guard(Tier::DataScience);
+    let c = ctx();
+    let ok = "from os import makedirs, getcwd\nfrom os.path import join, exists, getsize\n\
+              from sys import version, getsizeof\nmakedirs('out', exist_ok=True)\n\
+              print(getcwd(), exists(join('out', 'x.csv')), version, getsizeof([]))\n";
+    let v = g.check(ok.as_bytes(), &c);
+    assert_eq!(v.decision, Decision::Allowed, "{v:#?}");
+    assert!(v.findings.is_empty(), "{v:#?}");
+    for (refused, rule) in [
+        ("import os", "blocked_module"),
+        ("import os.path", "blocked_module"),
+        ("from os import system", "blocked_module"),
+        ("from os import getcwd, environ", "blocked_module"),
+        ("from os import *", "blocked_module"),
+        ("from os import path", "blocked_module"),
+        ("from sys import modules", "blocked_module"),
+        (
+            "from os.path import exists\nexists('/etc/shadow')",
+            "path_outside_workspace",
+        ),
+        (
+            "from os.path import getsize\ngetsize('../../x')",
+            "path_outside_workspace",
+        ),
+        (
+            "from os import makedirs\nmakedirs('/tmp/x')",
+            "path_outside_workspace",
+        ),
+    ] {
+        let v = g.check(refused.as_bytes(), &c);
+        assert_eq!(v.decision, Decision::Blocked, "{refused}: {v:#?}");
+        assert!(rules(&v).contains(&rule), "{refused}: {v:#?}");
+    }
+    // The refusal of `import os` tells the agent what it may write instead.
+    let v = g.check(b"import os", &c);
+    assert!(
+        v.findings[0]
+            .message
+            .contains("from os import cpu_count, getcwd, makedirs, sep"),
+        "{v:#?}"
+    );
+    // The default has none of it.
+    assert_eq!(check(ok).decision, Decision::Blocked);
+}
+
+#[test]
+fn tier_entries_that_name_nothing_are_errors() {
+    for (text, field) in [
+        (
+            "extends = \"default\"\n[modules]\nunblocked = [\"nosuchmodule\"]\n",
+            "modules.unblocked",
+        ),
+        (
+            "extends = \"default\"\n[modules]\nimportable = [\"getcwd\"]\n",
+            "modules.importable",
+        ),
+        ("extends = \"data_science\"\n", "extends"),
+    ] {
+        let err = Guard::from_policy_toml(text).unwrap_err().to_string();
+        assert!(err.contains(field), "{text}: {err}");
+    }
+    // A deployment's file may extend any tier, and take an entry out again.
+    let g = Guard::from_policy_toml(
+        "extends = \"strict\"\n[modules]\nallow_only = [\"numpy\"]\nunblocked = [\"argparse\"]\n",
+    )
+    .unwrap();
+    let c = ctx();
+    for src in ["import numpy", "import math"] {
+        assert_eq!(
+            g.check(src.as_bytes(), &c).decision,
+            Decision::Allowed,
+            "{src}"
+        );
+    }
+    // argparse is out of the blocked list, but not in strict's vocabulary.
+    let v = g.check(b"import argparse", &c);
+    assert!(v.findings[0].message.contains("allow_only"), "{v:#?}");
+    let v = g.check(b"import pandas", &c);
+    assert_eq!(v.decision, Decision::Blocked);
 }

@@ -35,6 +35,7 @@ mod pool;
 mod render;
 mod split;
 mod strings;
+mod tier;
 mod tripwire;
 mod walk;
 
@@ -52,6 +53,7 @@ use ast::py;
 use lines::LineIndex;
 pub use policy::Unjudged;
 use policy::{Action, Policy};
+pub use tier::{PolicyChoice, Tier};
 
 /// The policy compiled into the binary.
 pub const DEFAULT_POLICY: &str = include_str!(concat!(

@@ -30,8 +30,8 @@ pub enum Action {
 #[serde(deny_unknown_fields)]
 struct PolicyFile {
     version: u32,
-    /// `"default"`: this file adds to the embedded default policy (read
-    /// before deserialising, in `from_toml`).
+    /// A tier's name (`"default"`): this file adds to that embedded policy
+    /// (read before deserialising, in `from_toml`).
     #[serde(default, rename = "extends")]
     _extends: Option<String>,
     limits: LimitsFile,
@@ -176,6 +176,17 @@ struct ModulesFile {
     /// the egress proxy judges.
     #[serde(default)]
     proxied: Vec<String>,
+    /// When not empty, the only modules (each with its submodules) that may be
+    /// imported at all: a tier's whole vocabulary.
+    #[serde(default)]
+    allow_only: Vec<String>,
+    /// Entries of `blocked` that a policy extending another takes out again.
+    #[serde(default)]
+    unblocked: Vec<String>,
+    /// `module.name`s that `from module import name` may bind although the
+    /// module is blocked: single functions and values, never the module.
+    #[serde(default)]
+    importable: Vec<String>,
 }
 
 /// What an import of an unjudged module does (`[modules] unjudged`): a module
@@ -490,6 +501,12 @@ pub struct Policy {
     pub limits: Limits,
     actions: HashMap<String, Action>,
     pub blocked_modules: HashSet<String>,
+    /// When not empty, the only modules (with their submodules) that may be
+    /// imported (`[modules] allow_only`).
+    pub allow_only: HashSet<String>,
+    /// `module.name`s a from-import may bind from a blocked module
+    /// (`[modules] importable`).
+    pub importable: HashSet<String>,
     /// Blocked modules a proxied network allows (`[modules] proxied`).
     pub proxied_modules: HashSet<String>,
     /// What to use instead of a blocked module.
@@ -713,8 +730,9 @@ pub const RULES: &[&str] = &[
 
 impl Policy {
     /// Parses and compiles a policy document. A document with
-    /// `extends = "default"` adds to the embedded default policy: its lists
-    /// are appended, its tables merged, its values replace the default's.
+    /// `extends = "default"` (or another tier's name) adds to that embedded
+    /// policy: its lists are appended, its tables merged, its values replace
+    /// the base's.
     /// The re-exports generated from the runtime (policies/reexports.toml)
     /// are part of every policy.
     pub fn from_toml(text: &str) -> Result<Policy, GuardError> {
@@ -722,21 +740,7 @@ impl Policy {
             reason: e.to_string(),
         };
         let value: toml::Value = toml::from_str(text).map_err(syntax)?;
-        let value = match value.get("extends").and_then(toml::Value::as_str) {
-            None => value,
-            Some("default") => {
-                let mut base: toml::Value =
-                    toml::from_str(super::DEFAULT_POLICY).map_err(syntax)?;
-                merge(&mut base, value);
-                base
-            }
-            Some(other) => {
-                return Err(invalid(
-                    "extends",
-                    format!("`{other}` is not a policy this build knows; use \"default\""),
-                ));
-            }
-        };
+        let value = with_base(value, 0)?;
         let file: PolicyFile = value.try_into().map_err(syntax)?;
         let reexports: ReexportsFile = toml::from_str(super::REEXPORTS).map_err(syntax)?;
         let judged: JudgedFile = toml::from_str(super::JUDGED).map_err(syntax)?;
@@ -815,7 +819,9 @@ impl Policy {
                 max_findings: l.max_findings,
             },
             actions: file.actions,
-            blocked_modules: name_set("modules.blocked", &file.modules.blocked)?,
+            blocked_modules: blocked_modules(&file.modules)?,
+            allow_only: name_set("modules.allow_only", &file.modules.allow_only)?,
+            importable: importable(&file.modules.importable)?,
             proxied_modules: name_set("modules.proxied", &file.modules.proxied)?,
             module_hints: file.modules.hints,
             star_import_allowed: name_set(
@@ -863,20 +869,33 @@ impl Policy {
         self.actions.get(rule).copied().unwrap_or_default()
     }
 
-    /// Whether `module` (dotted) or any package above it is blocked.
-    pub fn module_blocked(&self, module: &str) -> Option<&str> {
+    /// Whether `module` (dotted) or any package above it is blocked: the entry
+    /// that blocks it, or, outside a policy's `allow_only`, its top-level name.
+    pub fn module_blocked<'a>(&'a self, module: &'a str) -> Option<&'a str> {
         if let Some(part) = module.split('.').find(|p| self.blocked_parts.contains(*p)) {
             return self.blocked_parts.get(part).map(String::as_str);
         }
-        let mut end = 0;
-        for (i, part) in module.split('.').enumerate() {
-            end += part.len() + usize::from(i > 0);
-            let prefix = &module[..end];
-            if let Some(hit) = self.blocked_modules.get(prefix) {
-                return Some(hit.as_str());
-            }
+        if let Some(hit) = dotted_prefixes(module).find_map(|p| self.blocked_modules.get(p)) {
+            return Some(hit.as_str());
+        }
+        if !self.allow_only.is_empty()
+            && !dotted_prefixes(module).any(|p| self.allow_only.contains(p))
+        {
+            return module.split('.').next();
         }
         None
+    }
+
+    /// The names `[modules] importable` lets `from module import ...` bind.
+    pub fn importable_from(&self, module: &str) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .importable
+            .iter()
+            .filter_map(|q| q.strip_prefix(module)?.strip_prefix('.'))
+            .filter(|n| !n.contains('.'))
+            .collect();
+        names.sort_unstable();
+        names
     }
 
     /// Whether the top-level module `top` was judged (see [`Policy::judged_modules`]).
@@ -1030,6 +1049,75 @@ fn compile_patterns(files: &[PatternFile]) -> Result<(Vec<ConfigKeys>, Vec<Strin
     }
     Ok((out, sources))
 }
+
+/// `a`, `a.b`, `a.b.c` for `a.b.c`.
+fn dotted_prefixes(module: &str) -> impl Iterator<Item = &str> {
+    module
+        .match_indices('.')
+        .map(|(i, _)| &module[..i])
+        .chain(std::iter::once(module))
+}
+
+/// `[modules] blocked` without the entries `[modules] unblocked` takes out; an
+/// unblocked name that is not blocked is a mistake worth saying.
+fn blocked_modules(modules: &ModulesFile) -> Result<HashSet<String>, GuardError> {
+    let mut blocked = name_set("modules.blocked", &modules.blocked)?;
+    for name in name_set("modules.unblocked", &modules.unblocked)? {
+        if !blocked.remove(&name) {
+            return Err(invalid(
+                "modules.unblocked",
+                format!(
+                    "`{name}` is not in [modules] blocked; name an entry exactly as it is listed"
+                ),
+            ));
+        }
+    }
+    Ok(blocked)
+}
+
+/// `[modules] importable`: dotted `module.name`s.
+fn importable(given: &[String]) -> Result<HashSet<String>, GuardError> {
+    let set = name_set("modules.importable", given)?;
+    match set.iter().find(|n| !n.contains('.')) {
+        Some(bare) => Err(invalid(
+            "modules.importable",
+            format!("`{bare}` names no module; write `module.name`, as in `os.getcwd`"),
+        )),
+        None => Ok(set),
+    }
+}
+
+/// The document with the tier it `extends` merged under it (recursively, at
+/// most [`MAX_EXTENDS`] deep).
+fn with_base(value: toml::Value, depth: usize) -> Result<toml::Value, GuardError> {
+    let Some(name) = value.get("extends").and_then(toml::Value::as_str) else {
+        return Ok(value);
+    };
+    let tier = super::tier::Tier::from_name(name).ok_or_else(|| {
+        invalid(
+            "extends",
+            format!(
+                "`{name}` is not a policy this build knows; use one of {}",
+                super::tier::Tier::names()
+            ),
+        )
+    })?;
+    if depth >= MAX_EXTENDS {
+        return Err(invalid(
+            "extends",
+            format!("more than {MAX_EXTENDS} policies deep"),
+        ));
+    }
+    let base: toml::Value = toml::from_str(tier.text()).map_err(|e| GuardError::PolicySyntax {
+        reason: e.to_string(),
+    })?;
+    let mut base = with_base(base, depth + 1)?;
+    merge(&mut base, value);
+    Ok(base)
+}
+
+/// How many policies an `extends` chain may stack.
+const MAX_EXTENDS: usize = 4;
 
 /// The judged top-level modules: the generated set and the policy's own,
 /// which must be top-level names (`[modules] judged = ["mylib"]`).

@@ -347,7 +347,7 @@ impl WardenServer {
         ];
         paths.extend(settings.data_dir.clone());
         paths.extend(settings.python.clone());
-        paths.extend(settings.policy_file.clone());
+        paths.extend(settings.policy.file().map(std::path::Path::to_path_buf));
         paths.extend(settings.config_file.clone());
         paths.extend(std::env::var_os("HOME").map(std::path::PathBuf::from));
         let mut out: Vec<String> = paths

@@ -194,10 +194,9 @@ fn instance_name() -> String {
 
 /// The static guard the settings ask for (`None`: CODEGUARD=off), with its policy.
 fn guard_for(settings: &Settings) -> Result<Option<Guard>, SessionError> {
-    Ok(match (settings.codeguard, &settings.policy_file) {
-        (GuardMode::Off, _) => None,
-        (_, Some(path)) => Some(Guard::from_policy_file(path)),
-        (_, None) => Some(Guard::with_default_policy()),
+    Ok(match settings.codeguard {
+        GuardMode::Off => None,
+        _ => Some(settings.policy.guard()),
     }
     .transpose()
     .map_err(|source| SessionError::Guard {

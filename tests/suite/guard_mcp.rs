@@ -237,6 +237,37 @@ fn check_cli_reports_and_exits_nonzero_on_blocked_code() {
     assert_eq!(v[1]["verdict"]["findings"][0]["rule"], "blocked_module");
 }
 
+/// `warden check --policy NAME` uses the tier's file; a name that is neither a tier nor
+/// a readable file is a clear error.
+#[test]
+fn check_cli_takes_a_policy_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let cell = dir.path().join("cell.py");
+    std::fs::write(
+        &cell,
+        "from os import getcwd\nimport numpy\nprint(getcwd())\n",
+    )
+    .unwrap();
+    let check = |policy: &str| {
+        std::process::Command::new(BIN)
+            .args(["check", "--policy", policy, cell.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let out = check("data-science");
+    assert!(out.status.success(), "{out:?}");
+    for refused in ["default", "strict"] {
+        let out = check(refused);
+        assert_eq!(out.status.code(), Some(1), "{refused}: {out:?}");
+    }
+    let printed = String::from_utf8_lossy(&check("strict").stdout).into_owned();
+    assert!(printed.contains("allow_only"), "{printed}");
+    let out = check("no-such-tier");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no-such-tier"), "{err}");
+}
+
 /// `warden check` on every bypass program of #13 prints BLOCKED with the rule the
 /// program names, and exits 1.
 #[test]

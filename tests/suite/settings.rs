@@ -57,6 +57,39 @@ async fn a_custom_policy_file_is_used() {
     server.stop().await;
 }
 
+/// SANDBOX_POLICY names a tier: `strict` refuses a third-party import before anything
+/// runs, `data-science` runs single names of `os`, and warden://settings says which
+/// is in force; as root and as the login user.
+#[tokio::test]
+async fn a_policy_tier_is_chosen_by_name() {
+    for who in [super::As::Root, super::As::User] {
+        if who == super::As::User && super::login_user().is_none() {
+            continue;
+        }
+        let env = [("CODEGUARD", "enforce"), ("SANDBOX_POLICY", "strict")];
+        let server = Server::start_as(who, Net::Host, &env).await;
+        let r = server.run("s", "import numpy\nprint('ran')").await;
+        assert_eq!(r["error"]["type"], "GuardBlocked", "{r}");
+        assert_eq!(r["stdout"], "", "{r}");
+        assert!(r.to_string().contains("allow_only"), "{r}");
+        let r = server.run("s", "import math\nprint(math.floor(2.5))").await;
+        assert_eq!(stdout(&r), "2\n", "{r}");
+        assert_eq!(server.settings().await["configured"]["policy"], "strict");
+        server.stop().await;
+
+        let env = [("CODEGUARD", "enforce"), ("SANDBOX_POLICY", "data-science")];
+        let server = Server::start_as(who, Net::Host, &env).await;
+        let code = "from os import getcwd, makedirs\nfrom pathlib import Path\n\
+                    makedirs('out/deep', exist_ok=True)\n\
+                    print(Path('out/deep').is_dir(), getcwd() == str(Path.cwd()))";
+        let r = server.run("d", code).await;
+        assert_eq!(stdout(&r), "True True\n", "{r}");
+        let r = server.run("d", "import os").await;
+        assert_eq!(r["error"]["type"], "GuardBlocked", "{r}");
+        server.stop().await;
+    }
+}
+
 /// The config file's [[grants]] are pre-approved for every session.
 #[tokio::test]
 async fn config_file_grants_are_pre_approved() {

@@ -415,7 +415,14 @@ impl Walker<'_> {
             .as_ref()
             .map(|m| nfkc(m.as_str()).into_owned())
             .unwrap_or_default();
-        if !module.is_empty() {
+        // `from os import getcwd` under a policy whose [modules] importable lists
+        // `os.getcwd`: only the listed names are bound, never the module.
+        let importable = i.level == 0
+            && i.names.iter().all(|a| {
+                let name = nfkc(a.name.as_str());
+                self.policy.importable.contains(&format!("{module}.{name}"))
+            });
+        if !module.is_empty() && !importable {
             self.check_module(&module, start(i));
             // A relative import names no top-level module (and at the top
             // level of a cell it fails: the code has no package).
@@ -558,6 +565,13 @@ impl Walker<'_> {
     }
 
     fn module_message(&self, module: &str, hit: &str) -> String {
+        let p = &self.policy;
+        if !p.blocked_modules.contains(hit) && !p.blocked_parts.contains(hit) {
+            return format!(
+                "importing `{module}` is not allowed: this policy allows only the modules in \
+                 its [modules] allow_only list, and `{hit}` is not among them"
+            );
+        }
         let mut msg = if hit == module {
             format!("importing `{module}` is not allowed")
         } else {
@@ -566,6 +580,13 @@ impl Walker<'_> {
         if let Some(hint) = self.policy.module_hints.get(hit) {
             msg.push_str(": ");
             msg.push_str(hint);
+        }
+        let names = self.policy.importable_from(module);
+        if !names.is_empty() {
+            msg.push_str(&format!(
+                "; this policy lets you import single names: `from {module} import {}`",
+                names.join(", ")
+            ));
         }
         msg
     }

@@ -648,6 +648,10 @@ impl<'a> Walker<'a> {
         let Some(r) = self.policy.reexports.get(name) else {
             return;
         };
+        // The policy lets this very name be imported from its own module.
+        if self.policy.importable.contains(&format!("{module}.{name}")) {
+            return;
+        }
         if r.distinctive || r.modules.contains(module) {
             let targets = r.targets.join(", ");
             self.report(
