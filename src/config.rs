@@ -71,7 +71,12 @@ pub(crate) const fn computed(name: &'static str, how: &'static str, doc: &'stati
 /// folder ([`crate::backend::docker_settings`]); adding one is one line in `GROUPS`.
 pub const REGISTRY: &[Spec] = &FLAT;
 
-const GROUPS: &[&[Spec]] = &[GENERAL, crate::backend::docker_settings::SPECS, SERVING];
+const GROUPS: &[&[Spec]] = &[
+    GENERAL,
+    crate::caps::SPECS,
+    crate::backend::docker_settings::SPECS,
+    SERVING,
+];
 const FLAT: [Spec; total(GROUPS)] = concat(GROUPS);
 
 /// How many settings `groups` hold together.
@@ -755,6 +760,8 @@ pub struct Settings {
     pub tasks: TaskSettings,
     /// `SANDBOX_JUDGE`: whether the client's model is asked before irreversible actions.
     pub judge: crate::judge::JudgeMode,
+    /// `SANDBOX_MAX_*` and `SANDBOX_CLIENT_MAX_*`: what a session and a client may spend.
+    pub caps: crate::caps::CapSettings,
     pub mem_limit_bytes: u64,
     pub pids_limit: u64,
     pub file_size_limit_bytes: u64,
@@ -968,6 +975,7 @@ impl Settings {
             "strict, default, data-science or a path to a policy file",
             crate::guard::PolicyChoice::parse,
         )?;
+        let caps = crate::caps::read(&mut r)?;
         let docker = crate::backend::docker_settings::read(&mut r)?;
         let probe_addr = r.value("SANDBOX_PROBE_ADDR", "an IPv4 address", |t| {
             t.parse::<std::net::Ipv4Addr>().ok().map(|a| a.to_string())
@@ -988,6 +996,7 @@ impl Settings {
             packages,
             tasks,
             judge,
+            caps,
             mem_limit_bytes: limits.mem_limit_bytes,
             pids_limit: limits.pids_limit,
             file_size_limit_bytes: limits.file_size_limit_bytes,

@@ -125,6 +125,9 @@ pub struct ErrorInfo {
     /// about the code or the arguments is wrong.
     #[serde(default)]
     pub retryable: bool,
+    /// `CapExceeded`: the cap that refused the call, its limit and what was used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap: Option<Box<crate::caps::Exceeded>>,
 }
 
 impl ErrorInfo {
@@ -134,6 +137,15 @@ impl ErrorInfo {
             message: message.into(),
             traceback: String::new(),
             retryable: false,
+            cap: None,
+        }
+    }
+
+    /// A call refused by a cap (`CapExceeded`).
+    pub fn cap_exceeded(exceeded: crate::caps::Exceeded) -> ErrorInfo {
+        ErrorInfo {
+            cap: Some(Box::new(exceeded.clone())),
+            ..ErrorInfo::new("CapExceeded", exceeded.message())
         }
     }
 
@@ -191,6 +203,10 @@ pub struct ExecResult {
     /// The workspace as the code sees it, its working directory and HOME: `/workspace`
     /// in the sandbox's private world (absent when no worker ran).
     pub workspace: Option<String>,
+    /// What is left of the session's and the client's caps after this call (absent when
+    /// no `SANDBOX_MAX_*` or `SANDBOX_CLIENT_MAX_*` is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::caps::Budget>,
 }
 
 impl ExecResult {
@@ -286,6 +302,7 @@ impl ExecResult {
             warnings,
             guard: None,
             workspace: None,
+            budget: None,
         }
     }
 }

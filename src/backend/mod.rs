@@ -333,6 +333,11 @@ pub trait Backend: Send + Sync {
     /// # Errors
     /// What could not be removed, as a sentence.
     fn close_session(&self, slot: &Self::Slot) -> Result<(), String>;
+    /// Lets the session's workspace grow by at most `bytes_left` while a call runs
+    /// (`None`: its whole quota again). `Ok(false)` where the backend cannot.
+    fn limit_growth(&self, _slot: &Self::Slot, _bytes_left: Option<u64>) -> Result<bool, String> {
+        Ok(false)
+    }
     /// Kills every worker of this server at once, the first thing a shutdown does, where
     /// the backend holds them all in one place (a host worker is a process group, which
     /// the session layer kills directly).
@@ -442,6 +447,15 @@ impl AnyBackend {
 
     pub fn close_session(&self, slot: &SessionSlot) -> Result<(), String> {
         dispatch!(self, b => b.close_session(slot.of().map_err(|e| e.to_string())?))
+    }
+
+    /// See [`Backend::limit_growth`].
+    pub fn limit_growth(
+        &self,
+        slot: &SessionSlot,
+        bytes_left: Option<u64>,
+    ) -> Result<bool, String> {
+        dispatch!(self, b => b.limit_growth(slot.of().map_err(|e| e.to_string())?, bytes_left))
     }
 
     /// See [`Backend::kill_all`].

@@ -206,6 +206,37 @@ impl WorkspaceStore {
         }
     }
 
+    /// Lets `workspace` grow by at most `bytes_left` from what it holds now (`None`: back
+    /// to its quota). `false` when its size cannot be set (host directories).
+    ///
+    /// # Errors
+    /// The workspace's usage could not be read, or the keeper refused.
+    pub fn limit_growth(
+        &self,
+        workspace: &Workspace,
+        bytes_left: Option<u64>,
+    ) -> Result<bool, String> {
+        let (Some(keeper), Some(quota)) = (&self.keeper, workspace.quota_bytes) else {
+            return Ok(false);
+        };
+        let size = match bytes_left {
+            None => quota,
+            Some(left) => {
+                let st = rustix::fs::statvfs(&workspace.paths.workspace)
+                    .map_err(|e| format!("reading the workspace's usage: {e}"))?;
+                let used = st
+                    .f_blocks
+                    .saturating_sub(st.f_bfree)
+                    .saturating_mul(st.f_frsize);
+                used.saturating_add(left).min(quota)
+            }
+        };
+        keeper
+            .resize(&workspace.id, size)
+            .map_err(|e| e.to_string())?;
+        Ok(true)
+    }
+
     /// Deletes a workspace and everything in it (the keeper's tmpfs is detached at
     /// once; its memory is freed when the last descriptor and worker holding it are gone).
     ///
@@ -318,6 +349,10 @@ mod no_keeper {
         }
 
         pub fn remove(&self, _id: &str) -> Result<(), String> {
+            match *self {}
+        }
+
+        pub fn resize(&self, _id: &str, _size: u64) -> Result<(), String> {
             match *self {}
         }
     }

@@ -333,6 +333,7 @@ impl WardenServer {
             "dropped_grants": self.sessions.dropped_grants(),
             "workers": self.sessions.workers_report(),
             "sessions": self.sessions.sessions_report(owner),
+            "caps": self.sessions.caps_document(owner),
             "last_selftest": last,
         })
     }
@@ -917,7 +918,15 @@ impl ServerHandler for WardenServer {
         let template =
             ResourceTemplate::new("warden://sessions/{session}/files/{path}", "workspace file")
                 .with_description("A file in a session's workspace (read-only; 10 MiB at most)");
-        Ok(ListResourceTemplatesResult::with_all_items(vec![template]))
+        let budget = ResourceTemplate::new("warden://sessions/{session}/budget", "session budget")
+            .with_description(
+                "What an open session's calls have spent and what is left of its caps and \
+                 its client's (SANDBOX_MAX_*, SANDBOX_CLIENT_MAX_*)",
+            )
+            .with_mime_type("application/json");
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            template, budget,
+        ]))
     }
 
     async fn read_resource(
@@ -925,6 +934,24 @@ impl ServerHandler for WardenServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        if let Some(name) = request
+            .uri
+            .strip_prefix("warden://sessions/")
+            .and_then(|rest| rest.strip_suffix("/budget"))
+            .filter(|name| !name.contains('/'))
+        {
+            let name = percent_encoding::percent_decode_str(name)
+                .decode_utf8_lossy()
+                .into_owned();
+            let document = self
+                .sessions
+                .session_budget(&self.owner(&context), &name)
+                .map_err(|e| McpError::resource_not_found(e, None))?;
+            let text = provenance::escape_markup_in_json(&document.to_string());
+            let contents = ResourceContents::text(text, request.uri.clone())
+                .with_mime_type("application/json");
+            return Ok(ReadResourceResult::new(vec![contents]).into());
+        }
         if request.uri.starts_with("warden://sessions/") {
             let contents = files::read(&self.sessions, &self.owner(&context), &request.uri)
                 .map_err(|e| McpError::resource_not_found(e, None))?;

@@ -28,7 +28,12 @@ impl SessionManager {
             .guard
             .as_ref()
             .and_then(|v| v.findings.first())
-            .map(|f| f.rule.clone());
+            .map(|f| f.rule.clone())
+            // A call a cap refused names the cap's setting.
+            .or_else(|| {
+                let cap = result.error.as_ref().and_then(|e| e.cap.as_ref());
+                cap.map(|c| c.setting.clone())
+            });
         let kill_run = result.guard.as_ref().is_some_and(Verdict::tripwire) && enforce;
         let status = serde_json::to_value(result.status)
             .ok()

@@ -19,6 +19,7 @@
 //! - [`audit`]: the audit records of executions.
 
 mod audit;
+mod budget;
 mod grants;
 mod guard;
 mod keep;
@@ -127,6 +128,8 @@ pub struct SessionManager {
     /// What the package installer reads besides the runtime (`SANDBOX_WHEELHOUSE`,
     /// `SANDBOX_PACKAGE_CA`), as read-only grants.
     package_grants: Vec<Grant>,
+    /// Every client's spending and the caps (`SANDBOX_MAX_*`, `SANDBOX_CLIENT_MAX_*`).
+    caps: crate::caps::Ledger,
 }
 
 /// A page of workspace files: (session, raw path, size).
@@ -172,6 +175,9 @@ pub struct Session {
     unjudged: Mutex<guard::UnjudgedSeen>,
     /// What its package layer was last built from (`install_packages`).
     packages: Mutex<Vec<crate::packages::Requirement>>,
+    /// What its calls have spent, against `SANDBOX_MAX_*`: kept over worker restarts
+    /// and evictions, gone with the session.
+    spent: crate::caps::SessionCounter,
 }
 
 #[derive(Default)]
@@ -298,6 +304,7 @@ impl SessionManager {
             operator_grants.clone(),
             watcher.clone(),
         );
+        let caps = crate::caps::Ledger::new(settings.caps);
         let manager = SessionManager {
             settings,
             backend,
@@ -323,6 +330,7 @@ impl SessionManager {
             egress,
             watcher,
             package_grants,
+            caps,
         };
         if let Some(why) = &manager.fallback
             && manager.settings.host_sandbox == crate::config::SandboxMode::Require

@@ -55,6 +55,49 @@ fn elapsed_ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
+impl SessionManager {
+    /// Narrows the workspace to the bytes a cap leaves, for one call; `Some` warning
+    /// when that cannot be done here (then the bytes are counted after the call only).
+    fn limit_growth(&self, session: &Session, bytes_left: Option<u64>) -> Option<String> {
+        let left = bytes_left?;
+        let why = match self.backend.limit_growth(&session.home.slot, Some(left)) {
+            Ok(true) => return None,
+            Ok(false) => "this backend cannot narrow a workspace while a call runs".to_string(),
+            Err(e) => e,
+        };
+        Some(format!(
+            "the byte cap (SANDBOX_MAX_BYTES_WRITTEN, SANDBOX_CLIENT_MAX_BYTES_WRITTEN) is \
+             counted after this call but not enforced while it runs: {why}"
+        ))
+    }
+}
+
+/// What a call spent that only its run can tell, for the caps.
+#[derive(Debug, Default)]
+struct Meter {
+    /// CPU time of the worker during the call; `None` when it could not be read.
+    cpu_ms: Option<u64>,
+    bytes_written: u64,
+}
+
+/// The call as the caps admit it: its time limit cut to the wall seconds left, with the
+/// warning that says so.
+fn narrow<'a>(mut call: Call<'a>, admitted: &crate::caps::Admitted) -> (Call<'a>, Option<String>) {
+    let Some(left) = admitted.wall_ms_left.map(Duration::from_millis) else {
+        return (call, None);
+    };
+    if left >= call.timeout {
+        return (call, None);
+    }
+    call.timeout = left;
+    let note = format!(
+        "this call's time limit was cut to {:.1} s: what is left of the session's or the \
+         client's wall-clock cap (SANDBOX_MAX_WALL_S, SANDBOX_CLIENT_MAX_WALL_S)",
+        left.as_secs_f64()
+    );
+    (call, Some(note))
+}
+
 /// What a finished call carries into its result besides the run's own output.
 struct Done {
     worker_restarted: bool,
@@ -75,7 +118,7 @@ pub(super) struct Call<'a> {
 
 impl SessionManager {
     /// Runs one call; `None` when the session was closed while the call waited for it
-    /// (the caller opens the name again).
+    /// (the caller opens the name again). The caps admit it first and are charged after.
     pub(super) async fn run_call(&self, session: &Session, call: Call<'_>) -> Option<ExecResult> {
         let started = Instant::now();
         let mut state = session.state.lock().await;
@@ -83,9 +126,38 @@ impl SessionManager {
             return None;
         }
         session.touch(self.now_ms());
-        let result = self
-            .execute_locked(session, &mut state, call, started)
-            .await;
+        let owner = &session.key.owner;
+        let mut result = match self.caps.admit(owner, &session.spent) {
+            Err(exceeded) => {
+                let e = ErrorInfo::cap_exceeded(exceeded);
+                ExecResult::refused(&session.name, e, Vec::new())
+            }
+            Ok(admitted) => {
+                let (call, cut) = narrow(call, &admitted);
+                let growth = self.limit_growth(session, admitted.bytes_left);
+                let mut meter = Meter::default();
+                let mut result = self
+                    .execute_locked(session, &mut state, call, started, &mut meter)
+                    .await;
+                if admitted.bytes_left.is_some() && growth.is_none() {
+                    // Back to the whole quota between calls (a refused resize has
+                    // already said so).
+                    let _ = self.backend.limit_growth(&session.home.slot, None);
+                }
+                result.warnings.extend(cut.into_iter().chain(growth));
+                let wall_ms = elapsed_ms(started);
+                let cost = crate::caps::Cost {
+                    // A worker that died with its call can no longer be read: its CPU
+                    // time is counted as the call's wall time.
+                    cpu_ms: meter.cpu_ms.unwrap_or(wall_ms),
+                    wall_ms,
+                    bytes_written: meter.bytes_written,
+                };
+                self.caps.settle(owner, &session.spent, &cost);
+                result
+            }
+        };
+        result.budget = self.caps.budget(owner, &session.spent);
         session.touch(self.now_ms());
         Some(result)
     }
@@ -96,6 +168,7 @@ impl SessionManager {
         state: &mut SessionState,
         call: Call<'_>,
         started: Instant,
+        meter: &mut Meter,
     ) -> ExecResult {
         let Call {
             code,
@@ -151,7 +224,13 @@ impl SessionManager {
                 go
             }) as Gate<'_>
         });
+        let probe = worker.usage_probe();
+        let cpu_before = probe.read().map(|u| u.cpu_ms);
         let run = worker.execute_gated(code, inputs, timeout, cap, gate).await;
+        let cpu_after = probe.read().map(|u| u.cpu_ms);
+        meter.cpu_ms = cpu_before
+            .zip(cpu_after)
+            .map(|(before, after)| after.saturating_sub(before));
         let egress_refusals = worker.take_egress_refusals();
         drop(running);
         if !run.reusable {
@@ -175,6 +254,7 @@ impl SessionManager {
         warnings.extend(worker_warnings);
         warnings.extend(egress_refusals);
         let report = session.workspace_report();
+        meter.bytes_written = report.bytes_written;
         let done = Done {
             worker_restarted,
             warnings,
@@ -247,6 +327,7 @@ impl SessionManager {
             warnings,
             guard: verdict,
             workspace: Some(workspace),
+            budget: None,
         };
         for (cut, field) in [(out_cut, "stdout"), (err_cut, "stderr")] {
             if cut {
@@ -458,6 +539,7 @@ fn apply_outcome(result: &mut ExecResult, run: RunOutput, timeout: Duration) -> 
                     message: e.message,
                     traceback: e.traceback,
                     retryable: false,
+                    cap: None,
                 });
             } else if response.status != "ok" {
                 result.status = ExecStatus::Error;

@@ -55,6 +55,11 @@ pub struct SessionReport {
     pub unjudged_modules: Vec<String>,
     /// Imports of further such modules, not listed once the list was full.
     pub unjudged_modules_omitted: u64,
+    /// What its calls have spent, against `SANDBOX_MAX_*`.
+    pub spent: crate::caps::Spent,
+    /// What is left of its caps (absent when none is set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::caps::Remaining>,
 }
 
 /// The live-worker budget as `warden://settings` shows it.
@@ -90,6 +95,7 @@ impl Session {
             tracker: std::sync::Mutex::new(tracker),
             unjudged: std::sync::Mutex::new(super::guard::UnjudgedSeen::default()),
             packages: std::sync::Mutex::new(Vec::new()),
+            spent: crate::caps::SessionCounter::default(),
         }
     }
 
@@ -253,6 +259,8 @@ impl SessionManager {
                     cpu_ms: usage.map(|u| u.cpu_ms),
                     unjudged_modules: unjudged.modules.into_iter().collect(),
                     unjudged_modules_omitted: unjudged.omitted,
+                    spent: s.spent.spent(),
+                    budget: self.session_remaining(s),
                 }
             })
             .collect();

@@ -119,11 +119,19 @@ pub struct Summary {
     pub incomplete: Option<String>,
     /// Why this session's tracking is by scan, when it is.
     pub by_scan: Option<String>,
+    /// The size of every file created or modified (what the call wrote, as the caps
+    /// count it).
+    pub bytes_written: u64,
 }
 
 impl From<Report> for Summary {
     fn from(report: Report) -> Summary {
         let total = report.changes.len() as u64;
+        let bytes_written = report
+            .changes
+            .iter()
+            .filter(|c| c.change != Change::Deleted)
+            .fold(0u64, |sum, c| sum.saturating_add(c.size));
         let files = report
             .changes
             .into_iter()
@@ -145,6 +153,7 @@ impl From<Report> for Summary {
             total,
             incomplete: report.incomplete,
             by_scan: report.by_scan,
+            bytes_written,
         }
     }
 }

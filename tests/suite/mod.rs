@@ -3,6 +3,7 @@
 pub mod args;
 pub mod audit;
 pub mod benign;
+pub mod caps;
 pub mod clients;
 pub mod consent;
 pub mod docker;

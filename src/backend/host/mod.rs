@@ -286,6 +286,11 @@ impl Backend for HostBackend {
         self.store.remove(&slot.workspace).and(layer)
     }
 
+    /// The keeper's tmpfs is resized; host directories cannot be.
+    fn limit_growth(&self, slot: &HostSlot, bytes_left: Option<u64>) -> Result<bool, String> {
+        self.store.limit_growth(&slot.workspace, bytes_left)
+    }
+
     /// Starts a worker confined to the session's paths and grants.
     async fn start_installer(
         &self,

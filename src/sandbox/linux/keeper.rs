@@ -74,6 +74,12 @@ enum Request {
         seq: u64,
         id: String,
     },
+    /// Sets a workspace's size limit (a byte cap narrows it while a call runs).
+    Resize {
+        seq: u64,
+        id: String,
+        size_bytes: u64,
+    },
 }
 
 impl Request {
@@ -82,7 +88,9 @@ impl Request {
     fn seq(&self) -> u64 {
         match self {
             Request::Start { .. } => 0,
-            Request::Create { seq, .. } | Request::Remove { seq, .. } => *seq,
+            Request::Create { seq, .. }
+            | Request::Remove { seq, .. }
+            | Request::Resize { seq, .. } => *seq,
         }
     }
 }
@@ -265,6 +273,20 @@ impl Keeper {
     pub fn remove(&self, id: &str) -> Result<(), KeeperError> {
         let id = id.to_string();
         self.call(|seq| Request::Remove { seq, id }).map(|_| ())
+    }
+
+    /// Sets a workspace's size limit; the kernel refuses one below what it holds.
+    ///
+    /// # Errors
+    /// As [`Keeper::create`].
+    pub fn resize(&self, id: &str, size_bytes: u64) -> Result<(), KeeperError> {
+        let id = id.to_string();
+        self.call(|seq| Request::Resize {
+            seq,
+            id,
+            size_bytes,
+        })
+        .map(|_| ())
     }
 
     /// Sends the request made by `make` with the next number and waits for its answer.
@@ -550,8 +572,20 @@ fn handle(stage: &Path, request: Request) -> Result<Option<OwnedFd>, String> {
             std::fs::remove_dir(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
             Ok(None)
         }
+        Request::Resize { id, size_bytes, .. } => {
+            let dir = stage.join(valid_id(&id)?);
+            let options = format!("size={size_bytes}");
+            rustix::mount::mount_remount(&dir, WORKSPACE_FLAGS, c_string(&options)?.as_c_str())
+                .map_err(|e| format!("resizing {} to {size_bytes} bytes: {e}", dir.display()))?;
+            Ok(None)
+        }
     }
 }
+
+/// Every workspace tmpfs's mount flags (a remount must give them again).
+const WORKSPACE_FLAGS: rustix::mount::MountFlags = rustix::mount::MountFlags::NOSUID
+    .union(rustix::mount::MountFlags::NODEV)
+    .union(rustix::mount::MountFlags::NOEXEC);
 
 fn valid_id(id: &str) -> Result<&str, String> {
     let ok = !id.is_empty()
@@ -582,9 +616,7 @@ fn create_workspace(
         "tmpfs",
         dir,
         "tmpfs",
-        rustix::mount::MountFlags::NOSUID
-            | rustix::mount::MountFlags::NODEV
-            | rustix::mount::MountFlags::NOEXEC,
+        WORKSPACE_FLAGS,
         Some(c_string(&options)?.as_c_str()),
     )
     .map_err(|e| format!("mounting a tmpfs ({options}) on {}: {e}", dir.display()))?;
