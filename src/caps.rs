@@ -2,6 +2,9 @@
 //! wall seconds and bytes written to the workspace. The settings group, the counters
 //! and the rule that admits a call are here, pure; the session layer applies them.
 //!
+//! Bytes moved through the egress proxy are counted too (the proxy's own
+//! `SANDBOX_EGRESS_LIMIT` caps them per session).
+//!
 //! A cap is checked before its counter grows: a call is refused when running it would
 //! pass a cap (one more call) or when a cap it spends is already used up (CPU, wall,
 //! bytes). While a call runs, its time limit is cut to the wall seconds left, and on the
@@ -171,6 +174,9 @@ pub struct Spent {
     pub cpu_ms: u64,
     pub wall_ms: u64,
     pub bytes_written: u64,
+    /// Bytes its calls moved through the egress proxy (counted and shown; the cap on
+    /// them is `SANDBOX_EGRESS_LIMIT`, per session).
+    pub proxy_bytes: u64,
 }
 
 impl Spent {
@@ -187,6 +193,7 @@ impl Spent {
         self.cpu_ms = self.cpu_ms.saturating_add(cost.cpu_ms);
         self.wall_ms = self.wall_ms.saturating_add(cost.wall_ms);
         self.bytes_written = self.bytes_written.saturating_add(cost.bytes_written);
+        self.proxy_bytes = self.proxy_bytes.saturating_add(cost.proxy_bytes);
     }
 }
 
@@ -196,6 +203,7 @@ pub struct Cost {
     pub cpu_ms: u64,
     pub wall_ms: u64,
     pub bytes_written: u64,
+    pub proxy_bytes: u64,
 }
 
 /// Why a call was refused: the cap, its limit and what was used, in the cap's unit
@@ -480,6 +488,7 @@ mod tests {
             cpu_ms: 5,
             wall_ms: 1_500,
             bytes_written: 60,
+            proxy_bytes: 7,
         };
         ledger.settle(&owner, &a, &cost);
         let second = ledger.admit(&owner, &a).unwrap();
@@ -497,6 +506,7 @@ mod tests {
         // A refused call counts nothing.
         assert_eq!(a.spent().calls, 2);
         assert_eq!(ledger.client_spent(&owner).calls, 3);
+        assert_eq!(ledger.client_spent(&owner).proxy_bytes, 7);
     }
 
     #[test]

@@ -121,6 +121,15 @@ impl Egress {
         })
     }
 
+    /// The bytes `session` has moved through the proxy so far.
+    pub fn used(&self, session: &str) -> u64 {
+        self.used
+            .lock()
+            .ok()
+            .and_then(|u| u.get(session).copied())
+            .unwrap_or(0)
+    }
+
     /// Forgets a closed session's byte count and host grants.
     pub fn forget(&self, session: &str) {
         if let Ok(mut used) = self.used.lock() {

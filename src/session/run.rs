@@ -135,6 +135,12 @@ impl SessionManager {
             Ok(admitted) => {
                 let (call, cut) = narrow(call, &admitted);
                 let growth = self.limit_growth(session, admitted.bytes_left);
+                let proxied = || {
+                    self.egress
+                        .as_ref()
+                        .map_or(0, |e| e.used(&session.key.to_string()))
+                };
+                let proxy_before = proxied();
                 let mut meter = Meter::default();
                 let mut result = self
                     .execute_locked(session, &mut state, call, started, &mut meter)
@@ -152,6 +158,7 @@ impl SessionManager {
                     cpu_ms: meter.cpu_ms.unwrap_or(wall_ms),
                     wall_ms,
                     bytes_written: meter.bytes_written,
+                    proxy_bytes: proxied().saturating_sub(proxy_before),
                 };
                 self.caps.settle(owner, &session.spent, &cost);
                 result

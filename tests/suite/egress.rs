@@ -156,6 +156,11 @@ for url in ["http://other.test:{port}/", "http://127.0.0.1:{port}/", "http://loc
             let mut expected = vec!["GET /data.csv HTTP/1.1".to_string(); 2];
             expected.push("GET /tunnel HTTP/1.1".to_string());
             assert_eq!(origin.seen(), expected, "{context}");
+            // The caps' counters show what the call moved through the proxy.
+            let settings = server.settings().await;
+            let moved = &settings["sessions"][0]["spent"]["proxy_bytes"];
+            assert!(moved.as_u64().unwrap() > 24, "{context}: {settings}");
+            assert_eq!(&settings["caps"]["client_spent"]["proxy_bytes"], moved);
             let data = server.stop().await;
             let records = egress_records(data.path());
             let allowed: Vec<&Value> = records
@@ -375,6 +380,12 @@ except Exception as e:
             r["warnings"].to_string().contains("SANDBOX_EGRESS_LIMIT"),
             "{context}: {r}"
         );
+        // The caps' counters show what the call moved through the proxy, within the cut.
+        let settings = server.settings().await;
+        let moved = settings["sessions"][0]["spent"]["proxy_bytes"]
+            .as_u64()
+            .unwrap();
+        assert!(moved <= 64 << 10, "{context}: {settings}");
         let data = server.stop().await;
         let records = egress_records(data.path());
         assert!(

@@ -62,10 +62,7 @@ async fn a_custom_policy_file_is_used() {
 /// is in force; as root and as the login user.
 #[tokio::test]
 async fn a_policy_tier_is_chosen_by_name() {
-    for who in [super::As::Root, super::As::User] {
-        if who == super::As::User && super::login_user().is_none() {
-            continue;
-        }
+    for who in super::both_modes() {
         let env = [("CODEGUARD", "enforce"), ("SANDBOX_POLICY", "strict")];
         let server = Server::start_as(who, Net::Host, &env).await;
         let r = server.run("s", "import numpy\nprint('ran')").await;
