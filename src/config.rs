@@ -389,6 +389,14 @@ const SERVING: &[Spec] = &[
          client scope. Never shown in `warden://settings`.",
     ),
     computed(
+        "SANDBOX_HTTP_CLIENTS",
+        "none",
+        "a TOML file of more HTTP clients, each `[[client]]` with a `name`, the SHA-256 \
+         of its own bearer token (`token_sha256`, 64 hex digits) and optionally its own \
+         guard `policy` (a tier or a file, as `SANDBOX_POLICY`). Each listed token is let \
+         in besides the server's own; its client's code is checked with its policy.",
+    ),
+    computed(
         "SANDBOX_HTTP_ALLOWED_HOSTS",
         "`localhost`, `127.0.0.1`, `::1` and the bound address",
         "more `Host` header values `serve --http` accepts, comma-separated (the names or \
@@ -802,6 +810,8 @@ pub struct Settings {
     pub http_token: Option<String>,
     pub http_allowed_hosts: Vec<String>,
     pub http_allowed_origins: Vec<String>,
+    /// `SANDBOX_HTTP_CLIENTS`: the file of more HTTP clients, if any.
+    pub http_clients: Option<PathBuf>,
     /// Every registry setting in registry order, with where its value came from.
     #[serde(skip)]
     pub resolved: Vec<Resolved>,
@@ -980,7 +990,7 @@ impl Settings {
         let probe_addr = r.value("SANDBOX_PROBE_ADDR", "an IPv4 address", |t| {
             t.parse::<std::net::Ipv4Addr>().ok().map(|a| a.to_string())
         })?;
-        let (http_addr, http_token, http_allowed_hosts, http_allowed_origins) =
+        let (http_addr, http_token, http_clients, http_allowed_hosts, http_allowed_origins) =
             http_settings(&mut r)?;
         let config_file = r.optional("WARDEN_CONFIG", "a path to a TOML file", path)?;
         let log_filter = r.value("WARDEN_LOG", "a log filter such as warn or info", |t| {
@@ -1018,6 +1028,7 @@ impl Settings {
             log_filter,
             http_addr,
             http_token,
+            http_clients,
             http_allowed_hosts,
             http_allowed_origins,
             resolved: hide_secrets(r.resolved),
@@ -1220,9 +1231,16 @@ fn resource_limits(r: &mut Reader<'_>, layers: &Layers) -> Result<ResourceLimits
 
 /// `serve --http`'s address, token and the hosts and origins it accepts.
 #[allow(clippy::type_complexity)]
-fn http_settings(
-    r: &mut Reader<'_>,
-) -> Result<(HttpBind, Option<String>, Vec<String>, Vec<String>), ConfigError> {
+/// `serve --http`'s settings: address, token, listed clients, hosts and origins.
+type HttpSettings = (
+    HttpBind,
+    Option<String>,
+    Option<PathBuf>,
+    Vec<String>,
+    Vec<String>,
+);
+
+fn http_settings(r: &mut Reader<'_>) -> Result<HttpSettings, ConfigError> {
     let http_addr = r.value(
         "SANDBOX_HTTP_ADDR",
         "an IP:PORT address or unix:PATH",
@@ -1231,6 +1249,7 @@ fn http_settings(
     let http_token = r.optional("SANDBOX_HTTP_TOKEN", "at least 16 characters", |t| {
         valid_http_token(t).then(|| t.to_string())
     })?;
+    let http_clients = r.optional("SANDBOX_HTTP_CLIENTS", "a path to a TOML file", path)?;
     let http_allowed_hosts = r
         .optional(
             "SANDBOX_HTTP_ALLOWED_HOSTS",
@@ -1248,6 +1267,7 @@ fn http_settings(
     Ok((
         http_addr,
         http_token,
+        http_clients,
         http_allowed_hosts,
         http_allowed_origins,
     ))

@@ -10,6 +10,7 @@ pub mod audit;
 pub mod backend;
 pub mod capability;
 pub mod caps;
+pub mod clients;
 pub mod config;
 pub mod egress;
 pub mod execution;

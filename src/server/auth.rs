@@ -80,6 +80,8 @@ impl Credential {
 #[derive(Debug, Clone)]
 pub struct HttpClient {
     pub credential: Credential,
+    /// The `SANDBOX_HTTP_CLIENTS` entry whose token it sent, by name.
+    pub listed: Option<String>,
 }
 
 impl HttpClient {
@@ -198,6 +200,9 @@ pub fn bearer(value: Option<&HeaderValue>) -> Option<&str> {
 pub struct Rule {
     /// SHA-256 of the token; required whenever set.
     token_digest: Option<[u8; 32]>,
+    /// The listed clients' token digests and names (`SANDBOX_HTTP_CLIENTS`): each is let
+    /// in as well.
+    listed: Vec<([u8; 32], String)>,
     /// The uid a UNIX peer must have (the server's own).
     own_uid: Option<u32>,
 }
@@ -206,8 +211,39 @@ impl Rule {
     pub fn new(token: Option<&str>, own_uid: Option<u32>) -> Rule {
         Rule {
             token_digest: token.map(digest),
+            listed: Vec::new(),
             own_uid,
         }
+    }
+
+    /// Lets in the listed clients' tokens too.
+    pub fn with_listed(mut self, listed: &[crate::clients::ListedClient]) -> Rule {
+        self.listed = listed.iter().map(|c| (c.digest, c.name.clone())).collect();
+        self
+    }
+
+    /// The listed client a credential is, by name.
+    pub fn listed_name(&self, credential: &Credential) -> Option<String> {
+        let Credential::Token(d) = credential else {
+            return None;
+        };
+        self.listed
+            .iter()
+            .find(|(listed, _)| listed == d)
+            .map(|(_, name)| name.clone())
+    }
+
+    /// The listed digest `token` matches, comparing with every one (constant time in
+    /// where it matches).
+    fn listed_match(&self, token: &str) -> Option<[u8; 32]> {
+        let given = digest(token);
+        self.listed.iter().fold(None, |found, (listed, _)| {
+            if same_digest(listed, &given) {
+                Some(*listed)
+            } else {
+                found
+            }
+        })
     }
 
     /// Whether `peer`, sending `bearer`, is let in, and as what. A TCP peer needs the
@@ -219,6 +255,9 @@ impl Rule {
             && self.own_uid != Some(*uid)
         {
             return Err(Refusal::PeerUid(*uid));
+        }
+        if let Some(listed) = bearer.and_then(|token| self.listed_match(token)) {
+            return Ok(Credential::Token(listed));
         }
         match (&self.token_digest, bearer, peer) {
             (Some(expected), Some(token), _) if same_digest(expected, &digest(token)) => {
@@ -327,7 +366,9 @@ pub(crate) async fn authenticate(
     let given = bearer(req.headers().get(header::AUTHORIZATION));
     match auth.rule.check(peer.as_ref(), given) {
         Ok(credential) => {
-            req.extensions_mut().insert(HttpClient { credential });
+            let listed = auth.rule.listed_name(&credential);
+            req.extensions_mut()
+                .insert(HttpClient { credential, listed });
             next.run(req).await
         }
         Err(refusal) => {
@@ -629,6 +670,34 @@ mod tests {
     }
 
     #[test]
+    fn a_listed_clients_token_is_let_in_as_that_client() {
+        let listed = crate::clients::ListedClient {
+            name: "ci".into(),
+            digest: digest("the-ci-token-0123456789"),
+            policy: None,
+        };
+        let rule = Rule::new(Some("the-token-0123456789"), Some(1000)).with_listed(&[listed]);
+        let ci = rule
+            .check(Some(&tcp()), Some("the-ci-token-0123456789"))
+            .unwrap();
+        assert_eq!(rule.listed_name(&ci).as_deref(), Some("ci"));
+        let own = rule
+            .check(Some(&tcp()), Some("the-token-0123456789"))
+            .unwrap();
+        assert_eq!(rule.listed_name(&own), None);
+        assert_ne!(ci, own);
+        assert_eq!(
+            rule.check(Some(&tcp()), Some("the-ci-token-012345678")),
+            Err(Refusal::WrongToken)
+        );
+        // A listed token does not let in a UNIX peer of another uid.
+        assert_eq!(
+            rule.check(Some(&unix(65534)), Some("the-ci-token-0123456789")),
+            Err(Refusal::PeerUid(65534))
+        );
+    }
+
+    #[test]
     fn a_unix_peer_needs_the_servers_uid_and_a_configured_token() {
         let rule = Rule::new(None, Some(1000));
         assert_eq!(
@@ -659,9 +728,11 @@ mod tests {
     fn scopes_differ_by_credential_and_every_session_has_its_own() {
         let a = HttpClient {
             credential: Credential::PeerUid(1000),
+            listed: None,
         };
         let b = HttpClient {
             credential: Credential::Token(digest("t")),
+            listed: None,
         };
         assert_ne!(a.stateless_owner(), b.stateless_owner());
         assert_eq!(a.stateless_owner(), a.clone().stateless_owner());

@@ -251,7 +251,8 @@ pub async fn serve(
     let own_uid = None;
     let refusals = Arc::new(auth::Refusals::new(server.sessions.clone()));
     let auth = Arc::new(Auth {
-        rule: Rule::new(options.token.as_deref(), own_uid),
+        rule: Rule::new(options.token.as_deref(), own_uid)
+            .with_listed(server.sessions.listed_clients()),
         refusals: refusals.clone(),
     });
     let app = axum::Router::new().nest_service(MCP_PATH, service).layer(
@@ -302,6 +303,7 @@ mod tests {
     fn only_stdio_and_authenticated_http_clients_can_be_asked_for_consent() {
         let client = HttpClient {
             credential: auth::Credential::PeerUid(1000),
+            listed: None,
         };
         assert_eq!(route_of(true, false, None), Ok("over stdio".to_string()));
         assert!(route_of(false, false, None).is_err());

@@ -267,8 +267,14 @@ impl WardenServer {
 
     /// Whose sessions a request may see: stdio's is [`Owner::Local`]; over HTTP each
     /// client has its own (see [`http::owner_of`]).
+    /// The scope of a request; a listed client's owner is bound to that client, whose
+    /// policy then checks its code.
     fn owner(&self, ctx: &RequestContext<RoleServer>) -> Owner {
-        http::owner_of(self.scope.as_deref(), ctx)
+        let owner = http::owner_of(self.scope.as_deref(), ctx);
+        if let Some(name) = http::http_client(ctx).and_then(|c| c.listed.as_deref()) {
+            self.sessions.bind_client(&owner, name);
+        }
+        owner
     }
 
     fn transport(&self, ctx: &RequestContext<RoleServer>) -> http::Transport {
@@ -334,6 +340,7 @@ impl WardenServer {
             "workers": self.sessions.workers_report(),
             "sessions": self.sessions.sessions_report(owner),
             "caps": self.sessions.caps_document(owner),
+            "http_clients": self.sessions.clients_report(),
             "last_selftest": last,
         })
     }

@@ -33,8 +33,14 @@ pub enum Lookup {
 impl SessionManager {
     /// The guard's answer when it needs no check (guard off, verdict cached), else the
     /// check to run: a caller can start other work before it awaits that.
-    pub fn lookup_code(&self, code: &str, workspace: &Path, allowed_roots: Vec<PathBuf>) -> Lookup {
-        let Some(guard) = self.guard.clone() else {
+    pub fn lookup_code(
+        &self,
+        owner: &crate::owner::Owner,
+        code: &str,
+        workspace: &Path,
+        allowed_roots: Vec<PathBuf>,
+    ) -> Lookup {
+        let Some(guard) = self.guard_of(owner) else {
             return Lookup::Done(GuardOutcome::Off);
         };
         let ctx = CheckContext {

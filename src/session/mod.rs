@@ -20,6 +20,7 @@
 
 mod audit;
 mod budget;
+mod clients;
 mod grants;
 mod guard;
 mod keep;
@@ -79,6 +80,8 @@ pub enum SessionError {
     NeverGrant(#[from] crate::grants::rules::RulesError),
     #[error("{setting}: {error}")]
     Packages { setting: String, error: GrantError },
+    #[error("{setting}: {error}")]
+    Clients { setting: String, error: String },
 }
 
 pub struct SessionManager {
@@ -130,6 +133,9 @@ pub struct SessionManager {
     package_grants: Vec<Grant>,
     /// Every client's spending and the caps (`SANDBOX_MAX_*`, `SANDBOX_CLIENT_MAX_*`).
     caps: crate::caps::Ledger,
+    /// The HTTP clients `SANDBOX_HTTP_CLIENTS` lists, with the guards of those that have
+    /// a policy of their own, and which owner is which client.
+    clients: clients::Clients,
 }
 
 /// A page of workspace files: (session, raw path, size).
@@ -200,15 +206,22 @@ fn instance_name() -> String {
 
 /// The static guard the settings ask for (`None`: CODEGUARD=off), with its policy.
 fn guard_for(settings: &Settings) -> Result<Option<Guard>, SessionError> {
-    Ok(match settings.codeguard {
-        GuardMode::Off => None,
-        _ => Some(settings.policy.guard()),
-    }
-    .transpose()
-    .map_err(|source| SessionError::Guard {
+    guard_with(settings, &settings.policy).map_err(|source| SessionError::Guard {
         setting: settings.describe("SANDBOX_POLICY"),
         source,
-    })?
+    })
+}
+
+/// The guard of `policy` under these settings (`None`: CODEGUARD=off).
+fn guard_with(
+    settings: &Settings,
+    policy: &crate::guard::PolicyChoice,
+) -> Result<Option<Guard>, crate::guard::GuardError> {
+    Ok(match settings.codeguard {
+        GuardMode::Off => None,
+        _ => Some(policy.guard()),
+    }
+    .transpose()?
     .map(|g| {
         if settings.network.proxied() {
             g.with_proxied_network()
@@ -261,6 +274,7 @@ impl SessionManager {
         pre_approved: &[PreApproval],
     ) -> Result<SessionManager, SessionError> {
         let guard = guard_for(&settings)?;
+        let clients = clients::Clients::load(&settings)?;
         let (data_dir, instance, instance_dir, instance_lock) = open_instance(&settings)?;
         let audit = Arc::new(crate::audit::AuditLog::open(
             &data_dir.join("audit"),
@@ -331,6 +345,7 @@ impl SessionManager {
             watcher,
             package_grants,
             caps,
+            clients,
         };
         if let Some(why) = &manager.fallback
             && manager.settings.host_sandbox == crate::config::SandboxMode::Require
@@ -613,6 +628,7 @@ impl SessionManager {
                 tracing::warn!(%owner, session = %name, error = %e.message, "could not close a session");
             }
         }
+        self.unbind_client(owner);
     }
 
     /// Kills every worker, warm ones too, releases the backend and removes every

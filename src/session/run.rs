@@ -283,7 +283,8 @@ impl SessionManager {
         warnings: &mut Vec<String>,
     ) -> Result<(Option<Verdict>, Option<PendingCheck>), Box<ExecResult>> {
         let roots = grants.iter().map(|g| g.path.clone()).collect();
-        let outcome = match self.lookup_code(code, &self.guard_workspace(session), roots) {
+        let workspace = self.guard_workspace(session);
+        let outcome = match self.lookup_code(&session.key.owner, code, &workspace, roots) {
             Lookup::Done(outcome) => outcome,
             // A session whose worker is live sends the code at once and lets it compile
             // there while the guard judges it here (see `Gate`).

@@ -1028,3 +1028,69 @@ fn progress_streams_stdout_lines_over_stdio_too() {
     drop(send);
     let _ = child.wait();
 }
+
+/// SANDBOX_HTTP_CLIENTS: a listed client's token is let in, and its code is checked with
+/// its own policy (`strict` refuses numpy) over stateless requests and its MCP sessions
+/// alike; a listed client without a policy, and the server's own token, keep the
+/// server's; the settings name the clients, never their tokens.
+#[test]
+fn listed_clients_are_checked_with_their_own_policy() {
+    use sha2::Digest;
+    for who in both_modes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (strict, plain) = (
+            "the-strict-client-token-0123",
+            "the-plain-client-token-4567",
+        );
+        let hex = |t: &str| {
+            sha2::Sha256::digest(t.as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        };
+        let file = dir.path().join("clients.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "[[client]]\nname = \"strict-bot\"\ntoken_sha256 = \"{}\"\npolicy = \"strict\"\n\
+                 [[client]]\nname = \"plain-bot\"\ntoken_sha256 = \"{}\"\n",
+                hex(strict),
+                hex(plain)
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let env = [
+            ("CODEGUARD", "enforce"),
+            ("SANDBOX_HTTP_CLIENTS", file.to_str().unwrap()),
+        ];
+        let server = HttpServer::start_as(who, "127.0.0.1:0", &env);
+        let numpy = "import numpy\nprint('numpy')";
+        let mut own = server.client().stateless();
+        assert_eq!(own.run("s", numpy)["stdout"], "numpy\n");
+        let mut plain_bot = McpHttp::new(&server.addr).with_token(plain).stateless();
+        assert_eq!(plain_bot.run("s", numpy)["stdout"], "numpy\n");
+        let mut bot = McpHttp::new(&server.addr).with_token(strict).stateless();
+        let r = bot.run("s", numpy);
+        assert_eq!(r["error"]["type"], "GuardBlocked", "{who:?}: {r}");
+        assert!(r.to_string().contains("allow_only"), "{r}");
+        assert_eq!(
+            bot.run("s", "import math\nprint(math.pi > 3)")["stdout"],
+            "True\n"
+        );
+        let mut session_bot = McpHttp::new(&server.addr).with_token(strict);
+        session_bot.initialize(json!({}));
+        let r = session_bot.run("t", numpy);
+        assert_eq!(r["error"]["type"], "GuardBlocked", "{who:?}: {r}");
+        let read = own.request("resources/read", json!({"uri": "warden://settings"}));
+        let text = read["contents"][0]["text"].as_str().unwrap();
+        let doc: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            doc["http_clients"],
+            json!([{"name": "strict-bot", "policy": "strict"}, {"name": "plain-bot", "policy": null}])
+        );
+        assert!(!text.contains(&hex(strict)), "{text}");
+        server.stop();
+    }
+}

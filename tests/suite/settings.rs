@@ -162,6 +162,27 @@ fn serve_without_client(
     )
 }
 
+/// A clients file with a mistake stops the server before it serves, naming the setting
+/// and the entry.
+#[test]
+fn a_bad_clients_file_is_a_clear_start_up_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("clients.toml");
+    std::fs::write(
+        &file,
+        "[[client]]\nname = \"bot\"\ntoken_sha256 = \"abc\"\n",
+    )
+    .unwrap();
+    let (status, stderr, _) =
+        serve_without_client(&[("SANDBOX_HTTP_CLIENTS", file.to_str().unwrap())]);
+    assert!(!status.success());
+    assert!(stderr.contains("SANDBOX_HTTP_CLIENTS"), "{stderr}");
+    assert!(
+        stderr.contains("\"bot\"") && stderr.contains("64 hex digits"),
+        "{stderr}"
+    );
+}
+
 /// Config errors say which setting is wrong, in one line without a backtrace.
 #[test]
 fn config_errors_name_their_setting() {
