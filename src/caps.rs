@@ -7,8 +7,8 @@
 //!
 //! A cap is checked before its counter grows: a call is refused when running it would
 //! pass a cap (one more call) or when a cap it spends is already used up (CPU, wall,
-//! bytes). While a call runs, its time limit is cut to the wall seconds left, and on the
-//! host its workspace may grow only by the bytes left. Counters are kept per session
+//! bytes). While a call runs, its time limit is cut to the wall seconds left, and its
+//! workspace tmpfs may grow only by the bytes left. Counters are kept per session
 //! (they live as long as the session: worker restarts, eviction and `reset_session`
 //! with `keep_files` keep them, closing it ends them) and per client (its owner: every
 //! session it has had, for the server's life).
@@ -47,8 +47,9 @@ pub const SPECS: &[Spec] = &[
         "0",
         "bytes one session's calls may write to its workspace together, counted as the \
          size of every file a call creates or changes (0: no cap; a size such as 64m). \
-         On the host the workspace may grow only by what is left while a call runs: \
-         past it, writes fail inside Python with ENOSPC.",
+         Where the workspace is a tmpfs warden sizes (the host; Docker under a root \
+         server) it may grow only by what is left while a call runs: past it, writes \
+         fail inside Python with ENOSPC.",
     ),
     spec(
         "SANDBOX_CLIENT_MAX_CALLS",
@@ -323,6 +324,25 @@ pub struct Admitted {
     pub bytes_left: Option<u64>,
 }
 
+/// The size a workspace of `quota` bytes that holds `used` gets for a call that may
+/// write `left` more. Pure.
+pub fn narrowed_size(quota: u64, used: u64, left: u64) -> u64 {
+    used.saturating_add(left).min(quota)
+}
+
+/// What the file system holding `path` uses, in bytes (a tmpfs: the workspace's data).
+///
+/// # Errors
+/// The file system cannot be asked.
+#[cfg(unix)]
+pub fn used_bytes(path: &std::path::Path) -> std::io::Result<u64> {
+    let st = rustix::fs::statvfs(path)?;
+    Ok(st
+        .f_blocks
+        .saturating_sub(st.f_bfree)
+        .saturating_mul(st.f_frsize))
+}
+
 fn tighter(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -507,6 +527,13 @@ mod tests {
         assert_eq!(a.spent().calls, 2);
         assert_eq!(ledger.client_spent(&owner).calls, 3);
         assert_eq!(ledger.client_spent(&owner).proxy_bytes, 7);
+    }
+
+    #[test]
+    fn a_narrowed_workspace_never_passes_its_quota() {
+        assert_eq!(narrowed_size(100, 30, 50), 80);
+        assert_eq!(narrowed_size(100, 30, 500), 100);
+        assert_eq!(narrowed_size(100, 30, u64::MAX), 100);
     }
 
     #[test]

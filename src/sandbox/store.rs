@@ -222,13 +222,9 @@ impl WorkspaceStore {
         let size = match bytes_left {
             None => quota,
             Some(left) => {
-                let st = rustix::fs::statvfs(&workspace.paths.workspace)
+                let used = crate::caps::used_bytes(&workspace.paths.workspace)
                     .map_err(|e| format!("reading the workspace's usage: {e}"))?;
-                let used = st
-                    .f_blocks
-                    .saturating_sub(st.f_bfree)
-                    .saturating_mul(st.f_frsize);
-                used.saturating_add(left).min(quota)
+                crate::caps::narrowed_size(quota, used, left)
             }
         };
         keeper

@@ -704,6 +704,28 @@ async fn a_full_container_workspace_gets_enospc_and_never_the_hosts_disk() {
     assert!(super::find_files(data.path(), "fine.bin").is_empty());
 }
 
+/// A byte cap narrows the container's workspace tmpfs while a call runs: past what is
+/// left a write fails inside Python, as at the quota, and the next session is not
+/// narrowed.
+#[tokio::test]
+async fn a_byte_cap_narrows_the_container_workspace_while_a_call_runs() {
+    if !docker_ready() {
+        return;
+    }
+    let server = start(&[("SANDBOX_MAX_BYTES_WRITTEN", "1m")]).await;
+    let write = "from pathlib import Path\nPath('a').write_bytes(b'x' * 600_000)\nprint('ok')";
+    let r = server.run("b", write).await;
+    assert_eq!(stdout(&r), "ok\n", "{r}");
+    assert!(!r["warnings"].to_string().contains("not enforced"), "{r}");
+    let past = "from pathlib import Path\ntry:\n    Path('c').write_bytes(b'x' * 600_000)\n\
+                except OSError as e:\n    print('errno', e.errno)";
+    let r = server.run("b", past).await;
+    assert_eq!(stdout(&r), "errno 28\n", "{r}");
+    let r = server.run("other", write).await;
+    assert_eq!(stdout(&r), "ok\n", "{r}");
+    server.stop().await;
+}
+
 /// Runs `openssl` with `args` in `dir`.
 fn openssl(dir: &std::path::Path, args: &[&str]) {
     let out = Command::new("openssl")

@@ -859,6 +859,17 @@ impl Backend for DockerBackend {
     /// Detaches the workspace's tmpfs, deletes the session's directory and frees its uid
     /// (its containers are already removed; one still going holds the tmpfs only until it
     /// is).
+    /// The workspace's own tmpfs is resized where the quota stands (a root server next
+    /// to its engine); plain host directories cannot be.
+    fn limit_growth(&self, slot: &DockerSlot, bytes_left: Option<u64>) -> Result<bool, String> {
+        let Some(quota) = self.inner.quota.bytes() else {
+            return Ok(false);
+        };
+        quota::narrow(&slot.workspace, quota, bytes_left)
+            .map(|()| true)
+            .map_err(|e| format!("resizing the workspace tmpfs: {e}"))
+    }
+
     fn close_session(&self, slot: &DockerSlot) -> Result<(), String> {
         let inner = &self.inner;
         inner.users.release(slot.user);

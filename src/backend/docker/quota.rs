@@ -81,6 +81,36 @@ pub fn unmount(dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Lets the tmpfs on `dir` (a workspace of `quota` bytes) grow by at most `left` from
+/// what it holds now (`None`: its whole quota again). The container sees the same
+/// tmpfs, so its writes fail past the new size.
+#[cfg(target_os = "linux")]
+pub fn narrow(dir: &Path, quota: u64, left: Option<u64>) -> std::io::Result<()> {
+    let size = match left {
+        None => quota,
+        Some(left) => crate::caps::narrowed_size(quota, crate::caps::used_bytes(dir)?, left),
+    };
+    let options = std::ffi::CString::new(format!("size={size}"))
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    rustix::mount::mount_remount(
+        dir,
+        rustix::mount::MountFlags::NOSUID
+            | rustix::mount::MountFlags::NODEV
+            | rustix::mount::MountFlags::NOEXEC,
+        options.as_c_str(),
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// No tmpfs on this platform: nothing to narrow.
+#[cfg(not(target_os = "linux"))]
+pub fn narrow(_dir: &Path, _quota: u64, _left: Option<u64>) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        platform_gap().unwrap_or_default(),
+    ))
+}
+
 /// No tmpfs on this platform (see [`platform_gap`]).
 #[cfg(not(target_os = "linux"))]
 pub fn mount(_dir: &Path, _bytes: u64, _user: (u32, u32)) -> std::io::Result<()> {
