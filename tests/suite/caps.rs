@@ -116,8 +116,14 @@ async fn the_call_past_a_session_cap_is_refused_and_nothing_runs() {
 /// A session whose idle worker was stopped to make room keeps its count.
 #[tokio::test]
 async fn counts_survive_eviction_of_the_idle_worker() {
+    for who in both_modes() {
+        counts_survive_eviction(who).await;
+    }
+}
+
+async fn counts_survive_eviction(who: As) {
     let server = start(
-        As::Root,
+        who,
         &[("SANDBOX_MAX_CALLS", "2"), ("SANDBOX_MAX_WORKERS", "1")],
     )
     .await;
@@ -138,8 +144,14 @@ async fn counts_survive_eviction_of_the_idle_worker() {
 /// runs, the next is refused, and each session counted its own.
 #[tokio::test]
 async fn counters_are_exact_after_a_thousand_calls_over_eight_sessions() {
+    for who in both_modes() {
+        a_thousand_calls_over_eight_sessions(who).await;
+    }
+}
+
+async fn a_thousand_calls_over_eight_sessions(who: As) {
     let server = start(
-        As::Root,
+        who,
         &[
             ("SANDBOX_CLIENT_MAX_CALLS", "1000"),
             ("SANDBOX_MAX_CALLS", "125"),
