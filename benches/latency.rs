@@ -8,6 +8,8 @@
 //! - 64 sessions calling at once from one client, beside one session calling alone
 //!   (per-call p50/p99 and calls per second);
 //! - a warm call in a workspace of 10,000 files;
+//! - a warm call with every cap set (`SANDBOX_MAX_*`, `SANDBOX_CLIENT_MAX_*`; none
+//!   reached), interleaved with the same call on a server without caps;
 //! - 1 MiB and 10 MiB printed, through `print` and in one raw `os.write` (latency, and
 //!   the server's own CPU time per MiB);
 //! - 10,000 session names used one after another with idle expiry on (latency, and the
@@ -71,6 +73,9 @@ async fn run() {
     if wanted("files") {
         many_files(base, native).await;
     }
+    if wanted("caps") {
+        caps(base, native).await;
+    }
     if wanted("output") {
         output(&baseline).await;
     }
@@ -84,7 +89,7 @@ async fn run() {
 }
 
 /// `WARDEN_BENCH_ONLY=new,output` runs only those parts (`new`, `concurrency`, `files`,
-/// `output`, `churn`, `cell`); all by default.
+/// `caps`, `output`, `churn`, `cell`); all by default.
 fn wanted(part: &str) -> bool {
     std::env::var("WARDEN_BENCH_ONLY")
         .map_or(true, |only| only.split(',').any(|p| p.trim() == part))
@@ -225,6 +230,48 @@ async fn burst(client: &Client, sessions: usize, rounds: usize) -> (Vec<Duration
     }
     let rate = all.len() as f64 / started.elapsed().as_secs_f64();
     (all, rate, errors)
+}
+
+/// What the caps add to a warm call: the same call on a server with every cap set, far
+/// from reached (the counters are checked and charged, the worker's CPU is read twice,
+/// and the byte cap narrows the workspace tmpfs before the call and restores it after),
+/// interleaved with one on a server without caps.
+async fn caps(base: Stats, native: f64) {
+    let plain = Client::warden(&[]).await;
+    let big = "1000000";
+    let capped = Client::warden(&[
+        ("SANDBOX_MAX_CALLS", big),
+        ("SANDBOX_MAX_CPU_S", big),
+        ("SANDBOX_MAX_WALL_S", big),
+        ("SANDBOX_MAX_BYTES_WRITTEN", "1g"),
+        ("SANDBOX_CLIENT_MAX_CALLS", big),
+        ("SANDBOX_CLIENT_MAX_CPU_S", big),
+        ("SANDBOX_CLIENT_MAX_WALL_S", big),
+        ("SANDBOX_CLIENT_MAX_BYTES_WRITTEN", "1g"),
+    ])
+    .await;
+    plain.call("w", PRINT).await;
+    capped.call("w", PRINT).await;
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..n(300, 60) {
+        without.push(plain.timed("w", PRINT, Some("2\n")).await);
+        with.push(capped.timed("w", PRINT, Some("2\n")).await);
+    }
+    let (without, with) = (stats(&without), stats(&with));
+    row(
+        "warm call, no cap (interleaved)",
+        without,
+        Some(base),
+        Some(native),
+    );
+    row("warm call, every cap set", with, Some(base), Some(native));
+    println!(
+        "  every cap set / no cap: {:.2}× (p50), {:+.3} ms",
+        with.p50_ms / without.p50_ms,
+        with.p50_ms - without.p50_ms
+    );
+    plain.stop().await;
+    capped.stop().await;
 }
 
 /// A warm call in a workspace of 10,000 files (the baseline runs in such a directory).
