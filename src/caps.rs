@@ -14,7 +14,7 @@
 //! session it has had, for the server's life).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
 
@@ -358,13 +358,19 @@ pub struct Ledger {
     clients: Mutex<HashMap<Owner, Spent>>,
 }
 
+/// A counter's lock, even after a panic elsewhere held it: the counts are plain sums
+/// that are never half-written, and a cap must not stop counting (fail open).
+fn held<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
+    lock.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// One session's counters.
 #[derive(Debug, Default)]
 pub struct SessionCounter(Mutex<Spent>);
 
 impl SessionCounter {
     pub fn spent(&self) -> Spent {
-        self.0.lock().map(|s| *s).unwrap_or_default()
+        *held(&self.0)
     }
 }
 
@@ -382,12 +388,8 @@ impl Ledger {
 
     /// Checks both scopes and, when both admit it, counts the call in both at once.
     pub fn admit(&self, owner: &Owner, session: &SessionCounter) -> Result<Admitted, Exceeded> {
-        let (Ok(mut clients), Ok(mut own)) = (self.clients.lock(), session.0.lock()) else {
-            return Ok(Admitted {
-                wall_ms_left: None,
-                bytes_left: None,
-            });
-        };
+        let mut clients = held(&self.clients);
+        let mut own = held(&session.0);
         let client = clients.entry(owner.clone()).or_default();
         check(&self.settings.session, &own, Scope::Session)?;
         check(&self.settings.client, client, Scope::Client)?;
@@ -409,21 +411,16 @@ impl Ledger {
 
     /// Adds what a finished call cost to both scopes.
     pub fn settle(&self, owner: &Owner, session: &SessionCounter, cost: &Cost) {
-        if let Ok(mut own) = session.0.lock() {
-            own.add(cost);
-        }
-        if let Ok(mut clients) = self.clients.lock() {
-            clients.entry(owner.clone()).or_default().add(cost);
-        }
+        held(&session.0).add(cost);
+        held(&self.clients)
+            .entry(owner.clone())
+            .or_default()
+            .add(cost);
     }
 
     /// What a client has spent over all its sessions.
     pub fn client_spent(&self, owner: &Owner) -> Spent {
-        self.clients
-            .lock()
-            .ok()
-            .and_then(|c| c.get(owner).copied())
-            .unwrap_or_default()
+        held(&self.clients).get(owner).copied().unwrap_or_default()
     }
 
     /// What is left, for a result; `None` when no cap is set.

@@ -1229,8 +1229,6 @@ fn resource_limits(r: &mut Reader<'_>, layers: &Layers) -> Result<ResourceLimits
     })
 }
 
-/// `serve --http`'s address, token and the hosts and origins it accepts.
-#[allow(clippy::type_complexity)]
 /// `serve --http`'s settings: address, token, listed clients, hosts and origins.
 type HttpSettings = (
     HttpBind,

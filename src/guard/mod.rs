@@ -153,6 +153,9 @@ impl Verdict {
 pub struct PolicySummary {
     /// Blocked modules.
     pub modules: usize,
+    /// Modules a policy's `[modules] allow_only` lets be imported, and nothing else
+    /// (0: no such list).
+    pub allow_only: usize,
     /// Blocked builtins.
     pub builtins: usize,
     /// Blocked attribute names (internals, module re-exports, dangerous APIs);
@@ -261,6 +264,7 @@ impl Guard {
         let p = &self.policy;
         PolicySummary {
             modules: p.blocked_modules.len(),
+            allow_only: p.allow_only.len(),
             builtins: p.blocked_builtins.len(),
             attributes: p.internals.len() + p.module_reexports.len() + p.dangerous.len(),
             allowed_dunders: p.allowed_dunders.len(),

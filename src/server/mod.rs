@@ -331,7 +331,7 @@ impl WardenServer {
                 "container_runtime": enforcement.container_runtime,
                 "gaps": enforcement.gaps,
                 "audit_log": self.sessions.audit().status(),
-                "guard_policy": self.sessions.guard_summary(),
+                "guard_policy": self.sessions.guard_summary(owner),
             },
             "client_roots": self.roots.snapshot(),
             "judge": self.judge_document(ctx),

@@ -4,7 +4,7 @@
 //! client when a request of it arrives; the guard of that owner's calls follows.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
 
@@ -33,6 +33,12 @@ pub struct ClientReport {
 }
 
 impl Clients {
+    /// Which owner is which client, even after a panic elsewhere held the lock: a lost
+    /// binding would check a strict client's code with the server's policy.
+    fn owners(&self) -> MutexGuard<'_, HashMap<Owner, String>> {
+        self.owners.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Reads `SANDBOX_HTTP_CLIENTS` and compiles each client's policy.
     pub(super) fn load(settings: &Settings) -> Result<Clients, SessionError> {
         let Some(path) = &settings.http_clients else {
@@ -72,23 +78,20 @@ impl SessionManager {
 
     /// Records that `owner` speaks for the listed client `name`.
     pub fn bind_client(&self, owner: &Owner, name: &str) {
-        if let Ok(mut owners) = self.clients.owners.lock()
-            && owners.get(owner).is_none_or(|n| n != name)
-        {
+        let mut owners = self.clients.owners();
+        if owners.get(owner).is_none_or(|n| n != name) {
             owners.insert(owner.clone(), name.to_string());
         }
     }
 
     /// Forgets an owner that is gone (its MCP session ended).
     pub(super) fn unbind_client(&self, owner: &Owner) {
-        if let Ok(mut owners) = self.clients.owners.lock() {
-            owners.remove(owner);
-        }
+        self.clients.owners().remove(owner);
     }
 
     /// The guard for `owner`'s code: its client's own, else the server's.
     pub(super) fn guard_of(&self, owner: &Owner) -> Option<Guard> {
-        let name = self.clients.owners.lock().ok()?.get(owner).cloned();
+        let name = self.clients.owners().get(owner).cloned();
         name.and_then(|n| self.clients.guards.get(&n).cloned())
             .or_else(|| self.guard.clone())
     }

@@ -167,9 +167,13 @@ async fn failure(task: tokio::task::JoinHandle<()>) -> String {
 }
 
 impl SessionManager {
-    /// What the guard's policy holds, when the guard is on.
-    pub fn guard_summary(&self) -> Option<crate::guard::PolicySummary> {
-        self.guard.as_ref().map(Guard::policy_summary)
+    /// What the policy checking `owner`'s code holds (a listed client's own, else the
+    /// server's), when the guard is on.
+    pub fn guard_summary(
+        &self,
+        owner: &crate::owner::Owner,
+    ) -> Option<crate::guard::PolicySummary> {
+        self.guard_of(owner).as_ref().map(Guard::policy_summary)
     }
 }
 

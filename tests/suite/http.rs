@@ -1091,6 +1091,22 @@ fn listed_clients_are_checked_with_their_own_policy() {
             json!([{"name": "strict-bot", "policy": "strict"}, {"name": "plain-bot", "policy": null}])
         );
         assert!(!text.contains(&hex(strict)), "{text}");
+        // Each client's settings show the policy that checks its own code.
+        assert_eq!(doc["resolved"]["guard_policy"]["allow_only"], 0, "{doc}");
+        let read = bot.request("resources/read", json!({"uri": "warden://settings"}));
+        let doc: Value =
+            serde_json::from_str(read["contents"][0]["text"].as_str().unwrap()).unwrap();
+        assert!(
+            doc["resolved"]["guard_policy"]["allow_only"]
+                .as_u64()
+                .unwrap()
+                > 10,
+            "{doc}"
+        );
+        assert_eq!(
+            doc["resolved"]["guard_policy"]["unjudged"], "refuse",
+            "{doc}"
+        );
         server.stop();
     }
 }
