@@ -6,10 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use rmcp::RoleClient;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 use super::{BIN, Net, Server, Tmpfs, server_command};
@@ -109,18 +108,18 @@ async fn executions_and_blocks_are_recorded_in_a_verifiable_chain() {
 /// A server sharing `dir` with others, as Claude Desktop and Claude Code each start one.
 struct Peer {
     client: RunningService<RoleClient, ()>,
+    child: tokio::process::Child,
 }
 
 impl Peer {
     async fn start(dir: &Path, env: &[(&str, &str)]) -> Peer {
         let cmd = server_command(Net::Host, env, &[], dir);
-        let (transport, _) = TokioChildProcess::builder(cmd)
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        Peer {
-            client: ().serve(transport).await.unwrap(),
-        }
+        Peer::from_command(cmd, Stdio::inherit()).await
+    }
+
+    async fn from_command(cmd: tokio::process::Command, stderr: Stdio) -> Peer {
+        let (client, child) = super::connect((), cmd, stderr).await;
+        Peer { client, child }
     }
 
     async fn run(&self, session: &str, code: &str) -> Value {
@@ -134,8 +133,11 @@ impl Peer {
             .unwrap()
     }
 
-    async fn stop(self) {
+    /// Closes stdin and waits for the server to exit on its own (it checkpoints the log
+    /// last), however long a loaded machine makes that.
+    async fn stop(mut self) {
         let _ = self.client.cancel().await;
+        let _ = self.child.wait().await;
     }
 }
 
@@ -326,13 +328,7 @@ async fn a_file_size_limit_refuses_calls_instead_of_killing_the_server() {
         .env("SANDBOX_DATA_DIR", data.path())
         .env("SANDBOX_PYTHON", "/usr/bin/python3")
         .env("CODEGUARD", "off");
-    let (transport, _) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::from(stderr))
-        .spawn()
-        .unwrap();
-    let server = Peer {
-        client: ().serve(transport).await.unwrap(),
-    };
+    let server = Peer::from_command(cmd, Stdio::from(stderr)).await;
     let mut refused = None;
     for i in 0..100 {
         let r = server.run("a", &format!("print({i})")).await;

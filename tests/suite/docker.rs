@@ -1664,12 +1664,8 @@ async fn workspace_mounts_of_a_killed_server_are_removed_by_the_next_one_on_any_
         let log = tempfile::NamedTempFile::new().unwrap();
         let data = super::data_dir_for(As::User);
         let cmd = super::server_command_as(As::User, Net::Host, &[], &[], data.path());
-        let (transport, _) = rmcp::transport::TokioChildProcess::builder(cmd)
-            .stderr(std::process::Stdio::from(log.reopen().unwrap()))
-            .spawn()
-            .unwrap();
-        let pid = transport.id().unwrap();
-        let client = rmcp::ServiceExt::serve((), transport).await.unwrap();
+        let stderr = std::process::Stdio::from(log.reopen().unwrap());
+        let user_server = Server::from_command_logged(cmd, data, As::User, stderr).await;
         // It reaps before it answers the client: the log is written by now.
         let said = std::fs::read_to_string(log.path()).unwrap();
         for dir in &dead {
@@ -1680,12 +1676,6 @@ async fn workspace_mounts_of_a_killed_server_are_removed_by_the_next_one_on_any_
                 "the login user's server did not report {dir}: {said}"
             );
         }
-        let user_server = Server {
-            client,
-            data_dir: data,
-            pid,
-            who: As::User,
-        };
         user_server.stop().await;
         assert!(
             mounts_beneath(same.path()).len() >= 2,

@@ -4,10 +4,7 @@
 //! name the wall.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 
-use rmcp::ServiceExt;
-use rmcp::transport::TokioChildProcess;
 use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
 
 use super::{As, Net, Server, both_modes, data_dir_for, server_command_as, stdout};
@@ -38,18 +35,7 @@ pub async fn start_without_namespaces(who: As, mode: &str) -> Server {
     unsafe {
         cmd.pre_exec(move || seccompiler::apply_filter(&filter).map_err(std::io::Error::other));
     }
-    let (transport, _) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let pid = transport.id().unwrap();
-    let client = ().serve(transport).await.unwrap();
-    Server {
-        client,
-        data_dir: data,
-        pid,
-        who,
-    }
+    Server::from_command(cmd, data, who).await
 }
 
 #[tokio::test]

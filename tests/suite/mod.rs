@@ -39,7 +39,6 @@ use std::process::Stdio;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
@@ -53,6 +52,8 @@ pub struct Server {
     pub pid: u32,
     /// Who it runs as.
     pub who: As,
+    /// The server's process, killed if the test drops it; [`Server::stop`] waits for it.
+    pub child: tokio::process::Child,
 }
 
 /// Who the server under test runs as. Every wall is tested both ways: a root server
@@ -299,17 +300,24 @@ impl Server {
         data_dir: tempfile::TempDir,
         who: As,
     ) -> Server {
-        let (transport, _stderr) = TokioChildProcess::builder(cmd)
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn warden");
-        let pid = transport.id().expect("server pid");
-        let client = ().serve(transport).await.expect("MCP initialize");
+        Server::from_command_logged(cmd, data_dir, who, Stdio::inherit()).await
+    }
+
+    /// The same, with the server's log going to `stderr`.
+    pub async fn from_command_logged(
+        cmd: tokio::process::Command,
+        data_dir: tempfile::TempDir,
+        who: As,
+        stderr: Stdio,
+    ) -> Server {
+        let (client, child) = connect((), cmd, stderr).await;
+        let pid = child.id().expect("server pid");
         Server {
             client,
             data_dir,
             pid,
             who,
+            child,
         }
     }
 
@@ -354,11 +362,23 @@ impl Server {
         self.exec(json!({"session": session, "code": code})).await
     }
 
-    /// Closes the connection and waits until the server has removed its workspaces,
-    /// which it does last, after killing its workers. Returns the data directory, for
-    /// tests that look at what the server left (the audit log).
-    pub async fn stop(self) -> tempfile::TempDir {
+    /// Closes the connection and waits until the server has exited, and then until its
+    /// workspaces are gone (it removes them last, after killing its workers). Returns the
+    /// data directory, for tests that look at what the server left (the audit log).
+    ///
+    /// The server is given all the time it takes to exit on its own: a client library's
+    /// SIGTERM a few seconds after closing stdin (what rmcp's child transport does) would
+    /// cut short a clean-up that a loaded machine makes slow, and the test would judge
+    /// the machine's load rather than the server.
+    pub async fn stop(mut self) -> tempfile::TempDir {
         let _ = self.client.cancel().await;
+        let exited =
+            tokio::time::timeout(std::time::Duration::from_secs(300), self.child.wait()).await;
+        assert!(
+            exited.is_ok(),
+            "the server ({:?}) had not exited 300 s after its stdin closed",
+            self.who
+        );
         let sessions = self.data_dir.path().join("sessions");
         let cleaned = eventually(10, || {
             std::fs::read_dir(&sessions)
@@ -374,6 +394,29 @@ impl Server {
         );
         self.data_dir
     }
+}
+
+/// Spawns the MCP server `cmd` and connects `handler` to it over its stdin and stdout.
+/// The child is killed if dropped; closing the client closes its stdin, and the caller
+/// waits for it to exit (see [`Server::stop`]).
+pub async fn connect<H: rmcp::ClientHandler>(
+    handler: H,
+    mut cmd: tokio::process::Command,
+    stderr: Stdio,
+) -> (RunningService<RoleClient, H>, tokio::process::Child) {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("spawn warden");
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        panic!("the server's stdio was not piped")
+    };
+    let client = handler
+        .serve((stdout, stdin))
+        .await
+        .expect("MCP initialize");
+    (client, child)
 }
 
 /// The stdout of a result.
