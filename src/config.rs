@@ -332,6 +332,13 @@ const GENERAL: &[Spec] = &[
          moved to `<SANDBOX_DATA_DIR>/kept/<instance>/` instead of deleted (`reset_session` \
          still deletes).",
     ),
+    spec(
+        "SANDBOX_MAX_CHECKPOINTS",
+        "8",
+        "named checkpoints (`checkpoint`, `restore`, `list_checkpoints`) one session may \
+         keep at once (0 to 1024; `0`: the tools are off). Their bytes count against the \
+         session's disk quota; they go with the session.",
+    ),
     computed(
         "SANDBOX_DATA_DIR",
         "per-user data dir (`~/.local/share/warden`); `/var/lib/warden` as root",
@@ -790,6 +797,8 @@ pub struct Settings {
     /// `SANDBOX_KEEP_WORKSPACES`: move expired sessions' workspaces aside instead of
     /// deleting them.
     pub keep_workspaces: bool,
+    /// `SANDBOX_MAX_CHECKPOINTS`: checkpoints one session keeps; 0 = the tools are off.
+    pub max_checkpoints: usize,
     /// `None`: the platform default (see [`default_data_dir`]).
     pub data_dir: Option<PathBuf>,
     /// `None`: python3 on PATH, resolved to a real ELF binary.
@@ -969,6 +978,11 @@ impl Settings {
             "false" | "0" | "no" => Some(false),
             _ => None,
         })?;
+        let max_checkpoints = r.value(
+            "SANDBOX_MAX_CHECKPOINTS",
+            "a whole number from 0 to 1024 (0: checkpoints off)",
+            |t| t.parse::<usize>().ok().filter(|n| *n <= 1024),
+        )?;
         let data_dir = r.optional("SANDBOX_DATA_DIR", "a directory path", path)?;
         let python = r.optional("SANDBOX_PYTHON", "a path to a Python 3 interpreter", path)?;
         let codeguard = r.choice(
@@ -1019,6 +1033,7 @@ impl Settings {
             max_sessions,
             session_idle_s,
             keep_workspaces,
+            max_checkpoints,
             data_dir,
             python,
             policy,

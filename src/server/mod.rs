@@ -558,6 +558,88 @@ impl WardenServer {
     }
 
     #[tool(
+        description = include_str!("../../tools/checkpoint.md"),
+        input_schema = schema::input::<crate::session::CheckpointArgs>(),
+        output_schema = schema::output::<crate::session::CheckpointResult>(),
+        annotations(
+            title = "Save a session's workspace under a name",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn checkpoint(
+        &self,
+        Parameters(raw): Parameters<JsonObject>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let args: crate::session::CheckpointArgs = match args::parse("checkpoint", raw) {
+            Ok(a) => a,
+            Err(e) => return Ok(e.into_result()),
+        };
+        let result = self.sessions.checkpoint(&self.owner(&ctx), &args).await;
+        wrapped("checkpoint", &result, !result.ok)
+    }
+
+    #[tool(
+        description = include_str!("../../tools/restore.md"),
+        input_schema = schema::input::<crate::session::CheckpointArgs>(),
+        output_schema = schema::output::<crate::session::RestoreResult>(),
+        annotations(
+            title = "Put a session's workspace back as a checkpoint holds it",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn restore(
+        &self,
+        Parameters(raw): Parameters<JsonObject>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let args: crate::session::CheckpointArgs = match args::parse("restore", raw) {
+            Ok(a) => a,
+            Err(e) => return Ok(e.into_result()),
+        };
+        let result = self.sessions.restore(&self.owner(&ctx), &args).await;
+        wrapped("restore", &result, !result.ok)
+    }
+
+    #[tool(
+        description = include_str!("../../tools/list_checkpoints.md"),
+        input_schema = schema::input::<crate::session::ListCheckpointsArgs>(),
+        output_schema = schema::output::<crate::session::CheckpointList>(),
+        annotations(
+            title = "List a session's checkpoints",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn list_checkpoints(
+        &self,
+        Parameters(raw): Parameters<JsonObject>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let args: crate::session::ListCheckpointsArgs = match args::parse("list_checkpoints", raw) {
+            Ok(a) => a,
+            Err(e) => return Ok(e.into_result()),
+        };
+        let session = args.session.unwrap_or_else(|| "default".to_string());
+        match self.sessions.list_checkpoints(&self.owner(&ctx), &session) {
+            Ok(list) => wrapped("list_checkpoints", &list, false),
+            Err(e) => wrapped(
+                "list_checkpoints",
+                &serde_json::json!({"session": session, "error": e, "message": format!("{}: {}", e.kind, e.message)}),
+                true,
+            ),
+        }
+    }
+
+    #[tool(
         description = include_str!("../../tools/list_grants.md"),
         input_schema = schema::input::<ListGrantsArgs>(),
         output_schema = schema::output::<GrantList>(),
@@ -931,8 +1013,19 @@ impl ServerHandler for WardenServer {
                  its client's (SANDBOX_MAX_*, SANDBOX_CLIENT_MAX_*)",
             )
             .with_mime_type("application/json");
+        let checkpoints = ResourceTemplate::new(
+            "warden://sessions/{session}/checkpoints",
+            "session checkpoints",
+        )
+        .with_description(
+            "An open session's named checkpoints (list_checkpoints): name, when, \
+                     bytes, entries, and the grants each was taken under",
+        )
+        .with_mime_type("application/json");
         Ok(ListResourceTemplatesResult::with_all_items(vec![
-            template, budget,
+            template,
+            budget,
+            checkpoints,
         ]))
     }
 
@@ -957,6 +1050,28 @@ impl ServerHandler for WardenServer {
             let text = provenance::escape_markup_in_json(&document.to_string());
             let contents = ResourceContents::text(text, request.uri.clone())
                 .with_mime_type("application/json");
+            return Ok(ReadResourceResult::new(vec![contents]).into());
+        }
+        if let Some(name) = request
+            .uri
+            .strip_prefix("warden://sessions/")
+            .and_then(|rest| rest.strip_suffix("/checkpoints"))
+            .filter(|name| !name.contains('/'))
+        {
+            let name = percent_encoding::percent_decode_str(name)
+                .decode_utf8_lossy()
+                .into_owned();
+            let list = self
+                .sessions
+                .list_checkpoints(&self.owner(&context), &name)
+                .map_err(|e| McpError::resource_not_found(e.message, None))?;
+            let text = serde_json::to_string(&list)
+                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            let contents = ResourceContents::text(
+                provenance::escape_markup_in_json(&text),
+                request.uri.clone(),
+            )
+            .with_mime_type("application/json");
             return Ok(ReadResourceResult::new(vec![contents]).into());
         }
         if request.uri.starts_with("warden://sessions/") {

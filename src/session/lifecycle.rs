@@ -258,7 +258,7 @@ impl SessionManager {
             });
             // The installed packages stay with the kept workspace, beside it.
             let layer = closing.home.slot.package_layer().map(|(l, _)| l);
-            let packages = match (&kept, keep, layer) {
+            let packages = match (&kept, keep.clone(), layer) {
                 (Some(Ok(_)), Some(to), Some(layer)) if layer.current() > 0 => {
                     let mut beside = to.into_os_string();
                     beside.push("-packages");
@@ -272,7 +272,29 @@ impl SessionManager {
                 }
                 _ => None,
             };
-            (kept, packages, backend.close_session(&closing.home.slot))
+            // So do its checkpoints (they live beside the workspace, in its home).
+            let checkpoints = match (&kept, keep) {
+                (Some(Ok(_)), Some(to)) => {
+                    let store = closing.home.paths.workspace.join("../checkpoints");
+                    let held = std::fs::read_dir(&store).is_ok_and(|mut d| d.next().is_some());
+                    held.then(|| {
+                        let mut beside = to.into_os_string();
+                        beside.push("-checkpoints");
+                        super::keep::copy_workspace(
+                            &store,
+                            std::path::Path::new(&beside),
+                            quota,
+                            super::keep::reserve_for,
+                        )
+                    })
+                }
+                _ => None,
+            };
+            (
+                kept,
+                packages.into_iter().chain(checkpoints).collect::<Vec<_>>(),
+                backend.close_session(&closing.home.slot),
+            )
         })
         .await
         .map_err(|e| format!("the closing task failed: {e}"))?;
@@ -282,8 +304,8 @@ impl SessionManager {
         if let Some(kept) = kept {
             self.record_keep(session, kept);
         }
-        if let Some(packages) = packages {
-            self.record_keep(session, packages);
+        for beside in packages {
+            self.record_keep(session, beside);
         }
         removed
     }

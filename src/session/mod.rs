@@ -20,6 +20,7 @@
 
 mod audit;
 mod budget;
+mod checkpoints;
 mod clients;
 mod grants;
 mod guard;
@@ -50,6 +51,10 @@ use crate::guard::{Guard, VerdictCache};
 use crate::owner::{Owner, SessionKey};
 use crate::worker::policy::SessionPaths;
 
+pub use checkpoints::{
+    CheckpointArgs, CheckpointInfo, CheckpointList, CheckpointResult, ListCheckpointsArgs,
+    RestoreResult,
+};
 pub use guard::GuardOutcome;
 pub use workers::{SessionReport, WorkersReport};
 

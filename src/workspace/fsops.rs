@@ -37,7 +37,7 @@ pub struct Stamp {
     pub nlink: u64,
 }
 
-fn kind_of(mode: u32) -> EntryKind {
+pub(super) fn kind_of(mode: u32) -> EntryKind {
     match FileType::from_raw_mode(mode) {
         FileType::Directory => EntryKind::Dir,
         FileType::RegularFile => EntryKind::File,

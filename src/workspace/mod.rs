@@ -5,6 +5,8 @@
 //! when shown, escaped ([`crate::text::display_name`]), never dropped.
 
 #[cfg(target_os = "linux")]
+pub mod checkpoint;
+#[cfg(target_os = "linux")]
 pub mod fsops;
 #[cfg(target_os = "linux")]
 pub mod tracker;
@@ -156,6 +158,25 @@ impl From<Report> for Summary {
             bytes_written,
         }
     }
+}
+
+/// One named checkpoint of a workspace, as its record beside the copy holds it and the
+/// checkpoint tools show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CheckpointInfo {
+    pub name: String,
+    /// Seconds since the Unix epoch.
+    pub taken_at: u64,
+    /// Bytes of file data it holds (each hard-linked file once); they count against
+    /// the session's disk quota.
+    pub bytes: u64,
+    /// Files, directories and links in it.
+    pub entries: u64,
+    /// Entries of the workspace it left out (FIFOs, sockets).
+    pub skipped: u64,
+    /// The grants the session held when it was taken (`read PATH`, `write PATH`,
+    /// `host NAME:PORT`): a restore is refused once one of them is gone.
+    pub grants: Vec<String>,
 }
 
 /// Largest file the server reads back out of a workspace (resources, images).

@@ -15,19 +15,11 @@ async fn start(who: As, env: &[(&str, &str)]) -> Server {
 }
 
 async fn budget_resource(server: &Server, session: &str) -> Result<Value, String> {
-    let read = server
-        .client
-        .read_resource(rmcp::model::ReadResourceRequestParams::new(format!(
-            "warden://sessions/{session}/budget"
-        )))
-        .await
-        .map_err(|e| e.to_string())?;
-    match &read.contents[0] {
-        rmcp::model::ResourceContents::TextResourceContents { text, .. } => {
-            Ok(serde_json::from_str(text).unwrap())
-        }
-        other => panic!("{other:?}"),
-    }
+    super::json_resource(
+        &server.client,
+        &format!("warden://sessions/{session}/budget"),
+    )
+    .await
 }
 
 async fn reset(server: &Server, session: &str, keep_files: bool) {

@@ -631,6 +631,67 @@ async fn a_grant_swap_never_reaches_anything_the_person_did_not_approve() {
     }
 }
 
+/// A checkpoint taken while the session held a grant is not restored once the grant is
+/// gone (its files may hold copies of what the grant reached), and the workspace is left
+/// as it is; a checkpoint taken after the revocation restores.
+#[tokio::test]
+async fn a_checkpoint_taken_under_a_revoked_grant_is_not_restored() {
+    for who in both_modes() {
+        let (_keep, dir) = shared_dir("harmless");
+        let file = dir.join("export.csv");
+        let h = Harness::start_as(who, Answer::Approve, &[], "off").await;
+        let (is_error, r) = h.grant(&file, "read").await;
+        assert!(!is_error, "{who:?}: {r}");
+        let copy = format!(
+            "open('copy.csv', 'w').write(open({:?}).read())",
+            file.display().to_string()
+        );
+        assert_eq!(h.run(&copy).await["status"], "ok", "{who:?}");
+        let (is_error, r) = h
+            .call("checkpoint", json!({"session": "g", "name": "with-grant"}))
+            .await;
+        assert!(!is_error, "{who:?}: {r}");
+        assert_eq!(
+            r["checkpoint"]["grants"],
+            json!([format!("read {}", file.display())]),
+            "{who:?}: {r}"
+        );
+        // The approved object is replaced: the grant lapses at the next call.
+        std::fs::rename(&file, dir.join("export.orig")).unwrap();
+        std::fs::write(&file, "another").unwrap();
+        let r = h.run("import os; os.remove('copy.csv')").await;
+        assert!(
+            r["warnings"].to_string().contains("was revoked"),
+            "{who:?}: {r}"
+        );
+        let (is_error, r) = h
+            .call("restore", json!({"session": "g", "name": "with-grant"}))
+            .await;
+        assert!(is_error, "{who:?}: {r}");
+        assert_eq!(r["error"]["type"], "GrantRevoked", "{who:?}: {r}");
+        let msg = r["message"].as_str().unwrap();
+        assert!(msg.contains(&file.display().to_string()), "{who:?}: {msg}");
+        let r = h.run("import os; print(os.path.exists('copy.csv'))").await;
+        assert_eq!(
+            stdout(&r),
+            "False\n",
+            "{who:?}: the workspace was touched: {r}"
+        );
+        let (is_error, r) = h
+            .call("checkpoint", json!({"session": "g", "name": "after"}))
+            .await;
+        assert!(
+            !is_error && r["checkpoint"]["grants"] == json!([]),
+            "{who:?}: {r}"
+        );
+        let (is_error, r) = h
+            .call("restore", json!({"session": "g", "name": "after"}))
+            .await;
+        assert!(!is_error, "{who:?}: {r}");
+        h.client.cancel().await.unwrap();
+    }
+}
+
 /// The other order, and links planted from inside: a writable folder's links are
 /// resolved in the worker's world (where the user's files do not exist), and a later
 /// request for a path through such a link is resolved, shown and refused for what it

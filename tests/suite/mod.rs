@@ -4,6 +4,7 @@ pub mod args;
 pub mod audit;
 pub mod benign;
 pub mod caps;
+pub mod checkpoints;
 pub mod clients;
 pub mod consent;
 pub mod docker;
@@ -343,19 +344,9 @@ impl Server {
 
     /// The `warden://settings` document.
     pub async fn settings(&self) -> Value {
-        let read = self
-            .client
-            .read_resource(rmcp::model::ReadResourceRequestParams::new(
-                "warden://settings",
-            ))
+        json_resource(&self.client, "warden://settings")
             .await
-            .expect("read warden://settings");
-        match &read.contents[0] {
-            rmcp::model::ResourceContents::TextResourceContents { text, .. } => {
-                serde_json::from_str(text).expect("settings JSON")
-            }
-            other => panic!("{other:?}"),
-        }
+            .expect("read warden://settings")
     }
 
     pub async fn run(&self, session: &str, code: &str) -> Value {
@@ -393,6 +384,23 @@ impl Server {
             sessions.display()
         );
         self.data_dir
+    }
+}
+
+/// A JSON resource read through `client`; the server's error as text.
+pub async fn json_resource<H: rmcp::ClientHandler>(
+    client: &RunningService<RoleClient, H>,
+    uri: &str,
+) -> Result<Value, String> {
+    let read = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+        .await
+        .map_err(|e| e.to_string())?;
+    match &read.contents[0] {
+        rmcp::model::ResourceContents::TextResourceContents { text, .. } => {
+            serde_json::from_str(text).map_err(|e| format!("{uri}: {e}"))
+        }
+        other => Err(format!("{uri}: not text: {other:?}")),
     }
 }
 
