@@ -1,8 +1,12 @@
 //! The workspace change report's cost on a warm call, through a real MCP client (rmcp
 //! over stdio) against the release binary: `print(1+1)` in an empty workspace, in one of
 //! 10,000 files, a call that rewrites one file of the 10,000 (the report must name
-//! exactly it), and (full mode only) `print(1+1)` in one of 100,000 files. Run with `cargo bench --bench workspace`; `WARDEN_BENCH_QUICK=1` takes
-//! fewer samples. Prints p50/p95 in milliseconds.
+//! exactly it), and (full mode only) `print(1+1)` in one of 100,000 files. Then what
+//! undo costs: transactional calls beside the same calls made plainly (one file changed
+//! in 10,000; 1,000 changed and rolled back), `checkpoint` of a 100 MiB workspace beside
+//! `cp -a` of the same tree on a tmpfs, and `restore` after 1,000 changed files. Run with
+//! `cargo bench --bench workspace`; `WARDEN_BENCH_QUICK=1` takes fewer samples. Prints
+//! p50/p95 in milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/mod.rs"]
@@ -89,6 +93,7 @@ async fn main() {
         None,
         None,
     );
+    transactions(&client, runs).await;
     if !support::quick() {
         // Ten times more (empty files: inodes, no pages), to show the cost stays flat.
         let made = call(
@@ -110,5 +115,183 @@ async fn main() {
             None,
         );
     }
+    client.stop().await;
+    checkpoints().await;
+}
+
+/// A call as `call` makes it, transactional or not.
+async fn call_txn(client: &Client, session: &str, code: &str, transactional: bool) -> Value {
+    client
+        .tool(
+            "execute_python",
+            json!({"code": code, "session": session, "timeout_s": 120, "transactional": transactional}),
+        )
+        .await
+}
+
+/// What a transaction adds: the rewrite of one file of the 10,000 in session `big`,
+/// transactional and not, in turns; then a call that changes 1,000 files and raises,
+/// rolled back and not.
+async fn transactions(client: &Client, runs: usize) {
+    let rewrite = "from pathlib import Path\nPath('d42/f42.csv').write_text('x')";
+    let (mut plain, mut txn) = (Vec::new(), Vec::new());
+    for _ in 0..runs / 2 {
+        for (transactional, into) in [(false, &mut plain), (true, &mut txn)] {
+            let t = Instant::now();
+            let r = call_txn(client, "big", rewrite, transactional).await;
+            into.push(t.elapsed());
+            assert_eq!(r["status"], "ok", "{r}");
+        }
+    }
+    let (plain, txn) = (stats(&plain), stats(&txn));
+    row(
+        "rewrite one file of 10,000, transactional (vs the same call not)",
+        txn,
+        Some(plain),
+        None,
+    );
+    println!(
+        "  added by a transaction, 1 file changed in 10,000: {:.2} ms (p50); target ≤ 1 ms",
+        txn.p50_ms - plain.p50_ms
+    );
+    let made = call(
+        client,
+        "rb",
+        "from pathlib import Path\nfor i in range(1000):\n    Path(f'f{i:04}.csv').write_text('a,b\\n1,2\\n')\nprint('made')",
+    )
+    .await;
+    assert_eq!(made["stdout"], "made\n", "{made}");
+    let fail = "from pathlib import Path\nfor i in range(1000):\n    Path(f'f{i:04}.csv').write_text('changed')\nraise ValueError('no')";
+    let (mut plain, mut txn) = (Vec::new(), Vec::new());
+    for _ in 0..support::n(20, 5) {
+        let t = Instant::now();
+        let r = call_txn(client, "rb", fail, true).await;
+        txn.push(t.elapsed());
+        assert_eq!(r["undone_total"], 1000, "{r}");
+        let t = Instant::now();
+        let r = call_txn(client, "rb", fail, false).await;
+        plain.push(t.elapsed());
+        assert_eq!(r["files_total"], 1000, "{r}");
+    }
+    let (plain, txn) = (stats(&plain), stats(&txn));
+    row(
+        "a call that changes 1,000 files and raises, rolled back (vs not)",
+        txn,
+        Some(plain),
+        None,
+    );
+    println!(
+        "  copy and rollback of 1,000 changed files: {:.1} ms added (p50); target ≤ 50 ms",
+        txn.p50_ms - plain.p50_ms
+    );
+}
+
+/// The same 100 files of 1 MiB, written by the code in the workspace and here in `dir`.
+const HUNDRED_MIB: &str = "import os\nfor i in range(100):\n    open(f'part{i:03}.bin', 'wb').write(os.urandom(1 << 20))\nprint('made')";
+
+fn hundred_mib(dir: &std::path::Path) {
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    for i in 0..100 {
+        let data: Vec<u8> = (0..(1usize << 20))
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        std::fs::write(dir.join(format!("part{i:03}.bin")), data).unwrap();
+    }
+}
+
+/// `checkpoint` of a 100 MiB workspace, interleaved with `cp -a` of the same tree from
+/// one tmpfs directory to another; and `restore` after 1,000 of 1,000 small files changed.
+async fn checkpoints() {
+    let client = Client::warden(&[
+        ("SANDBOX_DISK_LIMIT", "2g"),
+        ("SANDBOX_MAX_CHECKPOINTS", "64"),
+    ])
+    .await;
+    let made = call(&client, "cp", HUNDRED_MIB).await;
+    assert_eq!(made["stdout"], "made\n", "{made}");
+    let shm = tempfile::Builder::new()
+        .prefix("warden-bench-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let src = shm.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    hundred_mib(&src);
+    let (mut ours, mut cp) = (Vec::new(), Vec::new());
+    for i in 0..support::n(7, 3) {
+        let t = Instant::now();
+        let r = client
+            .tool(
+                "checkpoint",
+                json!({"session": "cp", "name": format!("c{i}")}),
+            )
+            .await;
+        ours.push(t.elapsed());
+        assert_eq!(r["checkpoint"]["bytes"], 100 << 20, "{r}");
+        let dst = shm.path().join(format!("dst{i}"));
+        let t = Instant::now();
+        let status = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&src)
+            .arg(&dst)
+            .status()
+            .unwrap();
+        cp.push(t.elapsed());
+        assert!(status.success());
+        std::fs::remove_dir_all(&dst).unwrap();
+    }
+    let (ours, cp) = (stats(&ours), stats(&cp));
+    row(
+        "checkpoint of a 100 MiB workspace (100 files) vs cp -a on tmpfs",
+        ours,
+        Some(cp),
+        None,
+    );
+    println!(
+        "  checkpoint of 100 MiB: {:.2}× cp -a of it (p50); target ≤ 0.2×",
+        ours.p50_ms / cp.p50_ms
+    );
+    let made = call(
+        &client,
+        "rb",
+        "from pathlib import Path\nfor i in range(1000):\n    Path(f'f{i:04}.csv').write_text('a,b\\n1,2\\n')\nprint('made')",
+    )
+    .await;
+    assert_eq!(made["stdout"], "made\n", "{made}");
+    let r = client
+        .tool("checkpoint", json!({"session": "rb", "name": "base"}))
+        .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let mut restores = Vec::new();
+    for _ in 0..support::n(20, 5) {
+        let changed = call(
+            &client,
+            "rb",
+            "from pathlib import Path\nfor i in range(1000):\n    Path(f'f{i:04}.csv').write_text('changed')",
+        )
+        .await;
+        assert_eq!(changed["files_total"], 1000, "{changed}");
+        let t = Instant::now();
+        let r = client
+            .tool("restore", json!({"session": "rb", "name": "base"}))
+            .await;
+        restores.push(t.elapsed());
+        assert_eq!(r["changes_total"], 1000, "{r}");
+    }
+    let restores = stats(&restores);
+    row(
+        "restore after 1,000 of 1,000 files changed",
+        restores,
+        None,
+        None,
+    );
+    println!(
+        "  restore of 1,000 changed files: {:.1} ms (p50); target ≤ 50 ms",
+        restores.p50_ms
+    );
     client.stop().await;
 }

@@ -333,6 +333,15 @@ const GENERAL: &[Spec] = &[
          still deletes).",
     ),
     spec(
+        "SANDBOX_TRANSACTIONS",
+        "off",
+        "which `execute_python` calls are transactional (a call that raises, times out, is \
+         cancelled, trips a wire, passes a cap or loses its worker leaves the workspace as \
+         it was before it): `off`, only those that ask (`transactional: true`); \
+         `on-failure`, every call unless it asks not to (`transactional: false`); \
+         `always`, every call.",
+    ),
+    spec(
         "SANDBOX_MAX_CHECKPOINTS",
         "8",
         "named checkpoints (`checkpoint`, `restore`, `list_checkpoints`) one session may \
@@ -761,6 +770,37 @@ pub struct Resolved {
     pub origin: Origin,
 }
 
+/// `SANDBOX_TRANSACTIONS`: which calls are transactional when they do not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transactions {
+    /// Only calls that ask (`transactional: true`).
+    Off,
+    /// Every call unless it asks not to (`transactional: false`).
+    OnFailure,
+    /// Every call, whatever it asks.
+    Always,
+}
+
+impl Transactions {
+    /// Whether a call that asked `asked` is transactional, and the warning when what it
+    /// asked was overruled. Pure.
+    pub fn decide(self, asked: Option<bool>) -> (bool, Option<&'static str>) {
+        match (self, asked) {
+            (Transactions::Always, Some(false)) => (
+                true,
+                Some(
+                    "SANDBOX_TRANSACTIONS=always: this call is transactional although it asked not to be",
+                ),
+            ),
+            (Transactions::Always, _) => (true, None),
+            (_, Some(asked)) => (asked, None),
+            (Transactions::OnFailure, None) => (true, None),
+            (Transactions::Off, None) => (false, None),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Settings {
     pub backend: BackendKind,
@@ -797,6 +837,8 @@ pub struct Settings {
     /// `SANDBOX_KEEP_WORKSPACES`: move expired sessions' workspaces aside instead of
     /// deleting them.
     pub keep_workspaces: bool,
+    /// `SANDBOX_TRANSACTIONS`: which calls are transactional by default.
+    pub transactions: Transactions,
     /// `SANDBOX_MAX_CHECKPOINTS`: checkpoints one session keeps; 0 = the tools are off.
     pub max_checkpoints: usize,
     /// `None`: the platform default (see [`default_data_dir`]).
@@ -978,6 +1020,15 @@ impl Settings {
             "false" | "0" | "no" => Some(false),
             _ => None,
         })?;
+        let transactions = r.choice(
+            "SANDBOX_TRANSACTIONS",
+            "off, on-failure or always",
+            &[
+                ("off", Transactions::Off),
+                ("on-failure", Transactions::OnFailure),
+                ("always", Transactions::Always),
+            ],
+        )?;
         let max_checkpoints = r.value(
             "SANDBOX_MAX_CHECKPOINTS",
             "a whole number from 0 to 1024 (0: checkpoints off)",
@@ -1033,6 +1084,7 @@ impl Settings {
             max_sessions,
             session_idle_s,
             keep_workspaces,
+            transactions,
             max_checkpoints,
             data_dir,
             python,

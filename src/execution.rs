@@ -46,6 +46,11 @@ pub struct ExecuteArgs {
     #[serde(skip)]
     #[schemars(skip)]
     pub task_limit: Option<std::time::Duration>,
+    /// true: if the call raises, times out, is cancelled, trips a wire, passes a cap or
+    /// loses its worker, the workspace is put back exactly as it was before it (the
+    /// interpreter's variables are not). Default from SANDBOX_TRANSACTIONS.
+    #[serde(default)]
+    pub transactional: Option<bool>,
 }
 
 /// What `timeout_s` accepts: a JSON number (`15`, `15.0`, `2.5`), or a string holding
@@ -207,6 +212,23 @@ pub struct ExecResult {
     /// no `SANDBOX_MAX_*` or `SANDBOX_CLIENT_MAX_*` is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::caps::Budget>,
+    /// The call was transactional: had it failed, its workspace changes would be undone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transactional: bool,
+    /// The transactional call failed and the workspace is back exactly as it was before
+    /// it (names, contents, modes, links); the interpreter's variables are not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rolled_back: bool,
+    /// What the rollback undid, as `files` shows changes (the first 200, in path order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undone: Vec<FileChange>,
+    /// How many changes the rollback undid in all.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub undone_total: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ExecResult {
@@ -303,6 +325,10 @@ impl ExecResult {
             guard: None,
             workspace: None,
             budget: None,
+            transactional: false,
+            rolled_back: false,
+            undone: Vec::new(),
+            undone_total: 0,
         }
     }
 }

@@ -763,6 +763,7 @@ async fn run_once(
                 timeout_s,
                 inputs: None,
                 task_limit: None,
+                transactional: None,
             },
         )
         .await;

@@ -88,7 +88,7 @@ fn session_name(session: &Option<String>) -> String {
 }
 
 #[cfg(target_os = "linux")]
-fn refused(e: CheckpointError) -> ErrorInfo {
+pub(super) fn refused(e: CheckpointError) -> ErrorInfo {
     let kind = match &e {
         CheckpointError::Missing(_) => "NoSuchCheckpoint",
         CheckpointError::Full { .. } => "DiskQuotaExceeded",
@@ -296,6 +296,7 @@ impl SessionManager {
         store::check_name(checkpoint).map_err(|e| ErrorInfo::new("InputError", e))?;
         let session = self.checkpointable(owner, name)?;
         let _state = Self::idle_state(&session, "a checkpoint")?;
+        let _ = self.settle_transaction(&session).await;
         let store = Self::store_of(&session)?;
         let held = store.list();
         let max = self.settings.max_checkpoints;
@@ -353,6 +354,7 @@ impl SessionManager {
         store::check_name(checkpoint).map_err(|e| ErrorInfo::new("InputError", e))?;
         let session = self.checkpointable(owner, name)?;
         let _state = Self::idle_state(&session, "a restore")?;
+        let _ = self.settle_transaction(&session).await;
         let store = Self::store_of(&session)?;
         let meta = store.meta(checkpoint).map_err(refused)?;
         let now = self.grant_marks(&session);
@@ -417,7 +419,9 @@ fn still_held(mark: &str, now: &[String]) -> bool {
 }
 
 #[cfg(target_os = "linux")]
-fn open_workspace(path: &std::path::Path) -> Result<std::os::fd::OwnedFd, CheckpointError> {
+pub(super) fn open_workspace(
+    path: &std::path::Path,
+) -> Result<std::os::fd::OwnedFd, CheckpointError> {
     use rustix::fs::{Mode, OFlags};
     rustix::fs::open(
         path,

@@ -28,6 +28,7 @@ mod keep;
 mod lifecycle;
 mod packages;
 mod run;
+mod transactions;
 mod workers;
 
 use std::collections::HashMap;
@@ -189,6 +190,10 @@ pub struct Session {
     /// What its calls have spent, against `SANDBOX_MAX_*`: kept over worker restarts
     /// and evictions, gone with the session.
     spent: crate::caps::SessionCounter,
+    /// A transactional call's copy of the workspace is waiting to be put back (its call
+    /// was cancelled before it could be); held while a copy is made or put back.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    txn_pending: Arc<Mutex<bool>>,
 }
 
 #[derive(Default)]
@@ -560,11 +565,14 @@ impl SessionManager {
                 Ok(s) => s,
                 Err(e) => return ExecResult::refused(name, e, Vec::new()),
             };
+            let (transactional, overruled) = self.settings.transactions.decide(args.transactional);
             let call = run::Call {
                 code: &args.code,
                 inputs: &inputs,
                 timeout,
                 tap: tap.clone(),
+                transactional,
+                overruled,
             };
             if let Some(result) = self.run_call(&session, call).await {
                 return result;

@@ -114,6 +114,10 @@ pub(super) struct Call<'a> {
     pub timeout: Duration,
     /// Also receives stdout as it is printed.
     pub tap: Option<OutputTap>,
+    /// A failure puts the workspace back as it was before the call.
+    pub transactional: bool,
+    /// Why the call is transactional although it asked not to be.
+    pub overruled: Option<&'static str>,
 }
 
 impl SessionManager {
@@ -127,46 +131,79 @@ impl SessionManager {
         }
         session.touch(self.now_ms());
         let owner = &session.key.owner;
+        let settled = self.settle_transaction(session).await;
         let mut result = match self.caps.admit(owner, &session.spent) {
             Err(exceeded) => {
                 let e = ErrorInfo::cap_exceeded(exceeded);
                 ExecResult::refused(&session.name, e, Vec::new())
             }
             Ok(admitted) => {
-                let (call, cut) = narrow(call, &admitted);
-                let growth = self.limit_growth(session, admitted.bytes_left);
-                let proxied = || {
-                    self.egress
-                        .as_ref()
-                        .map_or(0, |e| e.used(&session.key.to_string()))
-                };
-                let proxy_before = proxied();
-                let mut meter = Meter::default();
-                let mut result = self
-                    .execute_locked(session, &mut state, call, started, &mut meter)
-                    .await;
-                if admitted.bytes_left.is_some() && growth.is_none() {
-                    // Back to the whole quota between calls (a refused resize has
-                    // already said so).
-                    let _ = self.backend.limit_growth(&session.home.slot, None);
-                }
-                result.warnings.extend(cut.into_iter().chain(growth));
-                let wall_ms = elapsed_ms(started);
-                let cost = crate::caps::Cost {
-                    // A worker that died with its call can no longer be read: its CPU
-                    // time is counted as the call's wall time.
-                    cpu_ms: meter.cpu_ms.unwrap_or(wall_ms),
-                    wall_ms,
-                    bytes_written: meter.bytes_written,
-                    proxy_bytes: proxied().saturating_sub(proxy_before),
-                };
-                self.caps.settle(owner, &session.spent, &cost);
-                result
+                self.run_admitted(session, &mut state, call, &admitted, started)
+                    .await
             }
         };
+        result.warnings.extend(settled);
         result.budget = self.caps.budget(owner, &session.spent);
         session.touch(self.now_ms());
         Some(result)
+    }
+
+    /// A call the caps admitted: narrowed to what they leave, made transactional when
+    /// asked, run, and charged.
+    async fn run_admitted(
+        &self,
+        session: &Session,
+        state: &mut SessionState,
+        call: Call<'_>,
+        admitted: &crate::caps::Admitted,
+        started: Instant,
+    ) -> ExecResult {
+        let owner = &session.key.owner;
+        let (call, cut) = narrow(call, admitted);
+        let transactional = call.transactional;
+        let overruled = call.overruled;
+        let begun = match transactional {
+            true => self.begin_transaction(session).await,
+            false => Ok(()),
+        };
+        let growth = self.limit_growth(session, admitted.bytes_left);
+        let proxied = || {
+            self.egress
+                .as_ref()
+                .map_or(0, |e| e.used(&session.key.to_string()))
+        };
+        let proxy_before = proxied();
+        let mut meter = Meter::default();
+        let began = transactional && begun.is_ok();
+        let mut result = match begun {
+            Ok(()) => {
+                self.execute_locked(session, state, call, started, &mut meter)
+                    .await
+            }
+            Err(e) => ExecResult::refused(&session.name, e, Vec::new()),
+        };
+        if admitted.bytes_left.is_some() && growth.is_none() {
+            // Back to the whole quota between calls (a refused resize has already said
+            // so), before a rollback needs the room.
+            let _ = self.backend.limit_growth(&session.home.slot, None);
+        }
+        result.transactional = transactional;
+        if began {
+            self.end_transaction(session, &mut result).await;
+        }
+        result.warnings.extend(cut.into_iter().chain(growth));
+        result.warnings.extend(overruled.map(str::to_string));
+        let wall_ms = elapsed_ms(started);
+        let cost = crate::caps::Cost {
+            // A worker that died with its call can no longer be read: its CPU time is
+            // counted as the call's wall time.
+            cpu_ms: meter.cpu_ms.unwrap_or(wall_ms),
+            wall_ms,
+            bytes_written: meter.bytes_written,
+            proxy_bytes: proxied().saturating_sub(proxy_before),
+        };
+        self.caps.settle(owner, &session.spent, &cost);
+        result
     }
 
     async fn execute_locked(
@@ -182,6 +219,7 @@ impl SessionManager {
             inputs,
             timeout,
             tap,
+            ..
         } = call;
         if let Some(reason) = &state.killed {
             let e = ErrorInfo::new("SessionKilled", reason.clone());
@@ -336,6 +374,10 @@ impl SessionManager {
             guard: verdict,
             workspace: Some(workspace),
             budget: None,
+            transactional: false,
+            rolled_back: false,
+            undone: Vec::new(),
+            undone_total: 0,
         };
         for (cut, field) in [(out_cut, "stdout"), (err_cut, "stderr")] {
             if cut {

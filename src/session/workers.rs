@@ -96,6 +96,7 @@ impl Session {
             unjudged: std::sync::Mutex::new(super::guard::UnjudgedSeen::default()),
             packages: std::sync::Mutex::new(Vec::new()),
             spent: crate::caps::SessionCounter::default(),
+            txn_pending: Arc::default(),
         }
     }
 

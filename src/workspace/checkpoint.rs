@@ -542,7 +542,39 @@ impl Store {
     /// # Errors
     /// The copy does not fit ([`CheckpointError::Full`]), the tree passes a bound, or the
     /// file system refused.
-    pub fn take(&self, ws: BorrowedFd<'_>, mut meta: Meta) -> Result<Meta, CheckpointError> {
+    pub fn take(&self, ws: BorrowedFd<'_>, meta: Meta) -> Result<Meta, CheckpointError> {
+        self.copy_in(ws, meta, None)
+    }
+
+    /// A transactional call's copy of the workspace, named `name` (hidden from
+    /// [`Store::list`] by its leading `.`), its entries owned by `owner` already so that
+    /// [`Store::roll_back`] can move them back as they are.
+    ///
+    /// # Errors
+    /// As [`Store::take`].
+    pub fn snapshot(
+        &self,
+        ws: BorrowedFd<'_>,
+        name: &str,
+        owner: Owner,
+    ) -> Result<(), CheckpointError> {
+        let meta = Meta {
+            name: name.to_string(),
+            taken_at: 0,
+            bytes: 0,
+            entries: 0,
+            skipped: 0,
+            grants: Vec::new(),
+        };
+        self.copy_in(ws, meta, owner).map(|_| ())
+    }
+
+    fn copy_in(
+        &self,
+        ws: BorrowedFd<'_>,
+        mut meta: Meta,
+        owner: Owner,
+    ) -> Result<Meta, CheckpointError> {
         let (nodes, skipped) = scan(ws)?;
         meta.bytes = data_bytes(&nodes);
         meta.entries = nodes.len().saturating_sub(1) as u64;
@@ -553,7 +585,7 @@ impl Store {
             return Err(CheckpointError::Full { need, free });
         }
         let tmp = random_name(".new-");
-        let made = self.write(ws, &nodes, &tmp, &meta);
+        let made = self.write(ws, &nodes, &tmp, &meta, owner);
         let placed = made.and_then(|()| self.place(&tmp, &meta.name));
         if let Err(e) = placed {
             self.remove_entry(&tmp);
@@ -574,6 +606,7 @@ impl Store {
         nodes: &[Node],
         tmp: &CString,
         meta: &Meta,
+        owner: Owner,
     ) -> Result<(), CheckpointError> {
         let io = |e: Errno| CheckpointError::io("the checkpoint store", e);
         rustix::fs::mkdirat(&self.dir, tmp, Mode::from_raw_mode(0o700)).map_err(io)?;
@@ -586,7 +619,7 @@ impl Store {
         .map_err(io)?;
         rustix::fs::mkdirat(&at, "tree", Mode::from_raw_mode(0o700)).map_err(io)?;
         let tree = fsops::open_dir(at.as_fd(), b"tree").map_err(io)?;
-        copy_tree(ws, nodes, tree.as_fd(), None)?;
+        copy_tree(ws, nodes, tree.as_fd(), owner)?;
         let text = serde_json::to_vec(meta).unwrap_or_default();
         let f = rustix::fs::openat(
             &at,
@@ -643,6 +676,53 @@ impl Store {
         self.meta(name)?;
         self.remove_entry(&cstr(name.as_bytes())?);
         Ok(())
+    }
+
+    /// Removes the copy `name` if there is one (a transactional call that succeeded).
+    pub fn discard(&self, name: &str) {
+        if let Ok(c) = cstr(name.as_bytes()) {
+            self.remove_entry(&c);
+        }
+    }
+
+    /// Puts the copy [`Store::snapshot`] made back into the workspace `ws` (at
+    /// `ws_path`) by moving its entries, so the cost is the workspace's entries, not its
+    /// bytes, and no room is needed; the copy is gone afterwards. Returns what changed.
+    ///
+    /// # Errors
+    /// No such copy, or the file system refused.
+    pub fn roll_back(
+        &self,
+        ws: BorrowedFd<'_>,
+        ws_path: &Path,
+        name: &str,
+    ) -> Result<Report, CheckpointError> {
+        let tree_rel = format!("{name}/tree");
+        let tree = fsops::open_dir(self.dir.as_fd(), tree_rel.as_bytes())
+            .map_err(|_| CheckpointError::Missing(name.to_string()))?;
+        let (saved, _) = scan(tree.as_fd())?;
+        let (now, _) = scan(ws)?;
+        let changes = diff(&now, &saved, |a, b| {
+            same_bytes(ws, &a.path, tree.as_fd(), &b.path)
+        });
+        empty(ws, ws_path)?;
+        for (entry, _) in
+            fsops::list(tree.as_fd()).map_err(|e| CheckpointError::io("the copy", e))?
+        {
+            let c = cstr(&entry)?;
+            rustix::fs::renameat(&tree, &c, ws, &c)
+                .map_err(|e| CheckpointError::io(format!("moving {} back", shown(&entry)), e))?;
+        }
+        if let Some(root) = saved.first() {
+            rustix::fs::fchmod(ws, Mode::from_raw_mode(root.mode & 0o1777))
+                .map_err(|e| CheckpointError::io("the workspace", e))?;
+        }
+        self.discard(name);
+        Ok(Report {
+            changes,
+            incomplete: None,
+            by_scan: None,
+        })
     }
 
     /// Puts checkpoint `name` back into the workspace `ws` (at `ws_path`, the same

@@ -23,7 +23,7 @@ async fn tool(server: &Server, name: &'static str, args: Value) -> (bool, Value)
 
 /// Everything a restore must bring back, as the code sees it: each entry's name, type,
 /// mode, link target, content digest and hard-link group.
-const FINGERPRINT: &str = r#"
+pub(super) const FINGERPRINT: &str = r#"
 import hashlib, os, stat
 def fingerprint():
     out, first = [], {}
@@ -53,7 +53,7 @@ async fn fingerprint(server: &Server, session: &str) -> String {
 
 /// Path `chmod` is refused inside (seccomp: it could reach outside the workspace);
 /// `fchmod` on a file the code opened is not.
-const SETUP: &str = r#"
+pub(super) const SETUP: &str = r#"
 import os
 def chmod(path, mode):
     fd = os.open(path, os.O_RDONLY)

@@ -30,6 +30,7 @@ pub mod selftest;
 pub mod settings;
 pub mod signals;
 pub mod tasks;
+pub mod transactions;
 pub mod unjudged;
 pub mod walls;
 pub mod workspace;
