@@ -135,6 +135,16 @@ async fn a_restore_undoes_deletes_renames_mode_changes_and_a_symlink_swap() {
         .collect();
         assert_eq!(changes, expected, "{who:?}: {restored}");
         assert_eq!(restored["memory_restored"], false);
+        // What came back belongs to the code as before: it can change and delete it.
+        let r = server
+            .run(
+                "c",
+                "open('notes.txt', 'a').write('!')\nimport shutil\nshutil.rmtree('data')",
+            )
+            .await;
+        assert_eq!(r["status"], "ok", "{who:?}: {r}");
+        let (err, _) = tool(&server, "restore", json!({"session": "c", "name": "base"})).await;
+        assert!(!err);
         // The interpreter keeps what the calls since gave it; the next call's change
         // report does not repeat the restore's.
         let r = server.run("c", "print(after_checkpoint)").await;
@@ -155,7 +165,7 @@ async fn a_restore_undoes_deletes_renames_mode_changes_and_a_symlink_swap() {
             .filter(|r| r["phase"] == "checkpoint")
             .map(|r| r["decision"].as_str().unwrap_or_default().to_string())
             .collect();
-        assert_eq!(phases, ["taken", "restored"], "{who:?}");
+        assert_eq!(phases, ["taken", "restored", "restored"], "{who:?}");
         // A kept workspace keeps its checkpoints beside it.
         let metas = find_files(&data.path().join("kept"), "meta.json");
         assert!(

@@ -70,6 +70,12 @@ async fn every_way_a_call_can_fail_leaves_the_workspace_as_it_was() {
             );
             assert_eq!(fingerprint(&server, "t").await, before, "{who:?} {how}");
         }
+        // What came back belongs to the code as before.
+        let r = server
+            .exec(json!({"session": "t", "code": "open('notes.txt', 'a').write('!')\nimport shutil\nshutil.rmtree('data')\n1/0", "transactional": true}))
+            .await;
+        assert_eq!(r["error"]["type"], "ZeroDivisionError", "{who:?}: {r}");
+        assert_eq!(fingerprint(&server, "t").await, before, "{who:?}");
         // What the code assigned before it failed stays (memory is not rolled back).
         let r = transactional(
             &server,
