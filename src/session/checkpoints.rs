@@ -321,6 +321,8 @@ impl SessionManager {
         let ws = session.home.paths.workspace.clone();
         let taken = tokio::task::spawn_blocking(move || {
             let fd = open_workspace(&ws)?;
+            // A transactional call's copy still being deleted would take the room.
+            store.remove_retired();
             store.take(std::os::fd::AsFd::as_fd(&fd), meta)
         })
         .await

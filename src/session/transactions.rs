@@ -74,6 +74,8 @@ impl SessionManager {
             let owner = rustix::process::geteuid()
                 .is_root()
                 .then_some((st.st_uid, st.st_gid));
+            // Copies of earlier calls not yet deleted would take the room this one needs.
+            store.remove_retired();
             store.snapshot(fd.as_fd(), COPY, owner)?;
             *pending = true;
             Ok(())
@@ -99,18 +101,35 @@ impl SessionManager {
             .on_copy(session, move |store, fd, ws, pending| {
                 use std::os::fd::AsFd;
                 if !*pending {
-                    return Ok(None);
+                    return Ok((None, None));
                 }
-                let report = if failed {
-                    Some(store.roll_back(fd.as_fd(), ws, COPY)?)
+                let done = if failed {
+                    (Some(store.roll_back(fd.as_fd(), ws, COPY)?), None)
                 } else {
-                    store.discard(COPY);
-                    None
+                    store.retire(COPY);
+                    (None, store.try_clone())
                 };
                 *pending = false;
-                Ok(report)
+                Ok(done)
             })
             .await;
+        let done = match done {
+            Ok((report, Some(store))) => {
+                // The copy is deleted after the result goes out, under the lock the next
+                // transactional call takes first (which deletes it itself if it gets
+                // there before).
+                let pending = session.txn_pending.clone();
+                tokio::task::spawn_blocking(move || {
+                    let _held = pending
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    store.remove_retired();
+                });
+                Ok(report)
+            }
+            Ok((report, None)) => Ok(report),
+            Err(e) => Err(e),
+        };
         match done {
             Ok(Some(report)) => {
                 let summary = self.absorb(session, report);

@@ -228,6 +228,25 @@ pub fn data_bytes(nodes: &[Node]) -> u64 {
         .fold(0u64, |sum, n| sum.saturating_add(n.size))
 }
 
+/// The directory of the entry before, kept open: entries come in path order, so
+/// siblings reuse it instead of resolving their parent again.
+#[derive(Default)]
+struct Parent {
+    path: Vec<u8>,
+    fd: Option<OwnedFd>,
+}
+
+impl Parent {
+    /// The directory `path` beneath `root`, resolved as [`fsops::open_dir`] does.
+    fn of(&mut self, root: BorrowedFd<'_>, path: &[u8]) -> rustix::io::Result<BorrowedFd<'_>> {
+        if self.fd.is_none() || self.path != path {
+            self.fd = Some(fsops::open_dir(root, path)?);
+            self.path = path.to_vec();
+        }
+        self.fd.as_ref().map(AsFd::as_fd).ok_or(Errno::BADF)
+    }
+}
+
 /// Who the copied entries belong to: `Some` makes them the workspace owner's (a root
 /// server writes them as root).
 pub type Owner = Option<(u32, u32)>;
@@ -245,34 +264,40 @@ pub fn copy_tree(
     owner: Owner,
 ) -> Result<(), CheckpointError> {
     let mut first_name: HashMap<(u64, u64), &[u8]> = HashMap::new();
+    let (mut from_dir, mut to_dir) = (Parent::default(), Parent::default());
     for node in nodes.iter().filter(|n| !n.path.is_empty()) {
         let (parent, name) = split(&node.path);
         let what = || shown(&node.path);
-        let pfd = fsops::open_dir(dst, parent).map_err(|e| CheckpointError::io(what(), e))?;
+        let pfd = to_dir
+            .of(dst, parent)
+            .map_err(|e| CheckpointError::io(what(), e))?;
         let c = cstr(name)?;
         match node.kind {
-            EntryKind::Dir => rustix::fs::mkdirat(&pfd, &c, Mode::from_raw_mode(0o700))
+            EntryKind::Dir => rustix::fs::mkdirat(pfd, &c, Mode::from_raw_mode(0o700))
                 .map_err(|e| CheckpointError::io(what(), e))?,
             EntryKind::Symlink => {
                 let target = cstr(&node.target)?;
-                rustix::fs::symlinkat(&target, &pfd, &c)
+                rustix::fs::symlinkat(&target, pfd, &c)
                     .map_err(|e| CheckpointError::io(what(), e))?;
             }
             EntryKind::File if node.nlink > 1 && first_name.contains_key(&node.id) => {
                 let first = cstr(first_name[&node.id])?;
-                rustix::fs::linkat(dst, &first, &pfd, &c, AtFlags::empty())
+                rustix::fs::linkat(dst, &first, pfd, &c, AtFlags::empty())
                     .map_err(|e| CheckpointError::io(what(), e))?;
                 continue;
             }
             EntryKind::File => {
-                copy_file(src, node, pfd.as_fd(), &c)?;
+                let sfd = from_dir
+                    .of(src, parent)
+                    .map_err(|e| CheckpointError::io(what(), e))?;
+                copy_file(sfd, node, pfd, &c)?;
                 first_name.insert(node.id, &node.path);
             }
             EntryKind::Other => continue,
         }
         if let Some((uid, gid)) = owner {
             rustix::fs::chownat(
-                &pfd,
+                pfd,
                 &c,
                 Some(rustix::fs::Uid::from_raw(uid)),
                 Some(rustix::fs::Gid::from_raw(gid)),
@@ -302,16 +327,22 @@ pub fn copy_tree(
     Ok(())
 }
 
-/// Copies the regular file `node` of `src` to the new file `name` in `dir`.
+/// Copies the regular file `name` of the directory `from` (`node`) to the new file
+/// `name` in `dir`.
 fn copy_file(
-    src: BorrowedFd<'_>,
+    from: BorrowedFd<'_>,
     node: &Node,
     dir: BorrowedFd<'_>,
     name: &CString,
 ) -> Result<(), CheckpointError> {
     let what = || shown(&node.path);
-    let from = open_beneath(src, &node.path, OFlags::RDONLY | OFlags::NOFOLLOW)
-        .map_err(|e| CheckpointError::io(what(), e))?;
+    let from = rustix::fs::openat(
+        from,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| CheckpointError::io(what(), e))?;
     let to = rustix::fs::openat(
         dir,
         name,
@@ -682,6 +713,32 @@ impl Store {
     pub fn discard(&self, name: &str) {
         if let Ok(c) = cstr(name.as_bytes()) {
             self.remove_entry(&c);
+        }
+    }
+
+    /// Renames the copy `name` out of the way (a transactional call that succeeded) and
+    /// leaves it for [`Store::remove_retired`]: the rename is instant, the deletion costs
+    /// the copy's entries.
+    pub fn retire(&self, name: &str) {
+        if let Ok(from) = cstr(name.as_bytes()) {
+            let _ = rustix::fs::renameat(&self.dir, &from, &self.dir, random_name(".old-"));
+        }
+    }
+
+    /// Another handle on the same store (its own descriptor), for work done later.
+    pub fn try_clone(&self) -> Option<Store> {
+        let dir = rustix::io::fcntl_dupfd_cloexec(&self.dir, 0).ok()?;
+        Some(Store { dir })
+    }
+
+    /// Deletes every copy [`Store::retire`] left.
+    pub fn remove_retired(&self) {
+        for (name, _) in fsops::list(self.dir.as_fd()).unwrap_or_default() {
+            if name.starts_with(b".old-")
+                && let Ok(c) = cstr(&name)
+            {
+                self.remove_entry(&c);
+            }
         }
     }
 
