@@ -726,6 +726,35 @@ async fn a_byte_cap_narrows_the_container_workspace_while_a_call_runs() {
     server.stop().await;
 }
 
+/// Checkpoints and transactional calls need the host backend: under Docker the tools
+/// answer `Unsupported`, and a transactional call is refused before anything runs.
+#[tokio::test]
+async fn checkpoints_and_transactions_are_refused_under_docker_and_nothing_runs() {
+    if !docker_ready() {
+        return;
+    }
+    let server = start(&[]).await;
+    let r = server.run("u", "open('a', 'w').write('1')").await;
+    assert_eq!(r["status"], "ok", "{r}");
+    let r = server
+        .call(
+            "checkpoint",
+            serde_json::json!({"session": "u", "name": "c"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true));
+    let r = r.structured_content.unwrap();
+    assert_eq!(r["error"]["type"], "Unsupported", "{r}");
+    let r = server
+        .exec(serde_json::json!({"session": "u", "transactional": true, "code": "open('a', 'w').write('2')"}))
+        .await;
+    assert_eq!(r["error"]["type"], "Unsupported", "{r}");
+    let r = server.run("u", "print(open('a').read())").await;
+    assert_eq!(stdout(&r), "1\n", "the refused call ran: {r}");
+    server.stop().await;
+}
+
 /// Runs `openssl` with `args` in `dir`.
 fn openssl(dir: &std::path::Path, args: &[&str]) {
     let out = Command::new("openssl")
