@@ -380,8 +380,19 @@ async fn containers_of_a_killed_server_are_reaped_from_podman_by_the_next_one() 
     first.run("s", "print(1)").await;
     assert!(eventually(30, || containers_on(&host, first.pid).len() == 2).await);
     let dead = first.pid;
-    // SIGKILL: no shutdown, nothing cleaned up by the server itself.
+    // SIGKILL: no shutdown, nothing cleaned up by the server itself. A container the
+    // engine was still creating for it may appear after it died: the next server starts
+    // once the dead server's containers have stayed the same for two seconds.
     super::sigkill_and_wait(dead).await;
+    let mut seen = containers_on(&host, dead);
+    let mut since = std::time::Instant::now();
+    while since.elapsed() < std::time::Duration::from_secs(2) {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let now = containers_on(&host, dead);
+        if now != seen {
+            (seen, since) = (now, std::time::Instant::now());
+        }
+    }
     // Not asserted here that they are still there: any server starting meanwhile (other
     // tests run at once) reaps them just the same, which is what is being proved.
     let second = start(&host, &[]).await;
