@@ -8,6 +8,7 @@
 //! and the login user's alike; the mounts are made by root, as the chroot was.
 
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -81,9 +82,14 @@ struct Bystander {
 impl Bystander {
     fn start() -> Bystander {
         let token = format!("warden-secret-{}", std::process::id());
+        // A group of its own, so that its `sleep` goes with it; no inherited output, so
+        // that nothing keeps the test's output pipe open after it.
         let child = std::process::Command::new("sh")
             .args(["-c", "sleep 600", "bystander", &format!("--token={token}")])
             .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .unwrap();
         Bystander { child, token }
@@ -96,7 +102,8 @@ impl Bystander {
 
 impl Drop for Bystander {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SAFETY: kill(2) of the process group this test made.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }
