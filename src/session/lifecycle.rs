@@ -272,23 +272,30 @@ impl SessionManager {
                 }
                 _ => None,
             };
-            // So do its checkpoints (they live beside the workspace, in its home).
-            let checkpoints = match (&kept, keep) {
+            // So do its named checkpoints (they live beside the workspace, in its home;
+            // a transactional call's copies, named with a leading `.`, are not kept).
+            let checkpoints: Vec<Result<super::keep::Kept, String>> = match (&kept, keep) {
                 (Some(Ok(_)), Some(to)) => {
                     let store = closing.home.paths.workspace.join("../checkpoints");
-                    let held = std::fs::read_dir(&store).is_ok_and(|mut d| d.next().is_some());
-                    held.then(|| {
-                        let mut beside = to.into_os_string();
-                        beside.push("-checkpoints");
-                        super::keep::copy_workspace(
-                            &store,
-                            std::path::Path::new(&beside),
-                            quota,
-                            super::keep::reserve_for,
-                        )
-                    })
+                    let mut beside = to.into_os_string();
+                    beside.push("-checkpoints");
+                    let beside = std::path::PathBuf::from(beside);
+                    std::fs::read_dir(&store)
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .filter(|e| !e.file_name().as_encoded_bytes().starts_with(b"."))
+                        .map(|e| {
+                            super::keep::copy_workspace(
+                                &e.path(),
+                                &beside.join(e.file_name()),
+                                quota,
+                                super::keep::reserve_for,
+                            )
+                        })
+                        .collect()
                 }
-                _ => None,
+                _ => Vec::new(),
             };
             (
                 kept,

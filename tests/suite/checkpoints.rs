@@ -155,6 +155,13 @@ async fn a_restore_undoes_deletes_renames_mode_changes_and_a_symlink_swap() {
         assert!(!err, "{list}");
         assert_eq!(list["checkpoints"][0]["name"], "base", "{list}");
         assert_eq!(list["max_checkpoints"], 8, "{list}");
+        // A transactional call's copy is not a checkpoint: not listed, and not kept.
+        let r = server
+            .exec(
+                json!({"session": "c", "code": "open('t', 'w').write('1')", "transactional": true}),
+            )
+            .await;
+        assert_eq!(r["status"], "ok", "{r}");
         let resource = json_resource(&server.client, "warden://sessions/c/checkpoints")
             .await
             .unwrap();
