@@ -1637,6 +1637,18 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transactions_are_decided_by_the_call_then_the_server() {
+        use Transactions::*;
+        assert_eq!(Off.decide(None), (false, None));
+        assert_eq!(Off.decide(Some(true)), (true, None));
+        assert_eq!(OnFailure.decide(None), (true, None));
+        assert_eq!(OnFailure.decide(Some(false)), (false, None));
+        assert_eq!(Always.decide(None), (true, None));
+        let (on, said) = Always.decide(Some(false));
+        assert!(on && said.is_some_and(|w| w.contains("SANDBOX_TRANSACTIONS=always")));
+    }
     use std::collections::{BTreeSet, HashMap};
 
     fn settings(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {

@@ -631,11 +631,15 @@ impl WardenServer {
         let session = args.session.unwrap_or_else(|| "default".to_string());
         match self.sessions.list_checkpoints(&self.owner(&ctx), &session) {
             Ok(list) => wrapped("list_checkpoints", &list, false),
-            Err(e) => wrapped(
-                "list_checkpoints",
-                &serde_json::json!({"session": session, "error": e, "message": format!("{}: {}", e.kind, e.message)}),
-                true,
-            ),
+            Err(e) => {
+                let list = crate::session::CheckpointList {
+                    session,
+                    checkpoints: Vec::new(),
+                    max_checkpoints: self.sessions.settings().max_checkpoints,
+                    error: Some(e),
+                };
+                wrapped("list_checkpoints", &list, true)
+            }
         }
     }
 

@@ -81,6 +81,9 @@ pub struct CheckpointList {
     pub checkpoints: Vec<CheckpointInfo>,
     /// `SANDBOX_MAX_CHECKPOINTS`.
     pub max_checkpoints: usize,
+    /// Why nothing is listed (no such open session, checkpoints not available here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
 }
 
 fn session_name(session: &Option<String>) -> String {
@@ -122,28 +125,30 @@ impl SessionManager {
         marks.dedup();
         marks
     }
+}
 
+/// The tools' results, built from what the session layer did.
+impl SessionManager {
     /// Records a checkpoint action in the audit log; a record that cannot be written is
     /// a warning in the message, not a lost action.
     fn audit_checkpoint(
         &self,
-        session: &Session,
+        owner: &Owner,
+        session: &str,
         decision: &str,
         detail: String,
     ) -> Option<String> {
+        let key = SessionKey::new(owner, session).to_string();
         let event = crate::audit::AuditEvent {
             detail,
-            ..crate::audit::AuditEvent::now(&session.key.to_string(), "checkpoint", decision)
+            ..crate::audit::AuditEvent::now(&key, "checkpoint", decision)
         };
         self.audit
             .record(event)
             .err()
             .map(|e| format!("; the audit record could not be written: {e}"))
     }
-}
 
-/// The tools' results, built from what the session layer did.
-impl SessionManager {
     /// The open session `name` of `owner`, when checkpoints can be used on it now.
     fn checkpointable(&self, owner: &Owner, name: &str) -> Result<Arc<Session>, ErrorInfo> {
         crate::execution::validate_session_name(name)?;
@@ -173,8 +178,22 @@ impl SessionManager {
     pub async fn checkpoint(&self, owner: &Owner, args: &CheckpointArgs) -> CheckpointResult {
         let session_name = session_name(&args.session);
         let done = self.take_checkpoint(owner, &session_name, &args.name).await;
+        // Every outcome is on the record, a refusal too.
+        let (decision, detail) = match &done {
+            Ok(info) => (
+                "taken",
+                format!("{} entries, {} bytes", info.entries, info.bytes),
+            ),
+            Err(e) => ("refused", format!("{}: {}", e.kind, e.message)),
+        };
+        let unaudited = self.audit_checkpoint(
+            owner,
+            &session_name,
+            decision,
+            format!("checkpoint {:?}: {detail}", args.name),
+        );
         match done {
-            Ok((info, warning)) => CheckpointResult {
+            Ok(info) => CheckpointResult {
                 session: session_name,
                 ok: true,
                 message: format!(
@@ -182,7 +201,7 @@ impl SessionManager {
                     info.name,
                     info.entries,
                     info.bytes,
-                    warning.unwrap_or_default()
+                    unaudited.unwrap_or_default()
                 ),
                 checkpoint: Some(info),
                 error: None,
@@ -190,7 +209,7 @@ impl SessionManager {
             Err(e) => CheckpointResult {
                 session: session_name,
                 ok: false,
-                message: format!("{}: {}", e.kind, e.message),
+                message: format!("{}: {}{}", e.kind, e.message, unaudited.unwrap_or_default()),
                 checkpoint: None,
                 error: Some(e),
             },
@@ -210,8 +229,19 @@ impl SessionManager {
             memory_restored: false,
             error: None,
         };
-        match self.put_back(owner, &session, &args.name).await {
-            Ok((summary, warning)) => {
+        let done = self.put_back(owner, &session, &args.name).await;
+        let (decision, detail) = match &done {
+            Ok(summary) => ("restored", format!("{} changes", summary.total)),
+            Err(e) => ("refused", format!("{}: {}", e.kind, e.message)),
+        };
+        let unaudited = self.audit_checkpoint(
+            owner,
+            &session,
+            decision,
+            format!("restore {:?}: {detail}", args.name),
+        );
+        match done {
+            Ok(summary) => {
                 result.ok = true;
                 result.message = format!(
                     "the workspace is as it was at checkpoint {:?} ({} changes undone); the \
@@ -219,13 +249,14 @@ impl SessionManager {
                      true clears them{}",
                     args.name,
                     summary.total,
-                    warning.unwrap_or_default()
+                    unaudited.unwrap_or_default()
                 );
                 result.changes = summary.files;
                 result.changes_total = summary.total;
             }
             Err(e) => {
-                result.message = format!("{}: {}", e.kind, e.message);
+                result.message =
+                    format!("{}: {}{}", e.kind, e.message, unaudited.unwrap_or_default());
                 result.error = Some(e);
             }
         }
@@ -242,6 +273,7 @@ impl SessionManager {
             session: name.to_string(),
             checkpoints: self.stored(&session)?,
             max_checkpoints: self.settings.max_checkpoints,
+            error: None,
         })
     }
 }
@@ -292,7 +324,7 @@ impl SessionManager {
         owner: &Owner,
         name: &str,
         checkpoint: &str,
-    ) -> Result<(CheckpointInfo, Option<String>), ErrorInfo> {
+    ) -> Result<CheckpointInfo, ErrorInfo> {
         store::check_name(checkpoint).map_err(|e| ErrorInfo::new("InputError", e))?;
         let session = self.checkpointable(owner, name)?;
         let _state = Self::idle_state(&session, "a checkpoint")?;
@@ -327,24 +359,7 @@ impl SessionManager {
         })
         .await
         .map_err(|e| ErrorInfo::new("InternalError", format!("the checkpoint task failed: {e}")))?;
-        let taken = match taken {
-            Ok(meta) => meta,
-            Err(e) => {
-                let e = refused(e);
-                let _ = self.audit_checkpoint(
-                    &session,
-                    "refused",
-                    format!("{checkpoint}: {}", e.message),
-                );
-                return Err(e);
-            }
-        };
-        let detail = format!(
-            "{checkpoint}: taken, {} entries, {} bytes",
-            taken.entries, taken.bytes
-        );
-        let warning = self.audit_checkpoint(&session, "taken", detail);
-        Ok((taken, warning))
+        taken.map_err(refused)
     }
 
     async fn put_back(
@@ -352,7 +367,7 @@ impl SessionManager {
         owner: &Owner,
         name: &str,
         checkpoint: &str,
-    ) -> Result<(crate::workspace::Summary, Option<String>), ErrorInfo> {
+    ) -> Result<crate::workspace::Summary, ErrorInfo> {
         store::check_name(checkpoint).map_err(|e| ErrorInfo::new("InputError", e))?;
         let session = self.checkpointable(owner, name)?;
         let _state = Self::idle_state(&session, "a restore")?;
@@ -375,8 +390,6 @@ impl SessionManager {
                      again, or restore a checkpoint taken without it"
                 ),
             );
-            let _ =
-                self.audit_checkpoint(&session, "refused", format!("{checkpoint}: {}", e.message));
             return Err(e);
         }
         let ws = session.home.paths.workspace.clone();
@@ -391,22 +404,7 @@ impl SessionManager {
         if let Ok(mut tracker) = session.tracker.lock() {
             let _ = tracker.report();
         }
-        let report = match restored {
-            Ok(report) => report,
-            Err(e) => {
-                let e = refused(e);
-                let _ = self.audit_checkpoint(
-                    &session,
-                    "failed",
-                    format!("restore {checkpoint}: {}", e.message),
-                );
-                return Err(e);
-            }
-        };
-        let summary = crate::workspace::Summary::from(report);
-        let detail = format!("restore {checkpoint}: {} changes", summary.total);
-        let warning = self.audit_checkpoint(&session, "restored", detail);
-        Ok((summary, warning))
+        Ok(crate::workspace::Summary::from(restored.map_err(refused)?))
     }
 }
 
@@ -449,7 +447,7 @@ impl SessionManager {
         _: &Owner,
         _: &str,
         _: &str,
-    ) -> Result<(CheckpointInfo, Option<String>), ErrorInfo> {
+    ) -> Result<CheckpointInfo, ErrorInfo> {
         Err(Self::unsupported())
     }
     async fn put_back(
@@ -457,7 +455,7 @@ impl SessionManager {
         _: &Owner,
         _: &str,
         _: &str,
-    ) -> Result<(crate::workspace::Summary, Option<String>), ErrorInfo> {
+    ) -> Result<crate::workspace::Summary, ErrorInfo> {
         Err(Self::unsupported())
     }
 }

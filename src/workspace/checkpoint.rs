@@ -819,6 +819,13 @@ impl Store {
                 ),
                 source,
             },
+            // Room taken by something else since the check above.
+            CheckpointError::Full { .. } => CheckpointError::Io {
+                what: "restoring: the workspace's file system filled up (the workspace holds \
+                       part of the checkpoint; free room and restore again)"
+                    .into(),
+                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            },
             other => other,
         })?;
         Ok(Report {

@@ -265,7 +265,25 @@ async fn bad_names_missing_checkpoints_and_the_bounds_are_clear_errors_that_chan
         assert!(!err, "{who:?}: {r}");
         let r = server.run("b", "print(open('later').read())").await;
         assert_eq!(stdout(&r), "1\n", "{who:?}: {r}");
-        server.stop().await;
+        // Refusals are on the record too, with their reason.
+        let data = server.stop().await;
+        let refused: Vec<String> = records(data.path())
+            .iter()
+            .filter(|r| r["phase"] == "checkpoint" && r["decision"] == "refused")
+            .map(|r| r["detail"].as_str().unwrap_or_default().to_string())
+            .collect();
+        for kind in [
+            "NoSuchSession",
+            "InputError",
+            "DiskQuotaExceeded",
+            "NoSuchCheckpoint",
+            "TooManyCheckpoints",
+        ] {
+            assert!(
+                refused.iter().any(|d| d.contains(kind)),
+                "{who:?} {kind}: {refused:?}"
+            );
+        }
     }
 }
 
