@@ -327,8 +327,8 @@ impl SessionManager {
     ) -> Result<CheckpointInfo, ErrorInfo> {
         store::check_name(checkpoint).map_err(|e| ErrorInfo::new("InputError", e))?;
         let session = self.checkpointable(owner, name)?;
-        let _state = Self::idle_state(&session, "a checkpoint")?;
-        let _ = self.settle_transaction(&session).await;
+        let mut state = Self::idle_state(&session, "a checkpoint")?;
+        let _ = self.settle_transaction(&session, &mut state).await;
         let store = Self::store_of(&session)?;
         let held = store.list();
         let max = self.settings.max_checkpoints;
@@ -370,8 +370,8 @@ impl SessionManager {
     ) -> Result<crate::workspace::Summary, ErrorInfo> {
         store::check_name(checkpoint).map_err(|e| ErrorInfo::new("InputError", e))?;
         let session = self.checkpointable(owner, name)?;
-        let _state = Self::idle_state(&session, "a restore")?;
-        let _ = self.settle_transaction(&session).await;
+        let mut state = Self::idle_state(&session, "a restore")?;
+        let _ = self.settle_transaction(&session, &mut state).await;
         let store = Self::store_of(&session)?;
         let meta = store.meta(checkpoint).map_err(refused)?;
         let now = self.grant_marks(&session);

@@ -194,6 +194,10 @@ pub struct Session {
     /// was cancelled before it could be); held while a copy is made or put back.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     txn_pending: Arc<Mutex<bool>>,
+    /// A transactional call's journal while it runs (or, cancelled, until it is rolled
+    /// back): whichever worker the session has notes its file changes there.
+    #[cfg(target_os = "linux")]
+    journal: crate::workspace::journal::Shared,
 }
 
 #[derive(Default)]

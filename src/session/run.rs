@@ -131,7 +131,7 @@ impl SessionManager {
         }
         session.touch(self.now_ms());
         let owner = &session.key.owner;
-        let settled = self.settle_transaction(session).await;
+        let settled = self.settle_transaction(session, &mut state).await;
         let mut result = match self.caps.admit(owner, &session.spent) {
             Err(exceeded) => {
                 let e = ErrorInfo::cap_exceeded(exceeded);
@@ -163,7 +163,7 @@ impl SessionManager {
         let transactional = call.transactional;
         let overruled = call.overruled;
         let begun = match transactional {
-            true => self.begin_transaction(session).await,
+            true => self.transactions_supported(),
             false => Ok(()),
         };
         let growth = self.limit_growth(session, admitted.bytes_left);
@@ -219,6 +219,7 @@ impl SessionManager {
             inputs,
             timeout,
             tap,
+            transactional,
             ..
         } = call;
         if let Some(reason) = &state.killed {
@@ -253,6 +254,13 @@ impl SessionManager {
             Ok(worker) => worker,
             Err(e) => return no_worker(session, e, warnings, worker_restarted),
         };
+        if transactional
+            && let Err(e) = self.begin_transaction(session, worker.journal_link()).await
+        {
+            let mut refused = ExecResult::refused(&session.name, e, warnings);
+            refused.duration_ms = elapsed_ms(started);
+            return refused;
+        }
         let worker_warnings = worker.report().warnings();
         let seen_workspace = worker.report().workspace.clone();
         let cap = self.settings.output_limit_bytes;
@@ -279,7 +287,7 @@ impl SessionManager {
         let egress_refusals = worker.take_egress_refusals();
         drop(running);
         if !run.reusable {
-            session.drop_worker(state);
+            self.end_worker(session, state).await;
         }
         if let Some(outcome) = held {
             match self.judge(session, state, outcome, &mut warnings) {

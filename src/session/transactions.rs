@@ -52,31 +52,82 @@ impl SessionManager {
         .map_err(super::checkpoints::refused)
     }
 
-    /// Before a transactional call: the copy it would be put back from.
-    ///
-    /// # Errors
-    /// The copy could not be made (it does not fit in what the quota leaves); nothing ran.
-    pub(super) async fn begin_transaction(&self, session: &Session) -> Result<(), ErrorInfo> {
+    /// Refuses a transactional call where the backend cannot roll one back, before
+    /// anything runs.
+    pub(super) fn transactions_supported(&self) -> Result<(), ErrorInfo> {
         if self.backend.kind() != crate::backend::BackendKind::Host {
             return Err(ErrorInfo::new(
                 "Unsupported",
                 "transactional calls need the host backend (EXECUTION_BACKEND=host); nothing ran",
             ));
         }
+        Ok(())
+    }
+
+    /// Before a transactional call, once its worker is ready: a journal that the worker's
+    /// supervisor notes the call's file changes in, or, for a worker without one, a copy
+    /// of the workspace.
+    ///
+    /// # Errors
+    /// Neither could be made (the copy does not fit in what the quota leaves); nothing
+    /// ran.
+    pub(super) async fn begin_transaction(
+        &self,
+        session: &Session,
+        link: crate::worker::handle::JournalLink,
+    ) -> Result<(), ErrorInfo> {
+        self.transactions_supported()?;
+        let shared = session.journal.clone();
+        let opened = self
+            .on_copy(session, move |store, fd, _, _| {
+                use crate::workspace::checkpoint::CheckpointError;
+                store.remove_retired();
+                let aside = store.journal_dir()?;
+                let ws = rustix::io::fcntl_dupfd_cloexec(fd, 0)
+                    .map_err(|e| CheckpointError::io("the workspace", e))?;
+                let journal = crate::workspace::journal::Journal::new(ws, aside, owner_of(fd)?)
+                    .map_err(|e| CheckpointError::io(e.to_string(), e.errno()))?;
+                *lock(&shared) = Some(journal);
+                Ok(())
+            })
+            .await;
+        let why = match opened {
+            Ok(()) => {
+                let shared = session.journal.clone();
+                let attached = tokio::task::spawn_blocking(move || match link {
+                    Some(supervision) => supervision.attach(&shared),
+                    None => Err("the worker has no journal (no private world of its own)".into()),
+                })
+                .await
+                .unwrap_or_else(|e| Err(format!("the journal task failed: {e}")));
+                match attached {
+                    Ok(()) => return Ok(()),
+                    Err(why) => why,
+                }
+            }
+            Err(e) => e.message,
+        };
+        tracing::debug!(%why, "a transactional call copies the workspace instead of journaling");
+        let shared = session.journal.clone();
+        let _ = self
+            .on_copy(session, move |store, _, _, _| {
+                if let Some(journal) = lock(&shared).take() {
+                    journal.clear();
+                }
+                store.remove_journal_dir();
+                Ok(())
+            })
+            .await;
+        self.copy_workspace(session).await
+    }
+
+    /// The copy a transactional call of a worker without a journal is put back from.
+    async fn copy_workspace(&self, session: &Session) -> Result<(), ErrorInfo> {
         self.on_copy(session, |store, fd, _, pending| {
             use std::os::fd::AsFd;
-            let st = rustix::fs::fstat(fd).map_err(|e| {
-                crate::workspace::checkpoint::CheckpointError::Io {
-                    what: "the workspace".into(),
-                    source: e.into(),
-                }
-            })?;
-            let owner = rustix::process::geteuid()
-                .is_root()
-                .then_some((st.st_uid, st.st_gid));
             // Copies of earlier calls not yet deleted would take the room this one needs.
             store.remove_retired();
-            store.snapshot(fd.as_fd(), COPY, owner)?;
+            store.snapshot(fd.as_fd(), COPY, owner_of(fd)?)?;
             *pending = true;
             Ok(())
         })
@@ -97,14 +148,26 @@ impl SessionManager {
     /// said in `result`.
     pub(super) async fn end_transaction(&self, session: &Session, result: &mut ExecResult) {
         let failed = result.status != crate::execution::ExecStatus::Ok;
+        let shared = session.journal.clone();
         let done = self
             .on_copy(session, move |store, fd, ws, pending| {
                 use std::os::fd::AsFd;
+                if let Some(journal) = lock(&shared).take() {
+                    let report = match failed {
+                        true => Some((journal.roll_back().map_err(journal_error)?, true)),
+                        false => {
+                            journal.clear();
+                            None
+                        }
+                    };
+                    store.remove_journal_dir();
+                    return Ok((report, None));
+                }
                 if !*pending {
                     return Ok((None, None));
                 }
                 let done = if failed {
-                    (Some(store.roll_back(fd.as_fd(), ws, COPY)?), None)
+                    (Some((store.roll_back(fd.as_fd(), ws, COPY)?, false)), None)
                 } else {
                     store.retire(COPY);
                     (None, store.try_clone())
@@ -153,21 +216,38 @@ impl SessionManager {
 
     /// Puts back the copy of a transactional call that was cancelled, if one waits;
     /// the warning that says so.
-    pub(super) async fn settle_transaction(&self, session: &Session) -> Option<String> {
+    pub(super) async fn settle_transaction(
+        &self,
+        session: &Session,
+        state: &mut super::SessionState,
+    ) -> Option<String> {
         if let Ok(pending) = session.txn_pending.try_lock()
             && !*pending
+            && lock(&session.journal).is_none()
         {
             return None;
         }
+        if state.worker.as_ref().is_some_and(|l| l.worker.is_busy()) {
+            // The cancelled call's worker, killed when it was dropped: gone before its
+            // changes are put back.
+            self.end_worker(session, state).await;
+            state.lost_worker = Some("the previous call was cancelled while it ran".to_string());
+        }
+        let shared = session.journal.clone();
         let done = self
-            .on_copy(session, |store, fd, ws, pending| {
+            .on_copy(session, move |store, fd, ws, pending| {
                 use std::os::fd::AsFd;
+                if let Some(journal) = lock(&shared).take() {
+                    let report = journal.roll_back().map_err(journal_error)?;
+                    store.remove_journal_dir();
+                    return Ok(Some((report, true)));
+                }
                 if !*pending {
                     return Ok(None);
                 }
                 let report = store.roll_back(fd.as_fd(), ws, COPY)?;
                 *pending = false;
-                Ok(Some(report))
+                Ok(Some((report, false)))
             })
             .await;
         match done {
@@ -189,29 +269,82 @@ impl SessionManager {
     }
 
     /// A rollback's report as a result shows it; the tracker takes the rollback in, so
-    /// the next call's `files` does not repeat it.
+    /// the next call's `files` does not repeat it. After a journal's rollback the tracker
+    /// says best what changed (every name of a file written through one of its hard
+    /// links), unless it cannot say all.
     fn absorb(
         &self,
         session: &Session,
-        report: crate::workspace::Report,
+        (report, journaled): (crate::workspace::Report, bool),
     ) -> crate::workspace::Summary {
-        if let Ok(mut tracker) = session.tracker.lock() {
-            let _ = tracker.report();
+        let tracked = session
+            .tracker
+            .lock()
+            .ok()
+            .map(|mut tracker| tracker.report());
+        match tracked {
+            Some(tracked) if journaled && tracked.incomplete.is_none() => {
+                crate::workspace::Summary::from(tracked)
+            }
+            _ => crate::workspace::Summary::from(report),
         }
-        crate::workspace::Summary::from(report)
     }
+}
+
+/// The session's journal slot, whatever a panic left in it.
+#[cfg(target_os = "linux")]
+fn lock(
+    shared: &crate::workspace::journal::Shared,
+) -> std::sync::MutexGuard<'_, Option<crate::workspace::journal::Journal>> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(target_os = "linux")]
+fn journal_error(
+    e: crate::workspace::journal::JournalError,
+) -> crate::workspace::checkpoint::CheckpointError {
+    crate::workspace::checkpoint::CheckpointError::io(e.to_string(), e.errno())
+}
+
+/// Who owns what a copy or a rollback makes anew: a root server's session uid (the
+/// workspace's owner); `None` for a server that is not root (it owns everything).
+#[cfg(target_os = "linux")]
+fn owner_of(
+    fd: &std::os::fd::OwnedFd,
+) -> Result<Option<(u32, u32)>, crate::workspace::checkpoint::CheckpointError> {
+    let st = rustix::fs::fstat(fd)
+        .map_err(|e| crate::workspace::checkpoint::CheckpointError::io("the workspace", e))?;
+    Ok(rustix::process::geteuid()
+        .is_root()
+        .then_some((st.st_uid, st.st_gid)))
 }
 
 #[cfg(not(target_os = "linux"))]
 impl SessionManager {
-    pub(super) async fn begin_transaction(&self, _: &Session) -> Result<(), ErrorInfo> {
+    pub(super) fn transactions_supported(&self) -> Result<(), ErrorInfo> {
+        Err(ErrorInfo::new(
+            "Unsupported",
+            "transactional calls need Linux; nothing ran",
+        ))
+    }
+    pub(super) async fn begin_transaction(
+        &self,
+        _: &Session,
+        _: crate::worker::handle::JournalLink,
+    ) -> Result<(), ErrorInfo> {
         Err(ErrorInfo::new(
             "Unsupported",
             "transactional calls need Linux; nothing ran",
         ))
     }
     pub(super) async fn end_transaction(&self, _: &Session, _: &mut ExecResult) {}
-    pub(super) async fn settle_transaction(&self, _: &Session) -> Option<String> {
+    pub(super) async fn settle_transaction(
+        &self,
+        _: &Session,
+        _: &mut super::SessionState,
+    ) -> Option<String> {
         None
     }
 }

@@ -97,6 +97,8 @@ impl Session {
             packages: std::sync::Mutex::new(Vec::new()),
             spent: crate::caps::SessionCounter::default(),
             txn_pending: Arc::default(),
+            #[cfg(target_os = "linux")]
+            journal: Arc::default(),
         }
     }
 
@@ -129,6 +131,25 @@ impl Session {
 
     fn has_worker(&self) -> bool {
         self.probe.lock().is_ok_and(|p| p.is_some())
+    }
+}
+
+impl SessionManager {
+    /// Drops the session's worker and, when it journals file changes, waits until it
+    /// and its whole world have exited: a change it had under way can then no longer
+    /// land after a rollback.
+    pub(super) async fn end_worker(&self, session: &Session, state: &mut SessionState) {
+        let link = state.worker.as_ref().map(|l| l.worker.journal_link());
+        session.drop_worker(state);
+        #[cfg(target_os = "linux")]
+        if let Some(Some(supervision)) = link {
+            let _ = tokio::task::spawn_blocking(move || {
+                supervision.wait_exit(std::time::Duration::from_secs(10))
+            })
+            .await;
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = link;
     }
 }
 

@@ -169,12 +169,21 @@ impl std::fmt::Debug for UsageProbe {
     }
 }
 
+/// A worker's journal supervisor (Linux; nothing elsewhere).
+#[cfg(target_os = "linux")]
+pub type JournalLink = Option<std::sync::Arc<crate::sandbox::linux::supervisor::Supervision>>;
+#[cfg(not(target_os = "linux"))]
+pub type JournalLink = Option<std::convert::Infallible>;
+
 pub struct Worker {
     channel: Channel,
     process: Box<dyn ProcessHandle>,
     report: SandboxReport,
     /// The egress proxy serving this worker's world, when its network is proxied.
     egress: Option<crate::egress::Link>,
+    /// The supervisor that journals this worker's file changes, when it has one.
+    #[cfg(target_os = "linux")]
+    journal: Option<std::sync::Arc<crate::sandbox::linux::supervisor::Supervision>>,
 }
 
 impl Worker {
@@ -184,7 +193,26 @@ impl Worker {
             process: Box::new(process),
             report,
             egress: None,
+            #[cfg(target_os = "linux")]
+            journal: None,
         }
+    }
+
+    /// Ties the worker to the supervisor of its journal's filter.
+    #[cfg(target_os = "linux")]
+    pub fn attach_journal(
+        &mut self,
+        supervision: std::sync::Arc<crate::sandbox::linux::supervisor::Supervision>,
+    ) {
+        self.journal = Some(supervision);
+    }
+
+    /// The supervisor that can journal this worker's file changes, if it has one.
+    pub fn journal_link(&self) -> JournalLink {
+        #[cfg(target_os = "linux")]
+        return self.journal.clone();
+        #[cfg(not(target_os = "linux"))]
+        None
     }
 
     /// Ties the worker to the proxy serving its world (the link ends with the worker).

@@ -95,6 +95,11 @@ pub struct WorkerPolicy {
     /// The descriptor of the socket pair over which the world hands its proxy endpoint
     /// to the server (proxied network); `None` when the network is denied.
     pub egress_fd: Option<i32>,
+    /// The descriptor of the socket pair over which the helper hands the server the
+    /// listener of the journal's filter (file changes, for transactional calls); `None`:
+    /// no journal.
+    #[serde(default)]
+    pub journal_fd: Option<i32>,
     /// The proxy's endpoint is made from outside, in the namespace the helper already
     /// runs in (a container's): the helper keeps the proxied walls without a world.
     #[serde(default)]
@@ -247,6 +252,7 @@ impl WorkerPolicy {
             },
             parent_pid: inputs.parent_pid,
             egress_fd: None,
+            journal_fd: None,
             egress_outside: false,
             user_space_kernel: false,
             own_user_namespace: false,
@@ -391,6 +397,7 @@ pub(crate) fn example_policy(network: NetworkMode) -> WorkerPolicy {
         },
         parent_pid: 1,
         egress_fd: None,
+        journal_fd: None,
         egress_outside: false,
         user_space_kernel: false,
         own_user_namespace: false,

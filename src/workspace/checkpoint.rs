@@ -65,7 +65,7 @@ pub enum CheckpointError {
 }
 
 impl CheckpointError {
-    fn io(what: impl Into<String>, e: Errno) -> CheckpointError {
+    pub(crate) fn io(what: impl Into<String>, e: Errno) -> CheckpointError {
         if e == Errno::NOSPC || e == Errno::DQUOT {
             return CheckpointError::Full { need: 0, free: 0 };
         }
@@ -75,6 +75,9 @@ impl CheckpointError {
         }
     }
 }
+
+/// The journal's directory in the store.
+const JOURNAL: &std::ffi::CStr = c".journal";
 
 /// Whether `name` may name a checkpoint: 1 to [`MAX_NAME`] letters, digits, `.`, `_`
 /// and `-`, not starting with `.` (so never `..`, a path or a hidden file). Pure.
@@ -350,7 +353,7 @@ fn copy_file(
         Mode::from_raw_mode(0o600),
     )
     .map_err(|e| CheckpointError::io(what(), e))?;
-    copy_data(&from, &to).map_err(|e| CheckpointError::io(what(), e))?;
+    fsops::copy_data(&from, &to).map_err(|e| CheckpointError::io(what(), e))?;
     rustix::fs::fchmod(&to, Mode::from_raw_mode(node.mode & 0o1777))
         .map_err(|e| CheckpointError::io(what(), e))?;
     let at = rustix::fs::Timespec {
@@ -365,29 +368,6 @@ fn copy_file(
         },
     )
     .map_err(|e| CheckpointError::io(what(), e))
-}
-
-/// Every byte of `from` into `to`: in the kernel where it can, else read and write.
-fn copy_data(from: &OwnedFd, to: &OwnedFd) -> rustix::io::Result<()> {
-    loop {
-        match rustix::fs::copy_file_range(from, None, to, None, 1 << 30) {
-            Ok(0) => return Ok(()),
-            Ok(_) => {}
-            Err(Errno::XDEV | Errno::NOSYS | Errno::INVAL | Errno::OPNOTSUPP) => break,
-            Err(e) => return Err(e),
-        }
-    }
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = rustix::io::read(from, &mut buf)?;
-        if n == 0 {
-            return Ok(());
-        }
-        let mut done = 0;
-        while done < n {
-            done += rustix::io::write(to, &buf[done..n])?;
-        }
-    }
 }
 
 /// Whether the files `a` (beneath `a_root`) and `b` (beneath `b_root`) hold the same
@@ -725,6 +705,32 @@ impl Store {
         }
     }
 
+    /// An empty directory for a transactional call's journal (`.journal`, beside the
+    /// checkpoints and as hidden), what an earlier one left removed first.
+    ///
+    /// # Errors
+    /// The file system refused.
+    pub fn journal_dir(&self) -> Result<OwnedFd, CheckpointError> {
+        let io = |e: Errno| CheckpointError::io("the journal", e);
+        self.remove_journal_dir();
+        rustix::fs::mkdirat(&self.dir, JOURNAL, Mode::from_raw_mode(0o700)).map_err(io)?;
+        rustix::fs::openat(
+            &self.dir,
+            JOURNAL,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io)
+    }
+
+    /// Removes the journal's directory.
+    pub fn remove_journal_dir(&self) {
+        match rustix::fs::unlinkat(&self.dir, JOURNAL, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(_) => self.remove_entry(&JOURNAL.to_owned()),
+        }
+    }
+
     /// Another handle on the same store (its own descriptor), for work done later.
     pub fn try_clone(&self) -> Option<Store> {
         let dir = rustix::io::fcntl_dupfd_cloexec(&self.dir, 0).ok()?;
@@ -866,4 +872,4 @@ fn free_bytes(dir: BorrowedFd<'_>) -> u64 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

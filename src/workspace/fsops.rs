@@ -380,3 +380,26 @@ mod tests {
         remove_tree(&tmp.path().join(&name)).unwrap();
     }
 }
+
+/// Every byte of `from` into `to`: in the kernel where it can, else read and write.
+pub fn copy_data(from: &OwnedFd, to: &OwnedFd) -> rustix::io::Result<()> {
+    loop {
+        match rustix::fs::copy_file_range(from, None, to, None, 1 << 30) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(Errno::XDEV | Errno::NOSYS | Errno::INVAL | Errno::OPNOTSUPP) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = rustix::io::read(from, &mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let mut done = 0;
+        while done < n {
+            done += rustix::io::write(to, &buf[done..n])?;
+        }
+    }
+}

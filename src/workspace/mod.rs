@@ -9,6 +9,8 @@ pub mod checkpoint;
 #[cfg(target_os = "linux")]
 pub mod fsops;
 #[cfg(target_os = "linux")]
+pub mod journal;
+#[cfg(target_os = "linux")]
 pub mod tracker;
 // Elsewhere (no inotify, no openat2): the same interface, kept by bounded walks.
 #[cfg(not(target_os = "linux"))]

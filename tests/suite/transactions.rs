@@ -75,7 +75,9 @@ async fn every_way_a_call_can_fail_leaves_the_workspace_as_it_was() {
             assert_eq!(r["status"], status, "{who:?} {how}: {r}");
             assert_eq!(r["rolled_back"], true, "{who:?} {how}: {r}");
             assert_eq!(r["transactional"], true, "{who:?} {how}: {r}");
-            assert_eq!(r["undone_total"], 8, "{who:?} {how}: {r}");
+            // The rollback undoes exactly what the call changed.
+            assert_eq!(r["undone_total"], r["files_total"], "{who:?} {how}: {r}");
+            assert!(r["undone_total"].as_u64() >= Some(7), "{who:?} {how}: {r}");
             let undone: Vec<&str> = r["undone"]
                 .as_array()
                 .unwrap()
@@ -238,7 +240,7 @@ async fn a_cancelled_call_is_rolled_back_before_the_next_one() {
             "session": "x",
             "timeout_s": 100,
             "transactional": true,
-            "code": format!("{DAMAGE}import time\ntime.sleep(100)"),
+            "code": format!("{DAMAGE}open('done.txt', 'w').write('done')\nimport time\ntime.sleep(100)"),
         }) else {
             unreachable!()
         };
@@ -247,14 +249,14 @@ async fn a_cancelled_call_is_rolled_back_before_the_next_one() {
                 rmcp::model::CallToolRequestParams::new("execute_python").with_arguments(args),
             );
             tokio::pin!(call);
-            // Cancelled (its future dropped) once it holds the session, which the
-            // checkpoint tool's refusal shows.
+            // Cancelled (its future dropped) once its changes are made, which the file
+            // it writes last shows, and while it sleeps.
+            let uri = "warden://sessions/x/files/done.txt";
             loop {
                 tokio::select! {
                     done = &mut call => panic!("{who:?}: the long call ended: {done:?}"),
-                    r = server.call("checkpoint", json!({"session": "x", "name": "probe"})) => {
-                        let r = r.unwrap().structured_content.unwrap_or_default();
-                        if r["error"]["type"] == "CallRunning" {
+                    r = server.client.read_resource(rmcp::model::ReadResourceRequestParams::new(uri)) => {
+                        if r.is_ok() {
                             break;
                         }
                     }
@@ -303,5 +305,50 @@ async fn the_servers_default_decides_and_always_overrules_an_opt_out() {
         );
         server.stop().await;
         let _ = before;
+    }
+}
+
+/// A transactional call costs what it changes, not the workspace: one that fills more
+/// than half the quota runs (a copy of the workspace would not fit beside it), and what
+/// it wrote through a file an earlier call left open, through a file it renamed into a
+/// new directory, and through a directory it renamed, is put back too.
+#[tokio::test]
+async fn the_journal_puts_back_what_the_call_changed_however_it_reached_it() {
+    for who in both_modes() {
+        let server = start(who, &[("SANDBOX_DISK_LIMIT", "16m")]).await;
+        let setup = "import os\nos.makedirs('a/b')\nopen('a/b/deep.txt', 'w').write('deep')\nopen('big.bin', 'wb').write(b'x' * (10 << 20))\nlog = open('log.txt', 'w')\nlog.write('first\\n')\nlog.flush()";
+        let r = server.run("j", setup).await;
+        assert_eq!(r["status"], "ok", "{who:?}: {r}");
+        let before = fingerprint(&server, "j").await;
+        let code = "import os\n\
+            log.write('second\\n'); log.flush()\n\
+            os.rename('a', 'z')\n\
+            open('z/b/deep.txt', 'a').write(' and changed')\n\
+            os.mkdir('fresh')\n\
+            os.rename('z/b/deep.txt', 'fresh/moved.txt')\n\
+            with open('big.bin', 'r+b') as f:\n    f.seek(5 << 20); f.write(b'CHANGED')\n\
+            os.symlink('fresh', 'link')\n\
+            open('link/through-link.txt', 'w').write('x')\n\
+            raise RuntimeError('undo all of it')";
+        let r = transactional(&server, "j", code, 100.0).await;
+        assert_eq!(r["status"], "error", "{who:?}: {r}");
+        assert_eq!(r["rolled_back"], true, "{who:?}: {r}");
+        assert_eq!(fingerprint(&server, "j").await, before, "{who:?}");
+        // The file left open is the same file still (its bytes were put back into it);
+        // its offset is the interpreter's, which is not rolled back.
+        let r = server
+            .run(
+                "j",
+                "import os\nprint(os.fstat(log.fileno()).st_ino == os.stat('log.txt').st_ino)",
+            )
+            .await;
+        assert_eq!(stdout(&r), "True\n", "{who:?}: {r}");
+        // A successful transactional call keeps its changes and leaves nothing behind.
+        let r = transactional(&server, "j", "open('kept.txt', 'w').write('kept')", 100.0).await;
+        assert_eq!(r["status"], "ok", "{who:?}: {r}");
+        assert!(r.get("rolled_back").is_none(), "{r}");
+        let r = server.run("j", "print(open('kept.txt').read())").await;
+        assert_eq!(stdout(&r), "kept\n", "{who:?}: {r}");
+        server.stop().await;
     }
 }

@@ -363,6 +363,7 @@ impl Inner {
             },
             parent_pid: 0,
             egress_fd: None,
+            journal_fd: None,
             // The server makes the endpoint in the container's namespace.
             egress_outside: run.network.proxied(),
             user_space_kernel: self.oci.user_space_kernel,

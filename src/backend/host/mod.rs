@@ -194,8 +194,21 @@ impl HostBackend {
             policy.egress_fd = Some(spawn::inherited_fd(fds.len()));
             fds.push(std::os::fd::AsFd::as_fd(theirs));
         }
+        let journal = journal_bridge(policy, fds.len())?;
+        #[cfg(target_os = "linux")]
+        if let Some((_, theirs)) = &journal {
+            fds.push(std::os::fd::AsFd::as_fd(theirs));
+        }
         let (mut worker, pid) = spawn::spawn(policy, &fds).await?;
         drop(fds);
+        #[cfg(target_os = "linux")]
+        if let Some((supervision, theirs)) = journal {
+            drop(theirs);
+            supervision.set_helper(pid);
+            worker.attach_journal(supervision);
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = journal;
         if let (Some(egress), Some((ours, theirs))) = (egress, bridge) {
             drop(theirs);
             if let Some(listener) = spawn::receive_endpoint(&ours)? {
@@ -425,4 +438,36 @@ fn platform_gaps() -> Vec<Capability> {
         });
     }
     gaps
+}
+
+/// The supervisor of a worker's journal and the helper's end of its bridge, passed as the
+/// `n`th inherited descriptor: every worker with a world of its own has one (Linux, an
+/// architecture the filters are written for).
+#[cfg(target_os = "linux")]
+fn journal_bridge(
+    policy: &mut WorkerPolicy,
+    n: usize,
+) -> std::io::Result<
+    Option<(
+        Arc<crate::sandbox::linux::supervisor::Supervision>,
+        std::os::unix::net::UnixStream,
+    )>,
+> {
+    if policy.world.is_none() || crate::sandbox::linux::seccomp::Arch::native().is_none() {
+        return Ok(None);
+    }
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    policy.journal_fd = Some(spawn::inherited_fd(n));
+    Ok(Some((
+        crate::sandbox::linux::supervisor::Supervision::start(ours)?,
+        theirs,
+    )))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn journal_bridge(
+    _: &mut WorkerPolicy,
+    _: usize,
+) -> std::io::Result<Option<std::convert::Infallible>> {
+    Ok(None)
 }

@@ -376,7 +376,7 @@ fn confine_and_exec(
             format!("cannot enter {}: {e}", view.workspace.display()),
         )
     })?;
-    close_inherited_fds()?;
+    close_inherited_fds(policy.journal_fd)?;
     walls.enforced(
         "inherited_fds",
         "only stdin, stdout, stderr and the two protocol pipes remain",
@@ -418,6 +418,9 @@ fn confine_and_exec(
         install_seccomp(network, wx_seal, &mut walls)?;
         verify_no_new_privs(&mut walls)?;
         self_check(network, &walls, in_world)?;
+    }
+    if let Some(fd) = policy.journal_fd {
+        hand_over_journal(fd);
     }
     let report = SandboxReport {
         mode: mode_name(policy.mode).to_string(),
@@ -537,12 +540,36 @@ fn drop_privileges(policy: &WorkerPolicy, walls: &mut Walls) -> Result<(), Refus
     Ok(())
 }
 
-fn close_inherited_fds() -> Result<(), Refusal> {
-    let first = (RESPONSE_FD + 1) as libc::c_uint;
+/// Closes every descriptor above the protocol pipes but `keep` (the journal's bridge,
+/// closed once used).
+fn close_inherited_fds(keep: Option<i32>) -> Result<(), Refusal> {
+    let first = RESPONSE_FD + 1;
+    match keep.filter(|k| *k >= first) {
+        Some(k) => {
+            close_range(first, k - 1);
+            close_range(k + 1, i32::MAX);
+        }
+        None => close_range(first, i32::MAX),
+    }
+    Ok(())
+}
+
+/// Closes the descriptors `first..=last`.
+fn close_range(first: i32, last: i32) {
+    if first > last {
+        return;
+    }
     // SAFETY: close_range only closes descriptors.
-    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0) };
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            last as libc::c_uint,
+            0,
+        )
+    };
     if rc == 0 {
-        return Ok(());
+        return;
     }
     // Kernels before 5.9: close them one by one.
     let mut limit = libc::rlimit {
@@ -551,12 +578,39 @@ fn close_inherited_fds() -> Result<(), Refusal> {
     };
     // SAFETY: getrlimit writes into a valid struct.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    let max = limit.rlim_cur.min(1 << 20) as i32;
-    for fd in (first as i32)..max {
+    let max = (limit.rlim_cur.min(1 << 20) as i32).min(last.saturating_add(1));
+    for fd in first..max {
         // SAFETY: closing an fd number we do not use is harmless.
         unsafe { libc::close(fd) };
     }
-    Ok(())
+}
+
+/// Installs the journal's filter last (every wall is up and checked: nothing the helper
+/// does after it changes a file) and hands its listener to the server over `bridge`,
+/// with `L`; `N` says the kernel refused it. The worker keeps neither: a transactional
+/// call without a journal is refused by the server, never run unjournaled.
+fn hand_over_journal(bridge: i32) {
+    let listener = seccomp::journal::install_journal_filter();
+    let fds;
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    let byte = match &listener {
+        Ok(fd) => {
+            fds = [std::os::fd::AsFd::as_fd(fd)];
+            control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
+            b"L"
+        }
+        Err(_) => b"N",
+    };
+    let _ = rustix::net::sendmsg(
+        borrow(bridge),
+        &[std::io::IoSlice::new(byte)],
+        &mut control,
+        rustix::net::SendFlags::empty(),
+    );
+    drop(listener);
+    // SAFETY: the bridge is ours and used no more.
+    unsafe { libc::close(bridge) };
 }
 
 /// The seccomp filters; `wx_seal`: they also stand in for a missing `PR_SET_MDWE`.

@@ -7,6 +7,7 @@
 //! - [`keeper`]: the process that holds every session's size-capped workspace tmpfs.
 //! - [`landlock`], [`seccomp`], [`privileges`]: the walls inside the world (the
 //!   rlimits are [`crate::sandbox::rlimits`]).
+//! - [`supervisor`]: the server's end of the journal's filter (transactional calls).
 //!
 //! Everything but [`world`] exists in Linux builds only.
 
@@ -26,4 +27,6 @@ pub mod namespaces;
 pub mod privileges;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
+#[cfg(target_os = "linux")]
+pub mod supervisor;
 pub mod world;

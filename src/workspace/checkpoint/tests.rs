@@ -3,7 +3,7 @@ use std::path::Path;
 
 use super::*;
 
-fn dir_fd(path: &Path) -> OwnedFd {
+pub(crate) fn dir_fd(path: &Path) -> OwnedFd {
     rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -13,7 +13,7 @@ fn dir_fd(path: &Path) -> OwnedFd {
 }
 
 /// A workspace with every kind of thing a checkpoint keeps.
-fn sample(root: &Path) {
+pub(crate) fn sample(root: &Path) {
     std::fs::create_dir_all(root.join("data/raw")).unwrap();
     std::fs::create_dir(root.join("empty")).unwrap();
     std::fs::write(root.join("data/raw/a.csv"), "x,y\n1,2\n").unwrap();
@@ -30,7 +30,7 @@ fn sample(root: &Path) {
 
 /// Names, kinds, modes, link targets, contents and hard-link groups of a tree: what a
 /// restore must bring back exactly.
-fn fingerprint(root: &Path) -> Vec<String> {
+pub(crate) fn fingerprint(root: &Path) -> Vec<String> {
     let fd = dir_fd(root);
     let (nodes, _) = scan(fd.as_fd()).unwrap();
     let first: HashMap<(u64, u64), Vec<u8>> =

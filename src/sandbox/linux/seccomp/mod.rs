@@ -14,6 +14,7 @@
 pub mod arch;
 #[cfg(test)]
 mod bpf;
+pub mod journal;
 pub mod syscalls;
 
 use std::collections::BTreeMap;

@@ -200,6 +200,27 @@ syscalls! {
     Setxattrat = "setxattrat", x86_64: Some(463), aarch64: Some(463);
     Removexattrat = "removexattrat", x86_64: Some(466), aarch64: Some(466);
     FileSetattr = "file_setattr", x86_64: Some(469), aarch64: Some(469);
+    // What changes names, contents and modes in a file system (the journal's filter).
+    Open = "open", x86_64: Some(2), aarch64: None;
+    Openat = "openat", x86_64: Some(257), aarch64: Some(56);
+    Creat = "creat", x86_64: Some(85), aarch64: None;
+    Openat2 = "openat2", x86_64: Some(437), aarch64: Some(437);
+    Truncate = "truncate", x86_64: Some(76), aarch64: Some(45);
+    Fchmod = "fchmod", x86_64: Some(91), aarch64: Some(52);
+    Unlink = "unlink", x86_64: Some(87), aarch64: None;
+    Unlinkat = "unlinkat", x86_64: Some(263), aarch64: Some(35);
+    Rmdir = "rmdir", x86_64: Some(84), aarch64: None;
+    Rename = "rename", x86_64: Some(82), aarch64: None;
+    Renameat = "renameat", x86_64: Some(264), aarch64: Some(38);
+    Renameat2 = "renameat2", x86_64: Some(316), aarch64: Some(276);
+    Mkdir = "mkdir", x86_64: Some(83), aarch64: None;
+    Mkdirat = "mkdirat", x86_64: Some(258), aarch64: Some(34);
+    Mknod = "mknod", x86_64: Some(133), aarch64: None;
+    Mknodat = "mknodat", x86_64: Some(259), aarch64: Some(33);
+    Symlink = "symlink", x86_64: Some(88), aarch64: None;
+    Symlinkat = "symlinkat", x86_64: Some(266), aarch64: Some(36);
+    Link = "link", x86_64: Some(86), aarch64: None;
+    Linkat = "linkat", x86_64: Some(265), aarch64: Some(37);
 }
 
 impl Sys {
@@ -211,6 +232,13 @@ impl Sys {
             Sys::Fork | Sys::Vfork => Some(Sys::Clone),
             Sys::Chmod => Some(Sys::Fchmodat),
             Sys::Chown | Sys::Lchown => Some(Sys::Fchownat),
+            Sys::Open | Sys::Creat => Some(Sys::Openat),
+            Sys::Unlink | Sys::Rmdir => Some(Sys::Unlinkat),
+            Sys::Rename => Some(Sys::Renameat),
+            Sys::Mkdir => Some(Sys::Mkdirat),
+            Sys::Mknod => Some(Sys::Mknodat),
+            Sys::Symlink => Some(Sys::Symlinkat),
+            Sys::Link => Some(Sys::Linkat),
             Sys::InotifyInit => Some(Sys::InotifyInit1),
             _ => None,
         }
@@ -358,6 +386,26 @@ const _: () = {
     same(Sys::Removexattr, libc::SYS_removexattr);
     same(Sys::Lremovexattr, libc::SYS_lremovexattr);
     same(Sys::Fremovexattr, libc::SYS_fremovexattr);
+    same(Sys::Open, libc::SYS_open);
+    same(Sys::Openat, libc::SYS_openat);
+    same(Sys::Creat, libc::SYS_creat);
+    same(Sys::Openat2, libc::SYS_openat2);
+    same(Sys::Truncate, libc::SYS_truncate);
+    same(Sys::Fchmod, libc::SYS_fchmod);
+    same(Sys::Unlink, libc::SYS_unlink);
+    same(Sys::Unlinkat, libc::SYS_unlinkat);
+    same(Sys::Rmdir, libc::SYS_rmdir);
+    same(Sys::Rename, libc::SYS_rename);
+    same(Sys::Renameat, libc::SYS_renameat);
+    same(Sys::Renameat2, libc::SYS_renameat2);
+    same(Sys::Mkdir, libc::SYS_mkdir);
+    same(Sys::Mkdirat, libc::SYS_mkdirat);
+    same(Sys::Mknod, libc::SYS_mknod);
+    same(Sys::Mknodat, libc::SYS_mknodat);
+    same(Sys::Symlink, libc::SYS_symlink);
+    same(Sys::Symlinkat, libc::SYS_symlinkat);
+    same(Sys::Link, libc::SYS_link);
+    same(Sys::Linkat, libc::SYS_linkat);
 };
 
 /// The aarch64 column is the `libc` crate's for aarch64.
@@ -490,6 +538,17 @@ const _: () = {
     same(Sys::Removexattr, libc::SYS_removexattr);
     same(Sys::Lremovexattr, libc::SYS_lremovexattr);
     same(Sys::Fremovexattr, libc::SYS_fremovexattr);
+    same(Sys::Openat, libc::SYS_openat);
+    same(Sys::Openat2, libc::SYS_openat2);
+    same(Sys::Truncate, libc::SYS_truncate);
+    same(Sys::Fchmod, libc::SYS_fchmod);
+    same(Sys::Unlinkat, libc::SYS_unlinkat);
+    same(Sys::Renameat, libc::SYS_renameat);
+    same(Sys::Renameat2, libc::SYS_renameat2);
+    same(Sys::Mkdirat, libc::SYS_mkdirat);
+    same(Sys::Mknodat, libc::SYS_mknodat);
+    same(Sys::Symlinkat, libc::SYS_symlinkat);
+    same(Sys::Linkat, libc::SYS_linkat);
 };
 
 #[cfg(test)]
@@ -526,7 +585,16 @@ mod tests {
                 "ioperm",
                 "chmod",
                 "chown",
-                "lchown"
+                "lchown",
+                "open",
+                "creat",
+                "unlink",
+                "rmdir",
+                "rename",
+                "mkdir",
+                "mknod",
+                "symlink",
+                "link"
             ]
         );
         for sys in Sys::ALL {

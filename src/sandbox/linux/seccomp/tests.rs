@@ -422,3 +422,50 @@ fn this_machine_has_a_filter_when_it_is_x86_64_or_aarch64() {
         cfg!(any(target_arch = "x86_64", target_arch = "aarch64"))
     );
 }
+
+#[test]
+fn the_journal_stops_what_changes_files_and_lets_reads_through() {
+    use super::journal::{O_CREAT, O_RDWR, O_TRUNC, O_WRONLY, SECCOMP_RET_USER_NOTIF};
+    const O_RDONLY_CLOEXEC: u64 = 0o2_000_000;
+    for arch in BOTH {
+        let program = journal::journal_program(arch).unwrap();
+        let answer = |sys: Sys, args: [u64; 6]| {
+            let data = SeccompData {
+                nr: sys.number(arch).unwrap() as i32,
+                arch: arch.audit_arch(),
+                args,
+            };
+            super::bpf::run(&program, &data).unwrap()
+        };
+        for flags in [O_WRONLY, O_RDWR, O_CREAT, O_TRUNC | O_RDONLY_CLOEXEC] {
+            assert_eq!(
+                answer(Sys::Openat, [0, 0, flags, 0, 0, 0]),
+                SECCOMP_RET_USER_NOTIF,
+                "{arch:?} openat {flags:o}"
+            );
+        }
+        assert_eq!(
+            answer(Sys::Openat, [0, 0, O_RDONLY_CLOEXEC, 0, 0, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        for sys in [
+            Sys::Unlinkat,
+            Sys::Renameat2,
+            Sys::Mkdirat,
+            Sys::Linkat,
+            Sys::Symlinkat,
+            Sys::Fchmod,
+            Sys::Truncate,
+            Sys::Openat2,
+        ] {
+            assert_eq!(
+                answer(sys, [0; 6]),
+                SECCOMP_RET_USER_NOTIF,
+                "{arch:?} {sys:?}"
+            );
+        }
+        for sys in [Sys::Socket, Sys::Clone, Sys::Fchown] {
+            assert_eq!(answer(sys, [0; 6]), SECCOMP_RET_ALLOW, "{arch:?} {sys:?}");
+        }
+    }
+}
