@@ -350,16 +350,111 @@ impl SessionManager {
             skipped: 0,
             grants: self.grant_marks(&session),
         };
+        let worker = state.worker.as_ref().map(|live| live.worker.journal_link());
+        let copied = self.files_in_use(worker).await;
         let ws = session.home.paths.workspace.clone();
+        let cow = session.cow.clone();
         let taken = tokio::task::spawn_blocking(move || {
             let fd = open_workspace(&ws)?;
             // A transactional call's copy still being deleted would take the room.
             store.remove_retired();
-            store.take(std::os::fd::AsFd::as_fd(&fd), meta)
+            let Some(copied) = copied else {
+                return store.take(std::os::fd::AsFd::as_fd(&fd), meta);
+            };
+            let (meta, linked) = store.take_linked(std::os::fd::AsFd::as_fd(&fd), meta, &copied)?;
+            let mut register = cow
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if register.is_none() {
+                let dir = store.dir_fd()?;
+                *register = Some(crate::workspace::cow::Shared::new(dir).map_err(|e| {
+                    crate::workspace::checkpoint::CheckpointError::io("the checkpoint store", e)
+                })?);
+            }
+            if let Some(register) = register.as_mut() {
+                for (ino, path) in linked {
+                    register.add(ino, path);
+                }
+            }
+            Ok(meta)
         })
         .await
         .map_err(|e| ErrorInfo::new("InternalError", format!("the checkpoint task failed: {e}")))?;
         taken.map_err(refused)
+    }
+
+    /// Before a call runs: a session whose checkpoints share files with its workspace
+    /// has its worker show it every change first; a worker that cannot has the
+    /// checkpoints copy what they share.
+    ///
+    /// # Errors
+    /// The copies could not be made (no room); nothing ran.
+    pub(super) async fn protect_checkpoints(
+        &self,
+        session: &Session,
+        link: crate::worker::handle::JournalLink,
+    ) -> Result<(), ErrorInfo> {
+        let shared = session
+            .cow
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|c| !c.is_empty());
+        if !shared {
+            return Ok(());
+        }
+        let (journal, cow) = (session.journal.clone(), session.cow.clone());
+        let done = tokio::task::spawn_blocking(move || {
+            let attached = match link {
+                Some(supervision) => supervision.attach(&journal, &cow),
+                None => Err("the worker has no journal".to_string()),
+            };
+            if attached.is_ok() {
+                return Ok(());
+            }
+            let mut cow = cow
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match cow.as_mut() {
+                Some(register) => register.unshare_all(),
+                None => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| ErrorInfo::new("InternalError", format!("the checkpoint task failed: {e}")))?;
+        done.map_err(|e| {
+            ErrorInfo::new(
+                "DiskQuotaExceeded",
+                format!(
+                    "this worker cannot show its file changes first, so the session's \
+                     checkpoints must copy the files they share, and that failed: {e}; \
+                     nothing ran: delete a checkpoint or files"
+                ),
+            )
+        })
+    }
+
+    /// Whether a checkpoint may share the workspace's files, and which files it must
+    /// copy all the same: `None` (copy everything) unless every change the session's
+    /// workers make is seen first (the host backend's world, where each worker has a
+    /// journal's supervisor); else the files its worker can write now.
+    async fn files_in_use(
+        &self,
+        worker: Option<crate::worker::handle::JournalLink>,
+    ) -> Option<std::collections::HashSet<(u64, u64)>> {
+        if self.backend.kind() != crate::backend::BackendKind::Host
+            || self.backend.enforcement().world.is_none()
+        {
+            return None;
+        }
+        let Some(link) = worker else {
+            return Some(std::collections::HashSet::new());
+        };
+        let supervision = link?;
+        tokio::task::spawn_blocking(move || supervision.writable_files().ok())
+            .await
+            .ok()
+            .flatten()
     }
 
     async fn put_back(
@@ -457,6 +552,13 @@ impl SessionManager {
         _: &str,
     ) -> Result<crate::workspace::Summary, ErrorInfo> {
         Err(Self::unsupported())
+    }
+    pub(super) async fn protect_checkpoints(
+        &self,
+        _: &Session,
+        _: crate::worker::handle::JournalLink,
+    ) -> Result<(), ErrorInfo> {
+        Ok(())
     }
 }
 

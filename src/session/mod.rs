@@ -198,6 +198,10 @@ pub struct Session {
     /// back): whichever worker the session has notes its file changes there.
     #[cfg(target_os = "linux")]
     journal: crate::workspace::journal::Shared,
+    /// Which of its checkpoints' files are still the workspace's own (hard links),
+    /// copied before the code changes them.
+    #[cfg(target_os = "linux")]
+    cow: crate::workspace::cow::Slot,
 }
 
 #[derive(Default)]

@@ -254,6 +254,14 @@ impl SessionManager {
             Ok(worker) => worker,
             Err(e) => return no_worker(session, e, warnings, worker_restarted),
         };
+        let protected = self
+            .protect_checkpoints(session, worker.journal_link())
+            .await;
+        if let Err(e) = protected {
+            let mut refused = ExecResult::refused(&session.name, e, warnings);
+            refused.duration_ms = elapsed_ms(started);
+            return refused;
+        }
         if transactional
             && let Err(e) = self.begin_transaction(session, worker.journal_link()).await
         {

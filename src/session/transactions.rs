@@ -93,9 +93,9 @@ impl SessionManager {
             .await;
         let why = match opened {
             Ok(()) => {
-                let shared = session.journal.clone();
+                let (shared, cow) = (session.journal.clone(), session.cow.clone());
                 let attached = tokio::task::spawn_blocking(move || match link {
-                    Some(supervision) => supervision.attach(&shared),
+                    Some(supervision) => supervision.attach(&shared, &cow),
                     None => Err("the worker has no journal (no private world of its own)".into()),
                 })
                 .await
@@ -214,24 +214,24 @@ impl SessionManager {
         }
     }
 
-    /// Puts back the copy of a transactional call that was cancelled, if one waits;
-    /// the warning that says so.
+    /// Waits for the worker of a cancelled call to be gone, then puts back the changes of
+    /// a transactional call that was cancelled, if any wait; the warning that says so.
     pub(super) async fn settle_transaction(
         &self,
         session: &Session,
         state: &mut super::SessionState,
     ) -> Option<String> {
+        if state.worker.as_ref().is_some_and(|l| l.worker.is_busy()) {
+            // A cancelled call's worker, killed when the call was dropped: gone, and every
+            // change it had under way landed, before anything else touches the workspace.
+            self.end_worker(session, state).await;
+            state.lost_worker = Some("the previous call was cancelled while it ran".to_string());
+        }
         if let Ok(pending) = session.txn_pending.try_lock()
             && !*pending
             && lock(&session.journal).is_none()
         {
             return None;
-        }
-        if state.worker.as_ref().is_some_and(|l| l.worker.is_busy()) {
-            // The cancelled call's worker, killed when it was dropped: gone before its
-            // changes are put back.
-            self.end_worker(session, state).await;
-            state.lost_worker = Some("the previous call was cancelled while it ran".to_string());
         }
         let shared = session.journal.clone();
         let done = self

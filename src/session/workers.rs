@@ -99,6 +99,8 @@ impl Session {
             txn_pending: Arc::default(),
             #[cfg(target_os = "linux")]
             journal: Arc::default(),
+            #[cfg(target_os = "linux")]
+            cow: Arc::default(),
         }
     }
 

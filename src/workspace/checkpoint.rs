@@ -19,7 +19,7 @@
 //! place, so a checkpoint is whole or absent; one taken again under the same name
 //! replaces the old one in a single exchange.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -265,6 +265,7 @@ pub fn copy_tree(
     nodes: &[Node],
     dst: BorrowedFd<'_>,
     owner: Owner,
+    link: Option<&HashSet<(u64, u64)>>,
 ) -> Result<(), CheckpointError> {
     let mut first_name: HashMap<(u64, u64), &[u8]> = HashMap::new();
     let (mut from_dir, mut to_dir) = (Parent::default(), Parent::default());
@@ -287,6 +288,16 @@ pub fn copy_tree(
                 let first = cstr(first_name[&node.id])?;
                 rustix::fs::linkat(dst, &first, pfd, &c, AtFlags::empty())
                     .map_err(|e| CheckpointError::io(what(), e))?;
+                continue;
+            }
+            // Shared with the workspace, but for the inodes in `link` (open for writing).
+            EntryKind::File if link.is_some_and(|skip| !skip.contains(&node.id)) => {
+                let sfd = from_dir
+                    .of(src, parent)
+                    .map_err(|e| CheckpointError::io(what(), e))?;
+                rustix::fs::linkat(sfd, &c, pfd, &c, AtFlags::empty())
+                    .map_err(|e| CheckpointError::io(what(), e))?;
+                first_name.insert(node.id, &node.path);
                 continue;
             }
             EntryKind::File => {
@@ -554,7 +565,23 @@ impl Store {
     /// The copy does not fit ([`CheckpointError::Full`]), the tree passes a bound, or the
     /// file system refused.
     pub fn take(&self, ws: BorrowedFd<'_>, meta: Meta) -> Result<Meta, CheckpointError> {
-        self.copy_in(ws, meta, None)
+        self.copy_in(ws, meta, None, None).map(|(meta, _)| meta)
+    }
+
+    /// As [`Store::take`], but the checkpoint's files are hard links to the workspace's,
+    /// except the inodes in `copied` (what the worker can write now), which are copied.
+    /// Returns also each linked inode and its name in the store, for the register that
+    /// copies them before they change ([`crate::workspace::cow`]).
+    ///
+    /// # Errors
+    /// As [`Store::take`].
+    pub fn take_linked(
+        &self,
+        ws: BorrowedFd<'_>,
+        meta: Meta,
+        copied: &HashSet<(u64, u64)>,
+    ) -> Result<(Meta, Vec<(u64, CString)>), CheckpointError> {
+        self.copy_in(ws, meta, None, Some(copied))
     }
 
     /// A transactional call's copy of the workspace, named `name` (hidden from
@@ -577,7 +604,7 @@ impl Store {
             skipped: 0,
             grants: Vec::new(),
         };
-        self.copy_in(ws, meta, owner).map(|_| ())
+        self.copy_in(ws, meta, owner, None).map(|_| ())
     }
 
     fn copy_in(
@@ -585,18 +612,28 @@ impl Store {
         ws: BorrowedFd<'_>,
         mut meta: Meta,
         owner: Owner,
-    ) -> Result<Meta, CheckpointError> {
+        link: Option<&HashSet<(u64, u64)>>,
+    ) -> Result<(Meta, Vec<(u64, CString)>), CheckpointError> {
         let (nodes, skipped) = scan(ws)?;
         meta.bytes = data_bytes(&nodes);
         meta.entries = nodes.len().saturating_sub(1) as u64;
         meta.skipped = skipped;
-        let need = meta.bytes.saturating_add(meta.entries.saturating_mul(512));
+        let linked: Vec<&Node> = match link {
+            Some(copied) => nodes
+                .iter()
+                .filter(|n| n.kind == EntryKind::File && !copied.contains(&n.id))
+                .collect(),
+            None => Vec::new(),
+        };
+        let shared: u64 = linked.iter().map(|n| n.size).sum::<u64>();
+        let need =
+            (meta.bytes - shared.min(meta.bytes)).saturating_add(meta.entries.saturating_mul(512));
         let free = free_bytes(self.dir.as_fd());
         if need > free {
             return Err(CheckpointError::Full { need, free });
         }
         let tmp = random_name(".new-");
-        let made = self.write(ws, &nodes, &tmp, &meta, owner);
+        let made = self.write(ws, &nodes, &tmp, &meta, (owner, link));
         let placed = made.and_then(|()| self.place(&tmp, &meta.name));
         if let Err(e) = placed {
             self.remove_entry(&tmp);
@@ -608,7 +645,13 @@ impl Store {
                 other => other,
             });
         }
-        Ok(meta)
+        let mut names = Vec::new();
+        for node in linked {
+            let mut path = format!("{}/tree/", meta.name).into_bytes();
+            path.extend_from_slice(&node.path);
+            names.push((node.id.1, cstr(&path)?));
+        }
+        Ok((meta, names))
     }
 
     fn write(
@@ -617,7 +660,7 @@ impl Store {
         nodes: &[Node],
         tmp: &CString,
         meta: &Meta,
-        owner: Owner,
+        (owner, link): (Owner, Option<&HashSet<(u64, u64)>>),
     ) -> Result<(), CheckpointError> {
         let io = |e: Errno| CheckpointError::io("the checkpoint store", e);
         rustix::fs::mkdirat(&self.dir, tmp, Mode::from_raw_mode(0o700)).map_err(io)?;
@@ -630,7 +673,7 @@ impl Store {
         .map_err(io)?;
         rustix::fs::mkdirat(&at, "tree", Mode::from_raw_mode(0o700)).map_err(io)?;
         let tree = fsops::open_dir(at.as_fd(), b"tree").map_err(io)?;
-        copy_tree(ws, nodes, tree.as_fd(), owner)?;
+        copy_tree(ws, nodes, tree.as_fd(), owner, link)?;
         let text = serde_json::to_vec(meta).unwrap_or_default();
         let f = rustix::fs::openat(
             &at,
@@ -731,6 +774,15 @@ impl Store {
         }
     }
 
+    /// A descriptor of the store's directory.
+    ///
+    /// # Errors
+    /// Out of descriptors.
+    pub fn dir_fd(&self) -> Result<OwnedFd, CheckpointError> {
+        rustix::io::fcntl_dupfd_cloexec(&self.dir, 0)
+            .map_err(|e| CheckpointError::io("the checkpoint store", e))
+    }
+
     /// Another handle on the same store (its own descriptor), for work done later.
     pub fn try_clone(&self) -> Option<Store> {
         let dir = rustix::io::fcntl_dupfd_cloexec(&self.dir, 0).ok()?;
@@ -818,7 +870,7 @@ impl Store {
         let st = rustix::fs::fstat(ws).map_err(|e| CheckpointError::io("the workspace", e))?;
         let owner = (rustix::process::geteuid().is_root()).then_some((st.st_uid, st.st_gid));
         empty(ws, ws_path)?;
-        copy_tree(tree.as_fd(), &saved, ws, owner).map_err(|e| match e {
+        copy_tree(tree.as_fd(), &saved, ws, owner, None).map_err(|e| match e {
             CheckpointError::Io { what, source } => CheckpointError::Io {
                 what: format!(
                     "restoring {what} (the workspace holds part of the checkpoint; restore again)"

@@ -192,6 +192,11 @@ impl Journal {
         })
     }
 
+    /// The workspace's file system.
+    pub fn dev(&self) -> u64 {
+        self.dev
+    }
+
     /// Whether `fd` is on the workspace's file system (what the journal notes).
     pub fn covers(&self, fd: BorrowedFd<'_>) -> bool {
         rustix::fs::fstat(fd).is_ok_and(|st| st.st_dev == self.dev)

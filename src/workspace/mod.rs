@@ -7,6 +7,8 @@
 #[cfg(target_os = "linux")]
 pub mod checkpoint;
 #[cfg(target_os = "linux")]
+pub mod cow;
+#[cfg(target_os = "linux")]
 pub mod fsops;
 #[cfg(target_os = "linux")]
 pub mod journal;

@@ -195,8 +195,12 @@ async fn bad_names_missing_checkpoints_and_the_bounds_are_clear_errors_that_chan
         .await;
         let (err, r) = tool(&server, "checkpoint", json!({"session": "b", "name": "x"})).await;
         assert!(err && r["error"]["type"] == "NoSuchSession", "{who:?}: {r}");
+        // Held open for writing, `big` is copied into a checkpoint, never shared.
         server
-            .run("b", "open('big', 'wb').write(b'x' * (9 << 20))")
+            .run(
+                "b",
+                "held = open('big', 'wb')\nheld.write(b'x' * (9 << 20))\nheld.flush()",
+            )
             .await;
         let before = fingerprint(&server, "b").await;
         let long = "y".repeat(10_000);
@@ -212,7 +216,7 @@ async fn bad_names_missing_checkpoints_and_the_bounds_are_clear_errors_that_chan
                 "{who:?} {bad:?}: {r}"
             );
         }
-        // 9 MiB more does not fit in a 16 MiB quota that already holds 9 MiB.
+        // A copy of 9 MiB does not fit in a 16 MiB quota that already holds 9 MiB.
         let (err, r) = tool(
             &server,
             "checkpoint",
@@ -229,7 +233,9 @@ async fn bad_names_missing_checkpoints_and_the_bounds_are_clear_errors_that_chan
             "{who:?}: {r}"
         );
         assert_eq!(fingerprint(&server, "b").await, before, "{who:?}");
-        server.run("b", "import os; os.remove('big')").await;
+        server
+            .run("b", "import os; held.close(); os.remove('big')")
+            .await;
         for name in ["one", "two"] {
             let (err, r) = tool(&server, "checkpoint", json!({"session": "b", "name": name})).await;
             assert!(!err, "{who:?}: {r}");
@@ -355,4 +361,61 @@ async fn with_no_checkpoints_allowed_the_tools_say_so() {
         "{r}"
     );
     server.stop().await;
+}
+
+/// A checkpoint shares the workspace's files until the code changes them: whichever way
+/// a shared file is changed in place (rewritten, appended to, truncated, its mode or its
+/// times changed, written through a shared mapping, through either of two hard links),
+/// and through a file the worker held open for writing when the checkpoint was taken,
+/// the restore brings back what the checkpoint saw.
+#[tokio::test]
+async fn a_checkpoint_keeps_what_it_saw_however_a_shared_file_is_changed() {
+    for who in both_modes() {
+        let server = start(who, &[]).await;
+        let setup = format!(
+            "{SETUP}\nfor n in 'abcdef':\n    open(n + '.txt', 'w').write(n * 100)\nkept = open('held.txt', 'w')\nkept.write('held'); kept.flush()"
+        );
+        let r = server.run("w", &setup).await;
+        assert_eq!(r["status"], "ok", "{who:?}: {r}");
+        let before = fingerprint(&server, "w").await;
+        let (err, r) = tool(&server, "checkpoint", json!({"session": "w", "name": "c"})).await;
+        assert!(!err, "{who:?}: {r}");
+        // The checkpoint shares the files (each has one more link), but the one held
+        // open for writing; sharing is not a change of the code's files.
+        let r = server
+            .run(
+                "w",
+                "import os\nprint(os.stat('a.txt').st_nlink, os.stat('held.txt').st_nlink)",
+            )
+            .await;
+        assert_eq!(stdout(&r), "2 1\n", "{who:?}: {r}");
+        assert_eq!(r["files_total"], 0, "{who:?}: {r}");
+        let change = "import os, mmap\n\
+            open('a.txt', 'w').write('rewritten')\n\
+            open('b.txt', 'a').write('appended')\n\
+            os.truncate('c.txt', 3)\n\
+            chmod('d.txt', 0o600)\n\
+            os.utime('e.txt', (1, 1))\n\
+            with open('f.txt', 'r+b') as f:\n    m = mmap.mmap(f.fileno(), 0)\n    m[0:4] = b'MMAP'\n    m.flush(); m.close()\n\
+            open('notes-link.txt', 'w').write('through the other name')\n\
+            kept.write(' and more'); kept.flush()\n\
+            open('big.bin', 'r+b').write(b'\\0' * 10)";
+        let r = server.run("w", change).await;
+        assert_eq!(r["status"], "ok", "{who:?}: {r}");
+        assert_ne!(fingerprint(&server, "w").await, before, "{who:?}");
+        let (err, r) = tool(&server, "restore", json!({"session": "w", "name": "c"})).await;
+        assert!(!err, "{who:?}: {r}");
+        assert_eq!(fingerprint(&server, "w").await, before, "{who:?}");
+        let r = server
+            .run("w", "import os\nprint(os.stat('e.txt').st_mtime > 1)")
+            .await;
+        assert_eq!(stdout(&r), "True\n", "{who:?}: {r}");
+        // The checkpoint still holds what it saw after a second round of changes.
+        let r = server.run("w", change).await;
+        assert_eq!(r["status"], "ok", "{who:?}: {r}");
+        let (err, r) = tool(&server, "restore", json!({"session": "w", "name": "c"})).await;
+        assert!(!err, "{who:?}: {r}");
+        assert_eq!(fingerprint(&server, "w").await, before, "{who:?}");
+        server.stop().await;
+    }
 }

@@ -37,6 +37,7 @@ use crate::workspace::journal::{Journal, Shared};
 const O_EXCL: u64 = 0o200;
 const O_NOFOLLOW: u64 = 0o400_000;
 const AT_FDCWD: i32 = -100;
+const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
 const RENAME_EXCHANGE: u64 = 2;
 /// Longest path the kernel takes.
 const PATH_MAX: usize = 4096;
@@ -56,7 +57,8 @@ enum Listening {
 pub struct Supervision {
     /// The worker's helper, set once it is forked.
     helper_pid: AtomicI32,
-    attached: Mutex<Option<Shared>>,
+    /// The session's journal slot and its checkpoints' register of shared files.
+    attached: Mutex<Option<(Shared, crate::workspace::cow::Slot)>>,
     /// A pidfd of the worker (PID 1 of its world): readable once it and everything in
     /// its PID namespace have exited.
     worker: Mutex<Option<OwnedFd>>,
@@ -132,13 +134,28 @@ impl Supervision {
         unsafe { libc::poll(&mut poll, 1, ms) > 0 }
     }
 
-    /// Ties the worker to its session's journal (it notes there whenever a journal is
-    /// open) and, when one is open and has not yet seen this worker's open files, hands
-    /// them to it.
+    /// Ties the worker to its session's journal and its checkpoints' register of shared
+    /// files (it consults both before every change) and, when a journal is open and has
+    /// not yet seen this worker's open files, hands them to it.
     ///
     /// # Errors
-    /// The worker has no listener: its file changes cannot be journaled (why).
-    pub fn attach(&self, shared: &Shared) -> Result<(), String> {
+    /// The worker has no listener: its file changes cannot be seen first (why).
+    pub fn attach(&self, shared: &Shared, cow: &crate::workspace::cow::Slot) -> Result<(), String> {
+        self.listening()?;
+        *self.attached.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((shared.clone(), cow.clone()));
+        let mut journal = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(journal) = journal.as_mut()
+            && !journal.scanned
+        {
+            journal.scanned = true;
+            open_files::take_in(self.helper_pid.load(Ordering::Relaxed), journal);
+        }
+        Ok(())
+    }
+
+    /// Whether the worker's listener came (waiting for the worker's start to say).
+    fn listening(&self) -> Result<(), String> {
         let listening = self
             .listening
             .lock()
@@ -150,20 +167,22 @@ impl Supervision {
             })
             .unwrap_or_else(PoisonError::into_inner);
         match &*listening {
-            Listening::Yes => {}
-            Listening::No(why) => return Err(why.clone()),
-            Listening::Waiting => return Err("the worker sent no listener".into()),
+            Listening::Yes => Ok(()),
+            Listening::No(why) => Err(why.clone()),
+            Listening::Waiting => Err("the worker sent no listener".into()),
         }
-        drop(listening);
-        *self.attached.lock().unwrap_or_else(PoisonError::into_inner) = Some(shared.clone());
-        let mut journal = shared.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(journal) = journal.as_mut()
-            && !journal.scanned
-        {
-            journal.scanned = true;
-            open_files::take_in(self.helper_pid.load(Ordering::Relaxed), journal);
-        }
-        Ok(())
+    }
+
+    /// The files (device, inode) the worker can write now, through a descriptor or a
+    /// shared mapping: a checkpoint copies them rather than share them.
+    ///
+    /// # Errors
+    /// The worker has no listener, so its later changes could not be seen first.
+    pub fn writable_files(&self) -> Result<std::collections::HashSet<(u64, u64)>, String> {
+        self.listening()?;
+        Ok(open_files::writable(
+            self.helper_pid.load(Ordering::Relaxed),
+        ))
     }
 
     fn serve(&self, listener: &OwnedFd) {
@@ -210,33 +229,46 @@ impl Supervision {
 
     /// What a stopped call is answered: go on (`Ok`), or fail with an errno.
     fn answer(&self, listener: BorrowedFd<'_>, notif: &libc::seccomp_notif) -> Result<(), Errno> {
-        let shared = self
+        let attached = self
             .attached
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let Some(shared) = shared else {
+        let Some((journal, cow)) = attached else {
             return Ok(());
         };
-        let mut journal = shared.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(journal) = journal.as_mut() else {
-            return Ok(());
+        let mut cow = cow.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut journal = journal.lock().unwrap_or_else(PoisonError::into_inner);
+        if cow
+            .as_ref()
+            .is_some_and(crate::workspace::cow::Shared::is_empty)
+        {
+            *cow = None;
+        }
+        let dev = match (journal.as_ref(), cow.as_ref()) {
+            (Some(j), _) => j.dev(),
+            (None, Some(c)) => c.dev(),
+            (None, None) => return Ok(()),
         };
         let Some(op) = decode(notif) else {
             return Ok(());
         };
-        let Ok(task) = Task::open(notif.pid as i32) else {
+        let Ok(task) = Task::open(notif.pid as i32, dev) else {
             return Ok(());
         };
         // The task's files were opened before this check: they are the stopped task's.
         if !id_valid(listener, notif.id) {
             return Ok(());
         }
-        match note(journal, &task, op) {
+        let mut seen = Seen {
+            journal: journal.as_mut(),
+            cow: cow.as_mut(),
+        };
+        match seen.note(&task, op) {
             Ok(()) => Ok(()),
             Err(e) if e.errno() == Errno::NOSPC || e.errno() == Errno::DQUOT => Err(Errno::NOSPC),
             Err(e) => {
-                tracing::warn!(error = %e, "a file change could not be journaled");
+                tracing::warn!(error = %e, "a file change could not be seen first");
                 Err(e.errno())
             }
         }
@@ -326,6 +358,11 @@ enum Op {
     Mode {
         fd: i32,
     },
+    /// `utimensat`: a name, or the descriptor itself when the name is NULL.
+    Times {
+        at: At,
+        nofollow: bool,
+    },
     Entry {
         at: At,
     },
@@ -377,6 +414,10 @@ fn decode(notif: &libc::seccomp_notif) -> Option<Op> {
             how: a[2],
         },
         Sys::Fchmod => Op::Mode { fd: a[0] as i32 },
+        Sys::Utimensat => Op::Times {
+            at: at(a[0], a[1]),
+            nofollow: a[3] & AT_SYMLINK_NOFOLLOW != 0,
+        },
         Sys::Unlink | Sys::Rmdir | Sys::Mkdir | Sys::Mknod => Op::Entry { at: cwd(a[0]) },
         Sys::Unlinkat | Sys::Mkdirat | Sys::Mknodat => Op::Entry { at: at(a[0], a[1]) },
         Sys::Symlink | Sys::Link => Op::Entry { at: cwd(a[1]) },
@@ -407,17 +448,24 @@ struct Task {
     pid: i32,
     mem: OwnedFd,
     root: OwnedFd,
+    /// The workspace's file system: nothing elsewhere is seen to.
+    dev: u64,
 }
 
 impl Task {
-    fn open(pid: i32) -> Result<Task, Errno> {
+    fn open(pid: i32, dev: u64) -> Result<Task, Errno> {
         let mem = rustix::fs::open(
             format!("/proc/{pid}/mem").as_str(),
             OFlags::RDONLY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
         let root = opath_dir(&format!("/proc/{pid}/root"))?;
-        Ok(Task { pid, mem, root })
+        Ok(Task {
+            pid,
+            mem,
+            root,
+            dev,
+        })
     }
 
     /// The NUL-terminated string at `addr`.
@@ -440,6 +488,11 @@ impl Task {
             at += n as u64;
         }
         Err(Errno::NAMETOOLONG)
+    }
+
+    /// Whether `fd` is on the workspace's file system.
+    fn covers(&self, fd: BorrowedFd<'_>) -> bool {
+        rustix::fs::fstat(fd).is_ok_and(|st| st.st_dev == self.dev)
     }
 
     fn u64_at(&self, addr: u64) -> Result<u64, Errno> {
@@ -491,7 +544,7 @@ struct Target {
 /// Resolves the name at `at` as the kernel will for the task (following a final
 /// symbolic link when `follow`); `None` when it does not resolve (the call will fail) or
 /// is not in the workspace.
-fn resolve(journal: &Journal, task: &Task, at: At, follow: bool) -> Result<Option<Target>, Errno> {
+fn resolve(task: &Task, at: At, follow: bool) -> Result<Option<Target>, Errno> {
     let path = task.string(at.addr)?;
     let mut cur = if path.first() == Some(&b'/') {
         dup(&task.root)?
@@ -538,12 +591,12 @@ fn resolve(journal: &Journal, task: &Task, at: At, follow: bool) -> Result<Optio
             continue;
         }
         if last {
-            if !journal.covers(cur.as_fd()) {
+            if !task.covers(cur.as_fd()) {
                 return Ok(None);
             }
             let dir_path = in_workspace(cur.as_fd());
-            return Ok(journal.reopen(cur.as_fd(), &dir_path).map(|dir| Target {
-                dir,
+            return Ok(Some(Target {
+                dir: cur,
                 dir_path,
                 name: part,
             }));
@@ -583,70 +636,122 @@ fn in_workspace(dir: BorrowedFd<'_>) -> Vec<u8> {
     }
 }
 
-fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    if dir.is_empty() {
-        return name.to_vec();
-    }
-    [dir, b"/", name].concat()
+/// Who must see a change first: the open journal, and the checkpoints that share files.
+struct Seen<'a> {
+    journal: Option<&'a mut Journal>,
+    cow: Option<&'a mut crate::workspace::cow::Shared>,
 }
 
-/// Notes in `journal` what `op` is about to change.
-fn note(
-    journal: &mut Journal,
-    task: &Task,
-    op: Op,
-) -> Result<(), crate::workspace::journal::JournalError> {
-    let io = |e: Errno| crate::workspace::journal::JournalError::new("resolving a name", e);
-    match op {
-        Op::Open2 { at, how } => {
-            let flags = task.u64_at(how).map_err(io)?;
-            note(journal, task, Op::Open { at, flags })
-        }
-        Op::Open { at, flags } => {
-            let creates = flags & O_CREAT != 0;
-            let writes = flags & (O_WRONLY | O_RDWR | O_TRUNC) != 0;
-            let follow = flags & O_NOFOLLOW == 0 && !(creates && flags & O_EXCL != 0);
-            let Some(t) = resolve(journal, task, at, follow).map_err(io)? else {
-                return Ok(());
-            };
-            match rustix::fs::statat(
-                &t.dir,
-                std::ffi::OsStr::from_bytes(&t.name),
-                AtFlags::SYMLINK_NOFOLLOW,
-            ) {
-                Ok(st)
-                    if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && writes =>
-                {
-                    let file = opath_at(t.dir.as_fd(), &t.name, false).map_err(io)?;
-                    journal.before_write(file, join(&t.dir_path, &t.name))
+type Noted = Result<(), crate::workspace::journal::JournalError>;
+
+fn io(e: Errno) -> crate::workspace::journal::JournalError {
+    crate::workspace::journal::JournalError::new("resolving a name", e)
+}
+
+impl Seen<'_> {
+    /// Shows each what `op` is about to change.
+    fn note(&mut self, task: &Task, op: Op) -> Noted {
+        match op {
+            Op::Open2 { at, how } => {
+                let flags = task.u64_at(how).map_err(io)?;
+                self.note(task, Op::Open { at, flags })
+            }
+            Op::Open { at, flags } => self.open(task, at, flags),
+            Op::Mode { fd } => {
+                let Ok(file) = opath(&format!("/proc/{}/fd/{fd}", task.pid)) else {
+                    return Ok(());
+                };
+                if !task.covers(file.as_fd()) {
+                    return Ok(());
                 }
-                Err(Errno::NOENT) if creates => journal.before_entry(t.dir, &t.dir_path, &t.name),
-                _ => Ok(()),
+                self.in_place(file, true)
+            }
+            Op::Times { at, nofollow } => {
+                let file = if at.addr == 0 {
+                    opath(&format!("/proc/{}/fd/{}", task.pid, at.dirfd)).ok()
+                } else {
+                    resolve(task, at, !nofollow)
+                        .map_err(io)?
+                        .and_then(|t| opath_at(t.dir.as_fd(), &t.name, false).ok())
+                };
+                match (file, self.cow.as_deref_mut()) {
+                    (Some(file), Some(cow)) if task.covers(file.as_fd()) => {
+                        cow.before_change(file.as_fd())
+                    }
+                    _ => Ok(()),
+                }
+            }
+            Op::Entry { at } => match resolve(task, at, false).map_err(io)? {
+                Some(t) => self.entry(t),
+                None => Ok(()),
+            },
+            Op::Rename { from, to, exchange } => {
+                let (Some(a), Some(b)) = (
+                    resolve(task, from, false).map_err(io)?,
+                    resolve(task, to, false).map_err(io)?,
+                ) else {
+                    return Ok(());
+                };
+                let Some(journal) = self.journal.as_deref_mut() else {
+                    return Ok(());
+                };
+                let (Some(da), Some(db)) = (
+                    journal.reopen(a.dir.as_fd(), &a.dir_path),
+                    journal.reopen(b.dir.as_fd(), &b.dir_path),
+                ) else {
+                    return Ok(());
+                };
+                journal.before_rename(
+                    (da, &a.dir_path, &a.name),
+                    (db, &b.dir_path, &b.name),
+                    exchange,
+                )
             }
         }
-        Op::Mode { fd } => {
-            let Ok(file) = opath(&format!("/proc/{}/fd/{fd}", task.pid)) else {
-                return Ok(());
-            };
-            let path = in_workspace(file.as_fd());
-            journal.before_mode(file, path)
+    }
+
+    fn open(&mut self, task: &Task, at: At, flags: u64) -> Noted {
+        let creates = flags & O_CREAT != 0;
+        let writes = flags & (O_WRONLY | O_RDWR | O_TRUNC) != 0;
+        let follow = flags & O_NOFOLLOW == 0 && !(creates && flags & O_EXCL != 0);
+        let Some(t) = resolve(task, at, follow).map_err(io)? else {
+            return Ok(());
+        };
+        let name = std::ffi::OsStr::from_bytes(&t.name);
+        match rustix::fs::statat(&t.dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && writes => {
+                let file = opath_at(t.dir.as_fd(), &t.name, false).map_err(io)?;
+                self.in_place(file, false)
+            }
+            Err(Errno::NOENT) if creates => self.entry(t),
+            _ => Ok(()),
         }
-        Op::Entry { at } => match resolve(journal, task, at, false).map_err(io)? {
-            Some(t) => journal.before_entry(t.dir, &t.dir_path, &t.name),
+    }
+
+    /// A file about to change in place: its bytes (or only its mode) are kept.
+    fn in_place(&mut self, file: OwnedFd, mode_only: bool) -> Noted {
+        if let Some(cow) = self.cow.as_deref_mut() {
+            cow.before_change(file.as_fd())?;
+        }
+        let Some(journal) = self.journal.as_deref_mut() else {
+            return Ok(());
+        };
+        let path = in_workspace(file.as_fd());
+        if mode_only {
+            journal.before_mode(file, path)
+        } else {
+            journal.before_write(file, path)
+        }
+    }
+
+    /// A name about to be created, replaced or removed: the journal's alone.
+    fn entry(&mut self, t: Target) -> Noted {
+        let Some(journal) = self.journal.as_deref_mut() else {
+            return Ok(());
+        };
+        match journal.reopen(t.dir.as_fd(), &t.dir_path) {
+            Some(dir) => journal.before_entry(dir, &t.dir_path, &t.name),
             None => Ok(()),
-        },
-        Op::Rename { from, to, exchange } => {
-            let (Some(a), Some(b)) = (
-                resolve(journal, task, from, false).map_err(io)?,
-                resolve(journal, task, to, false).map_err(io)?,
-            ) else {
-                return Ok(());
-            };
-            journal.before_rename(
-                (a.dir, &a.dir_path, &a.name),
-                (b.dir, &b.dir_path, &b.name),
-                exchange,
-            )
         }
     }
 }
@@ -680,13 +785,23 @@ mod open_files {
         out
     }
 
-    /// Hands `journal` every file on its file system that a process of the worker can
-    /// still write.
-    pub fn take_in(helper: i32, journal: &mut Journal) {
+    /// Every file (device, inode) a process of the worker can write now.
+    pub fn writable(helper: i32) -> std::collections::HashSet<(u64, u64)> {
+        let mut out = std::collections::HashSet::new();
         for pid in tree(helper) {
-            let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-                continue;
-            };
+            for file in writable_of(pid) {
+                if let Ok(st) = rustix::fs::fstat(&file) {
+                    out.insert((st.st_dev, st.st_ino));
+                }
+            }
+        }
+        out
+    }
+
+    /// The files `pid` holds open for writing or maps shared and writable.
+    fn writable_of(pid: i32) -> Vec<OwnedFd> {
+        let mut out = Vec::new();
+        if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) {
             for fd in fds.flatten() {
                 let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
                 let flags = info
@@ -699,21 +814,33 @@ mod open_files {
                 }
                 let name = fd.file_name();
                 if let Ok(file) = opath(&format!("/proc/{pid}/fd/{}", name.to_string_lossy())) {
-                    let path = in_workspace(file.as_fd());
-                    if let Err(e) = journal.before_write(file, path) {
-                        tracing::warn!(error = %e, "an open file could not be journaled");
-                    }
+                    out.push(file);
                 }
             }
-            shared_maps(pid, journal);
+        }
+        out.extend(shared_maps(pid));
+        out
+    }
+
+    /// Hands `journal` every file on its file system that a process of the worker can
+    /// still write.
+    pub fn take_in(helper: i32, journal: &mut Journal) {
+        for pid in tree(helper) {
+            for file in writable_of(pid) {
+                let path = in_workspace(file.as_fd());
+                if let Err(e) = journal.before_write(file, path) {
+                    tracing::warn!(error = %e, "an open file could not be journaled");
+                }
+            }
         }
     }
 
     /// Files mapped shared and writable: written through memory, never through a call.
-    fn shared_maps(pid: i32, journal: &mut Journal) {
+    fn shared_maps(pid: i32) -> Vec<OwnedFd> {
+        let mut out = Vec::new();
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         let Ok(root) = opath_dir(&format!("/proc/{pid}/root")) else {
-            return;
+            return out;
         };
         for line in maps.lines() {
             let fields: Vec<&str> = line.splitn(6, ' ').collect();
@@ -733,11 +860,9 @@ mod open_files {
                 Mode::empty(),
                 resolve,
             ) {
-                let shown = in_workspace(file.as_fd());
-                if let Err(e) = journal.before_write(file, shown) {
-                    tracing::warn!(error = %e, "a mapped file could not be journaled");
-                }
+                out.push(file);
             }
         }
+        out
     }
 }

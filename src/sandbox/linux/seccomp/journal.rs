@@ -1,5 +1,5 @@
-//! The journal's filter: the system calls that change names, contents or modes in a file
-//! system stop and wait while the server notes what they are about to change (seccomp
+//! The journal's filter: the system calls that change names, contents, modes or times in
+//! a file system stop and wait while the server notes what they are about to change (seccomp
 //! user notification, [`crate::sandbox::linux::supervisor`]), then go on unchanged. Every
 //! other call, and an `open` that only reads, never waits.
 //!
@@ -67,6 +67,7 @@ pub fn journal_policy() -> Result<BTreeMap<Sys, Vec<SeccompRule>>, SeccompError>
         Sys::Symlinkat,
         Sys::Link,
         Sys::Linkat,
+        Sys::Utimensat,
     ] {
         rules.insert(sys, Vec::new());
     }

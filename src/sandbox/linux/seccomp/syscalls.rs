@@ -221,6 +221,7 @@ syscalls! {
     Symlinkat = "symlinkat", x86_64: Some(266), aarch64: Some(36);
     Link = "link", x86_64: Some(86), aarch64: None;
     Linkat = "linkat", x86_64: Some(265), aarch64: Some(37);
+    Utimensat = "utimensat", x86_64: Some(280), aarch64: Some(88);
 }
 
 impl Sys {
@@ -406,6 +407,7 @@ const _: () = {
     same(Sys::Symlinkat, libc::SYS_symlinkat);
     same(Sys::Link, libc::SYS_link);
     same(Sys::Linkat, libc::SYS_linkat);
+    same(Sys::Utimensat, libc::SYS_utimensat);
 };
 
 /// The aarch64 column is the `libc` crate's for aarch64.
@@ -549,6 +551,7 @@ const _: () = {
     same(Sys::Mknodat, libc::SYS_mknodat);
     same(Sys::Symlinkat, libc::SYS_symlinkat);
     same(Sys::Linkat, libc::SYS_linkat);
+    same(Sys::Utimensat, libc::SYS_utimensat);
 };
 
 #[cfg(test)]
