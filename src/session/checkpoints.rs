@@ -351,20 +351,23 @@ impl SessionManager {
             grants: self.grant_marks(&session),
         };
         let worker = state.worker.as_ref().map(|live| live.worker.journal_link());
-        let copied = self.files_in_use(worker).await;
+        let may_share = self.backend.kind() == crate::backend::BackendKind::Host
+            && self.backend.enforcement().world.is_some();
         let ws = session.home.paths.workspace.clone();
         let cow = session.cow.clone();
         let taken = tokio::task::spawn_blocking(move || {
             let fd = open_workspace(&ws)?;
             // A transactional call's copy still being deleted would take the room.
             store.remove_retired();
-            let Some(copied) = copied else {
-                return store.take(std::os::fd::AsFd::as_fd(&fd), meta);
-            };
-            let (meta, linked) = store.take_linked(std::os::fd::AsFd::as_fd(&fd), meta, &copied)?;
+            // Held throughout: a thread the code left running waits to change a file
+            // until the checkpoint is registered.
             let mut register = cow
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let Some(copied) = may_share.then(|| files_in_use(worker.as_ref())).flatten() else {
+                return store.take(std::os::fd::AsFd::as_fd(&fd), meta);
+            };
+            let (meta, linked) = store.take_linked(std::os::fd::AsFd::as_fd(&fd), meta, &copied)?;
             if register.is_none() {
                 let dir = store.dir_fd()?;
                 *register = Some(crate::workspace::cow::Shared::new(dir).map_err(|e| {
@@ -374,6 +377,12 @@ impl SessionManager {
             if let Some(register) = register.as_mut() {
                 for (ino, path) in linked {
                     register.add(ino, path);
+                }
+                // What was opened for writing while the files were being linked.
+                for (_, ino) in files_in_use(worker.as_ref()).unwrap_or_default() {
+                    register.unshare(ino).map_err(|e| {
+                        crate::workspace::checkpoint::CheckpointError::io(e.to_string(), e.errno())
+                    })?;
                 }
             }
             Ok(meta)
@@ -432,29 +441,6 @@ impl SessionManager {
                 ),
             )
         })
-    }
-
-    /// Whether a checkpoint may share the workspace's files, and which files it must
-    /// copy all the same: `None` (copy everything) unless every change the session's
-    /// workers make is seen first (the host backend's world, where each worker has a
-    /// journal's supervisor); else the files its worker can write now.
-    async fn files_in_use(
-        &self,
-        worker: Option<crate::worker::handle::JournalLink>,
-    ) -> Option<std::collections::HashSet<(u64, u64)>> {
-        if self.backend.kind() != crate::backend::BackendKind::Host
-            || self.backend.enforcement().world.is_none()
-        {
-            return None;
-        }
-        let Some(link) = worker else {
-            return Some(std::collections::HashSet::new());
-        };
-        let supervision = link?;
-        tokio::task::spawn_blocking(move || supervision.writable_files().ok())
-            .await
-            .ok()
-            .flatten()
     }
 
     async fn put_back(
@@ -559,6 +545,20 @@ impl SessionManager {
         _: crate::worker::handle::JournalLink,
     ) -> Result<(), ErrorInfo> {
         Ok(())
+    }
+}
+
+/// Which files a checkpoint must copy although it may share the workspace's: those the
+/// session's worker (`None`: it has none) can write now; `None` (copy everything) when
+/// its worker cannot show its changes first.
+#[cfg(target_os = "linux")]
+fn files_in_use(
+    worker: Option<&crate::worker::handle::JournalLink>,
+) -> Option<std::collections::HashSet<(u64, u64)>> {
+    match worker {
+        None => Some(std::collections::HashSet::new()),
+        Some(None) => None,
+        Some(Some(supervision)) => supervision.writable_files().ok(),
     }
 }
 

@@ -189,27 +189,33 @@ impl Shared {
     pub fn unshare_all(&mut self) -> Result<(), JournalError> {
         let inodes: Vec<u64> = self.links.keys().copied().collect();
         for ino in inodes {
-            let Some(paths) = self.links.get(&ino) else {
-                continue;
-            };
-            let Some(path) = paths.first() else {
-                continue;
-            };
-            // Any name of the inode will do: the checkpoint's own.
-            let file = rustix::fs::openat(
-                &self.store,
-                path.as_c_str(),
-                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            );
-            match file {
-                Ok(file) => self.before_change(file.as_fd())?,
-                Err(_) => {
-                    self.links.remove(&ino);
-                }
-            }
+            self.unshare(ino)?;
         }
         Ok(())
+    }
+
+    /// Gives every checkpoint that links inode `ino` its own copy of it.
+    ///
+    /// # Errors
+    /// The copy could not be made.
+    pub fn unshare(&mut self, ino: u64) -> Result<(), JournalError> {
+        let Some(path) = self.links.get(&ino).and_then(|p| p.first()).cloned() else {
+            return Ok(());
+        };
+        // Any name of the inode will do: a checkpoint's own.
+        let file = rustix::fs::openat(
+            &self.store,
+            path.as_c_str(),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        );
+        match file {
+            Ok(file) => self.before_change(file.as_fd()),
+            Err(_) => {
+                self.links.remove(&ino);
+                Ok(())
+            }
+        }
     }
 }
 

@@ -41,15 +41,10 @@ use super::{Change, EntryKind, RawChange, Report};
 /// supervisor of whichever worker the session has writes into it.
 pub type Shared = Arc<Mutex<Option<Journal>>>;
 
-/// One directory the notes name, by descriptor and inode.
-struct Dir {
-    fd: OwnedFd,
-    ino: u64,
-}
-
-/// A file whose mode, and perhaps bytes, are kept.
+/// A file whose mode, and perhaps bytes, are kept: `link` is a hard link to it in the
+/// journal's directory (the journal holds no descriptor per file).
 struct Saved {
-    file: OwnedFd,
+    link: CString,
     mode: u32,
     copy: Option<CString>,
     path: Vec<u8>,
@@ -63,16 +58,19 @@ enum Pre {
         aside: CString,
         ino: u64,
     },
-    /// A directory: [`Journal::dirs`] index and mode.
+    /// A directory: its index in [`Journal::dirs`] (its inode, which a rollback that
+    /// makes it anew updates) and mode.
     Dir {
         dir: usize,
         mode: u32,
     },
 }
 
-/// One name in one directory, and what it was.
+/// One name in one directory, and what it was. The directory is named by its path when
+/// the note was made: the rollback walks the notes backwards, so when it reaches this
+/// one the tree is as it was right after this change, and the path leads there again.
 struct Slot {
-    dir: usize,
+    dir_path: Vec<u8>,
     name: CString,
     path: Vec<u8>,
     pre: Pre,
@@ -113,13 +111,16 @@ impl JournalError {
 pub struct Journal {
     /// The workspace's file system.
     dev: u64,
+    /// The workspace directory's own mode, put back by every rollback.
+    root_mode: u32,
     ws: OwnedFd,
     /// Where kept links and copies are (on the workspace's file system).
     aside: OwnedFd,
     /// The owner of what the rollback creates anew (a root server's session uid).
     owner: Option<(u32, u32)>,
     next: u64,
-    dirs: Vec<Dir>,
+    /// The inode of each directory a note says was there.
+    dirs: Vec<u64>,
     dir_ids: HashMap<u64, usize>,
     saved: HashMap<u64, Saved>,
     notes: Vec<Note>,
@@ -151,8 +152,16 @@ fn proc_path(fd: BorrowedFd<'_>) -> CString {
     CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default()
 }
 
-fn dup(fd: &OwnedFd) -> Result<OwnedFd, Errno> {
-    rustix::io::fcntl_dupfd_cloexec(fd, 0)
+fn chmod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<(), Errno> {
+    rustix::fs::chmodat(dir, name, Mode::from_raw_mode(mode), AtFlags::empty())
+}
+
+/// `path`'s directory and last component.
+fn split(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&b""[..], path),
+    }
 }
 
 fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
@@ -180,6 +189,7 @@ impl Journal {
         }
         Ok(Journal {
             dev: st.st_dev,
+            root_mode: mode_of(&st),
             ws,
             aside,
             owner,
@@ -237,85 +247,130 @@ impl Journal {
         CString::new(self.next.to_string()).unwrap_or_default()
     }
 
-    fn dir_id(&mut self, fd: OwnedFd) -> Result<usize, Errno> {
-        let ino = rustix::fs::fstat(&fd)?.st_ino;
+    fn dir_id(&mut self, ino: u64) -> usize {
         if let Some(id) = self.dir_ids.get(&ino) {
-            return Ok(*id);
+            return *id;
         }
-        self.dirs.push(Dir { fd, ino });
+        self.dirs.push(ino);
         self.dir_ids.insert(ino, self.dirs.len() - 1);
-        Ok(self.dirs.len() - 1)
+        self.dirs.len() - 1
     }
 
-    /// The file `file` (any descriptor of it, `O_PATH` will do) is about to be written
-    /// in place: its bytes and mode are kept, once.
+    /// The directory at `path` in the workspace (the journal's own view of it).
+    fn open_path(&self, path: &[u8]) -> Result<OwnedFd, Errno> {
+        use rustix::fs::ResolveFlags;
+        let rel: &[u8] = if path.is_empty() { b"." } else { path };
+        rustix::fs::openat2(
+            &self.ws,
+            std::ffi::OsStr::from_bytes(rel),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+    }
+
+    /// A hard link in the journal's directory to the file `file` (any descriptor of it)
+    /// found at `path` in the workspace; `None` when `path` does not lead to it (it was
+    /// deleted, or moved since).
+    fn link_aside(&mut self, file: BorrowedFd<'_>, path: &[u8]) -> Result<Option<CString>, Errno> {
+        let st = rustix::fs::fstat(file)?;
+        let (parent, name) = split(path);
+        let Ok(dir) = self.open_path(parent) else {
+            return Ok(None);
+        };
+        let name = cstr(name)?;
+        match rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(at) if at.st_ino == st.st_ino && at.st_dev == st.st_dev => {}
+            _ => return Ok(None),
+        }
+        let link = self.aside_name();
+        rustix::fs::linkat(&dir, &name, &self.aside, &link, AtFlags::empty())?;
+        Ok(Some(link))
+    }
+
+    /// The file `file` (any descriptor of it, `O_PATH` will do), at `path` in the
+    /// workspace, is about to be written in place: its bytes and mode are kept, once.
     ///
     /// # Errors
     /// The copy failed (no room left: the call is answered ENOSPC).
-    pub fn before_write(&mut self, file: OwnedFd, path: Vec<u8>) -> Result<(), JournalError> {
-        let st = rustix::fs::fstat(&file).map_err(|e| JournalError::new("a file", e))?;
-        if st.st_dev != self.dev || FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+    pub fn before_write(&mut self, file: BorrowedFd<'_>, path: &[u8]) -> Result<(), JournalError> {
+        self.keep(file, path, true)
+    }
+
+    /// The mode of `file` (at `path`) is about to change: it is kept, once.
+    ///
+    /// # Errors
+    /// The file could not be linked aside.
+    pub fn before_mode(&mut self, file: BorrowedFd<'_>, path: &[u8]) -> Result<(), JournalError> {
+        self.keep(file, path, false)
+    }
+
+    fn keep(&mut self, file: BorrowedFd<'_>, path: &[u8], bytes: bool) -> Result<(), JournalError> {
+        let what = |e| JournalError::new(format!("keeping {}", shown(path)), e);
+        let st = rustix::fs::fstat(file).map_err(what)?;
+        if st.st_dev != self.dev {
             return Ok(());
         }
-        if self.saved.get(&st.st_ino).is_some_and(|s| s.copy.is_some()) {
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            // A directory cannot be linked aside: its note says what it was, mode and all.
+            let (parent, name) = split(path);
+            return match self.open_path(parent) {
+                Ok(dir) => self.before_entry(dir, parent, name),
+                Err(_) => Ok(()),
+            };
+        }
+        let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
+        let have = self.saved.get(&st.st_ino);
+        if have.is_some_and(|s| s.copy.is_some() || !bytes || !regular) {
             return Ok(());
         }
-        let name = self.aside_name();
-        let copy = self
-            .copy_out(file.as_fd(), &st, &name)
-            .map_err(|e| JournalError::new(format!("keeping {}", shown(&path)), e))?;
-        let saved = self.saved.entry(st.st_ino).or_insert(Saved {
-            file,
-            mode: mode_of(&st),
-            copy: None,
-            path,
-        });
-        saved.copy = Some(copy);
+        let link = match have {
+            Some(saved) => saved.link.clone(),
+            None => match self.link_aside(file, path).map_err(what)? {
+                Some(link) => link,
+                None => return Ok(()),
+            },
+        };
+        let copy = match bytes && regular {
+            true => Some(self.copy_out(&link, mode_of(&st)).map_err(what)?),
+            false => None,
+        };
+        self.saved.insert(
+            st.st_ino,
+            Saved {
+                link,
+                mode: mode_of(&st),
+                copy,
+                path: path.to_vec(),
+            },
+        );
         Ok(())
     }
 
-    fn copy_out(
-        &self,
-        file: BorrowedFd<'_>,
-        st: &rustix::fs::Stat,
-        name: &CStr,
-    ) -> Result<CString, Errno> {
-        let path = proc_path(file);
-        let from = match rustix::fs::open(&path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+    /// A copy of the bytes of the file linked aside at `link` (mode `mode`).
+    fn copy_out(&mut self, link: &CStr, mode: u32) -> Result<CString, Errno> {
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        let from = match rustix::fs::openat(&self.aside, link, flags, Mode::empty()) {
             Err(Errno::ACCESS) => {
-                chmod_fd(file, mode_of(st) | 0o600)?;
-                let from = rustix::fs::open(&path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty());
-                chmod_fd(file, mode_of(st))?;
+                chmod_at(self.aside.as_fd(), link, mode | 0o600)?;
+                let from = rustix::fs::openat(&self.aside, link, flags, Mode::empty());
+                chmod_at(self.aside.as_fd(), link, mode)?;
                 from?
             }
             other => other?,
         };
+        let name = self.aside_name();
         let to = rustix::fs::openat(
             &self.aside,
-            name,
+            &name,
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )?;
-        fsops::copy_data(&from, &to)?;
-        Ok(name.to_owned())
-    }
-
-    /// The mode of `file` is about to change: it is kept, once.
-    ///
-    /// # Errors
-    /// `file` cannot be read.
-    pub fn before_mode(&mut self, file: OwnedFd, path: Vec<u8>) -> Result<(), JournalError> {
-        let st = rustix::fs::fstat(&file).map_err(|e| JournalError::new("a file", e))?;
-        if st.st_dev != self.dev {
-            return Ok(());
+        if let Err(e) = fsops::copy_data(&from, &to) {
+            let _ = rustix::fs::unlinkat(&self.aside, &name, AtFlags::empty());
+            return Err(e);
         }
-        self.saved.entry(st.st_ino).or_insert(Saved {
-            file,
-            mode: mode_of(&st),
-            copy: None,
-            path,
-        });
-        Ok(())
+        Ok(name)
     }
 
     /// What `name` in `dir` is now, kept so that it can be made so again.
@@ -324,18 +379,10 @@ impl Journal {
         let pre = match rustix::fs::statat(&dir, &c, AtFlags::SYMLINK_NOFOLLOW) {
             Err(Errno::NOENT) => Pre::Absent,
             Err(e) => return Err(e),
-            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
-                let fd = rustix::fs::openat(
-                    &dir,
-                    &c,
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
-                Pre::Dir {
-                    dir: self.dir_id(fd)?,
-                    mode: mode_of(&st),
-                }
-            }
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Pre::Dir {
+                dir: self.dir_id(st.st_ino),
+                mode: mode_of(&st),
+            },
             Ok(st) => {
                 let aside = self.aside_name();
                 rustix::fs::linkat(&dir, &c, &self.aside, &aside, AtFlags::empty())?;
@@ -346,7 +393,7 @@ impl Journal {
             }
         };
         Ok(Slot {
-            dir: self.dir_id(dir)?,
+            dir_path: dir_path.to_vec(),
             name: c,
             path: join(dir_path, name),
             pre,
@@ -364,7 +411,7 @@ impl Journal {
         dir_path: &[u8],
         name: &[u8],
     ) -> Result<(), JournalError> {
-        if !self.covers(dir.as_fd()) {
+        if !self.covers(dir.as_fd()) || name.is_empty() {
             return Ok(());
         }
         let slot = self.slot(dir, dir_path, name).map_err(|e| {
@@ -402,20 +449,20 @@ impl Journal {
         match pre {
             Pre::Absent => None,
             Pre::Entry { ino, .. } => Some(*ino),
-            Pre::Dir { dir, .. } => self.dirs.get(*dir).map(|d| d.ino),
+            Pre::Dir { dir, .. } => self.dirs.get(*dir).copied(),
         }
     }
 
     fn ino_at(&self, slot: &Slot) -> Option<u64> {
-        let dir = self.dirs.get(slot.dir)?;
-        rustix::fs::statat(&dir.fd, &slot.name, AtFlags::SYMLINK_NOFOLLOW)
+        let dir = self.open_path(&slot.dir_path).ok()?;
+        rustix::fs::statat(&dir, &slot.name, AtFlags::SYMLINK_NOFOLLOW)
             .ok()
             .map(|st| st.st_ino)
     }
 
     /// Makes `slot`'s name what it was.
     fn put_back(&mut self, slot: &Slot) -> Result<(), Errno> {
-        let dir = dup(&self.dirs.get(slot.dir).ok_or(Errno::INVAL)?.fd)?;
+        let dir = self.open_path(&slot.dir_path)?;
         let now = rustix::fs::statat(&dir, &slot.name, AtFlags::SYMLINK_NOFOLLOW).ok();
         let same = now.as_ref().map(|st| st.st_ino) == self.identity(&slot.pre) && now.is_some();
         match &slot.pre {
@@ -441,12 +488,6 @@ impl Journal {
                     writable(dir.as_fd(), || {
                         rustix::fs::mkdirat(&dir, &slot.name, Mode::from_raw_mode(0o700))
                     })?;
-                    let fd = rustix::fs::openat(
-                        &dir,
-                        &slot.name,
-                        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )?;
                     if let Some((uid, gid)) = self.owner {
                         rustix::fs::chownat(
                             &dir,
@@ -456,15 +497,13 @@ impl Journal {
                             AtFlags::SYMLINK_NOFOLLOW,
                         )?;
                     }
-                    let ino = rustix::fs::fstat(&fd)?.st_ino;
+                    let ino =
+                        rustix::fs::statat(&dir, &slot.name, AtFlags::SYMLINK_NOFOLLOW)?.st_ino;
                     if let Some(d) = self.dirs.get_mut(*id) {
-                        *d = Dir { fd, ino };
+                        *d = ino;
                     }
                 }
-                let id = *id;
-                if let Some(d) = self.dirs.get(id) {
-                    chmod_fd(d.fd.as_fd(), *mode)?;
-                }
+                chmod_at(dir.as_fd(), &slot.name, *mode)?;
             }
         }
         Ok(())
@@ -474,33 +513,36 @@ impl Journal {
     fn put_back_rename(&mut self, from: &Slot, to: &Slot, exchange: bool) -> Result<(), Errno> {
         let (was_from, was_to) = (self.identity(&from.pre), self.identity(&to.pre));
         let (now_from, now_to) = (self.ino_at(from), self.ino_at(to));
-        let (Some(fd_from), Some(fd_to)) = (self.dirs.get(from.dir), self.dirs.get(to.dir)) else {
-            return Err(Errno::INVAL);
-        };
+        let (fd_from, fd_to) = (
+            self.open_path(&from.dir_path)?,
+            self.open_path(&to.dir_path)?,
+        );
         if exchange {
             if was_from.is_some() && was_to.is_some() && now_from == was_to && now_to == was_from {
                 rustix::fs::renameat_with(
-                    &fd_to.fd,
+                    &fd_to,
                     &to.name,
-                    &fd_from.fd,
+                    &fd_from,
                     &from.name,
                     RenameFlags::EXCHANGE,
                 )?;
             }
         } else if was_from.is_some() && now_to == was_from && now_from.is_none() {
-            let (a, b) = (dup(&fd_to.fd)?, dup(&fd_from.fd)?);
-            writable(b.as_fd(), || {
-                rustix::fs::renameat(&a, &to.name, &b, &from.name)
+            writable(fd_from.as_fd(), || {
+                rustix::fs::renameat(&fd_to, &to.name, &fd_from, &from.name)
             })?;
         }
         self.put_back(to)?;
         self.put_back(from)
     }
 
-    /// Puts back the kept bytes and modes, into the same inodes.
+    /// Puts back the kept bytes and modes, into the same inodes: through the file's name
+    /// in the workspace when it still names it (so the workspace's tracker sees the
+    /// change), else through the journal's link.
     fn put_back_files(&self) -> Result<(), JournalError> {
         for saved in self.saved.values() {
             let what = |e| JournalError::new(format!("putting back {}", shown(&saved.path)), e);
+            let (dir, name) = self.name_of(saved).map_err(what)?;
             if let Some(copy) = &saved.copy {
                 let from = rustix::fs::openat(
                     &self.aside,
@@ -509,21 +551,37 @@ impl Journal {
                     Mode::empty(),
                 )
                 .map_err(what)?;
-                let path = proc_path(saved.file.as_fd());
-                let flags = OFlags::WRONLY | OFlags::TRUNC | OFlags::CLOEXEC;
-                let to = match rustix::fs::open(&path, flags, Mode::empty()) {
+                let flags = OFlags::WRONLY | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let to = match rustix::fs::openat(&dir, &name, flags, Mode::empty()) {
                     Err(Errno::ACCESS) => {
-                        chmod_fd(saved.file.as_fd(), 0o600).map_err(what)?;
-                        rustix::fs::open(&path, flags, Mode::empty())
+                        chmod_at(dir.as_fd(), &name, 0o600).map_err(what)?;
+                        rustix::fs::openat(&dir, &name, flags, Mode::empty())
                     }
                     other => other,
                 }
                 .map_err(what)?;
                 fsops::copy_data(&from, &to).map_err(what)?;
             }
-            chmod_fd(saved.file.as_fd(), saved.mode).map_err(what)?;
+            chmod_at(dir.as_fd(), &name, saved.mode).map_err(what)?;
         }
         Ok(())
+    }
+
+    /// A directory and a name of the kept file: its path in the workspace if that still
+    /// leads to it, else the journal's link.
+    fn name_of(&self, saved: &Saved) -> Result<(OwnedFd, CString), Errno> {
+        let ino = rustix::fs::statat(&self.aside, &saved.link, AtFlags::SYMLINK_NOFOLLOW)?.st_ino;
+        let (parent, name) = split(&saved.path);
+        if let (Ok(dir), Ok(name)) = (self.open_path(parent), cstr(name))
+            && rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| st.st_ino == ino)
+        {
+            return Ok((dir, name));
+        }
+        Ok((
+            rustix::io::fcntl_dupfd_cloexec(&self.aside, 0)?,
+            saved.link.clone(),
+        ))
     }
 
     /// The paths the notes touched and what is at each now (for the rollback's report).
@@ -549,11 +607,8 @@ impl Journal {
 
     /// Kind, inode and size of what is at `path` in the workspace.
     fn at_path(&self, path: &[u8]) -> Option<(EntryKind, u64, u64)> {
-        let (parent, name) = match path.iter().rposition(|b| *b == b'/') {
-            Some(i) => (&path[..i], &path[i + 1..]),
-            None => (&b""[..], path),
-        };
-        let dir = fsops::open_dir(self.ws.as_fd(), parent).ok()?;
+        let (parent, name) = split(path);
+        let dir = self.open_path(parent).ok()?;
         let st = rustix::fs::statat(&dir, cstr(name).ok()?.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
             .ok()?;
         Some((kind_of(&st), st.st_ino, st.st_size as u64))
@@ -584,6 +639,8 @@ impl Journal {
         }
         self.notes = notes;
         self.put_back_files()?;
+        chmod_fd(self.ws.as_fd(), self.root_mode)
+            .map_err(|e| JournalError::new("putting back the workspace's mode", e))?;
         let after = self.touched();
         let restored: std::collections::HashSet<&[u8]> =
             self.saved.values().map(|s| s.path.as_slice()).collect();

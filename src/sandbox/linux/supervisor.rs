@@ -64,6 +64,8 @@ pub struct Supervision {
     worker: Mutex<Option<OwnedFd>>,
     listening: Mutex<Listening>,
     decided: Condvar,
+    /// The last stopped task's files, for its next call (most come from one thread).
+    task: Mutex<Option<Task>>,
 }
 
 impl Supervision {
@@ -79,6 +81,7 @@ impl Supervision {
             attached: Mutex::new(None),
             worker: Mutex::new(None),
             listening: Mutex::new(Listening::Waiting),
+            task: Mutex::new(None),
             decided: Condvar::new(),
         });
         let them = me.clone();
@@ -253,10 +256,16 @@ impl Supervision {
         let Some(op) = decode(notif) else {
             return Ok(());
         };
-        let Ok(task) = Task::open(notif.pid as i32, dev) else {
+        let pid = notif.pid as i32;
+        let mut cached = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        let reused = cached.take().filter(|t| t.pid == pid && t.dev == dev);
+        let was_cached = reused.is_some();
+        let Some(mut task) = reused.or_else(|| Task::open(pid, dev).ok()) else {
             return Ok(());
         };
-        // The task's files were opened before this check: they are the stopped task's.
+        // The task's files were opened before this check: they are the stopped task's
+        // (or, kept from an earlier call of the same pid, fail to read and are opened
+        // again below).
         if !id_valid(listener, notif.id) {
             return Ok(());
         }
@@ -264,7 +273,17 @@ impl Supervision {
             journal: journal.as_mut(),
             cow: cow.as_mut(),
         };
-        match seen.note(&task, op) {
+        let mut noted = seen.note(&task, op);
+        if noted.is_err()
+            && was_cached
+            && let Ok(fresh) = Task::open(pid, dev)
+            && id_valid(listener, notif.id)
+        {
+            task = fresh;
+            noted = seen.note(&task, op);
+        }
+        *cached = Some(task);
+        match noted {
             Ok(()) => Ok(()),
             Err(e) if e.errno() == Errno::NOSPC || e.errno() == Errno::DQUOT => Err(Errno::NOSPC),
             Err(e) => {
@@ -664,7 +683,8 @@ impl Seen<'_> {
                 if !task.covers(file.as_fd()) {
                     return Ok(());
                 }
-                self.in_place(file, true)
+                let path = in_workspace(file.as_fd());
+                self.in_place(file, &path, true)
             }
             Op::Times { at, nofollow } => {
                 let file = if at.addr == 0 {
@@ -721,7 +741,11 @@ impl Seen<'_> {
         match rustix::fs::statat(&t.dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && writes => {
                 let file = opath_at(t.dir.as_fd(), &t.name, false).map_err(io)?;
-                self.in_place(file, false)
+                let path = match t.dir_path.is_empty() {
+                    true => t.name.clone(),
+                    false => [t.dir_path.as_slice(), b"/", t.name.as_slice()].concat(),
+                };
+                self.in_place(file, &path, false)
             }
             Err(Errno::NOENT) if creates => self.entry(t),
             _ => Ok(()),
@@ -729,18 +753,17 @@ impl Seen<'_> {
     }
 
     /// A file about to change in place: its bytes (or only its mode) are kept.
-    fn in_place(&mut self, file: OwnedFd, mode_only: bool) -> Noted {
+    fn in_place(&mut self, file: OwnedFd, path: &[u8], mode_only: bool) -> Noted {
         if let Some(cow) = self.cow.as_deref_mut() {
             cow.before_change(file.as_fd())?;
         }
         let Some(journal) = self.journal.as_deref_mut() else {
             return Ok(());
         };
-        let path = in_workspace(file.as_fd());
         if mode_only {
-            journal.before_mode(file, path)
+            journal.before_mode(file.as_fd(), path)
         } else {
-            journal.before_write(file, path)
+            journal.before_write(file.as_fd(), path)
         }
     }
 
@@ -828,7 +851,7 @@ mod open_files {
         for pid in tree(helper) {
             for file in writable_of(pid) {
                 let path = in_workspace(file.as_fd());
-                if let Err(e) = journal.before_write(file, path) {
+                if let Err(e) = journal.before_write(file.as_fd(), &path) {
                     tracing::warn!(error = %e, "an open file could not be journaled");
                 }
             }

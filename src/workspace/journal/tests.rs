@@ -54,7 +54,7 @@ impl Fixture {
     fn write(&mut self, rel: &str) {
         let fd = opath(&self.p(rel));
         self.journal
-            .before_write(fd, rel.as_bytes().to_vec())
+            .before_write(fd.as_fd(), rel.as_bytes())
             .unwrap();
     }
 
@@ -172,7 +172,7 @@ fn an_exchange_is_exchanged_back_and_a_symlink_swap_is_undone() {
 fn a_tree_removed_whole_comes_back_and_modes_are_put_back() {
     roll_back_restores(|f| {
         f.journal
-            .before_mode(opath(&f.p("notes.txt")), b"notes.txt".to_vec())
+            .before_mode(opath(&f.p("notes.txt")).as_fd(), b"notes.txt")
             .unwrap();
         std::fs::set_permissions(f.p("notes.txt"), std::fs::Permissions::from_mode(0o400)).unwrap();
         for rel in ["data/raw/a.csv", "data/raw", "data"] {
@@ -185,7 +185,7 @@ fn a_tree_removed_whole_comes_back_and_modes_are_put_back() {
         f.entry("data/x");
         std::fs::write(f.p("data/x"), "x").unwrap();
         f.journal
-            .before_mode(opath(&f.p("data")), b"data".to_vec())
+            .before_mode(opath(&f.p("data")).as_fd(), b"data")
             .unwrap();
         std::fs::set_permissions(f.p("data"), std::fs::Permissions::from_mode(0o500)).unwrap();
     });
