@@ -37,6 +37,9 @@ use rustix::io::Errno;
 use super::fsops;
 use super::{Change, EntryKind, RawChange, Report};
 
+/// Most names one transactional call may change (notes are kept in the server's memory).
+pub const MAX_NOTES: usize = 1_000_000;
+
 /// The session's journal while a transactional call runs (`None` between them); the
 /// supervisor of whichever worker the session has writes into it.
 pub type Shared = Arc<Mutex<Option<Journal>>>;
@@ -126,6 +129,8 @@ pub struct Journal {
     notes: Vec<Note>,
     /// Open files of the worker taken in (see the supervisor).
     pub scanned: bool,
+    /// [`MAX_NOTES`] (smaller in tests).
+    max_notes: usize,
 }
 
 fn cstr(name: &[u8]) -> Result<CString, Errno> {
@@ -199,6 +204,7 @@ impl Journal {
             saved: HashMap::new(),
             notes: Vec::new(),
             scanned: false,
+            max_notes: MAX_NOTES,
         })
     }
 
@@ -417,8 +423,7 @@ impl Journal {
         let slot = self.slot(dir, dir_path, name).map_err(|e| {
             JournalError::new(format!("keeping {}", shown(&join(dir_path, name))), e)
         })?;
-        self.notes.push(Note::Entry(slot));
-        Ok(())
+        self.push(Note::Entry(slot))
     }
 
     /// `from` is about to be renamed to `to` (each a directory, its path and a name), or
@@ -441,7 +446,21 @@ impl Journal {
         let what = |e| JournalError::new(format!("keeping {}", shown(&join(from.1, from.2))), e);
         let from = self.slot(from.0, from.1, from.2).map_err(what)?;
         let to = self.slot(to.0, to.1, to.2).map_err(what)?;
-        self.notes.push(Note::Rename { from, to, exchange });
+        self.push(Note::Rename { from, to, exchange })
+    }
+
+    /// Adds a note; past [`MAX_NOTES`] the change is refused as a full disk would.
+    fn push(&mut self, note: Note) -> Result<(), JournalError> {
+        if self.notes.len() >= self.max_notes {
+            return Err(JournalError::new(
+                format!(
+                    "a transactional call may change at most {} names",
+                    self.max_notes
+                ),
+                Errno::NOSPC,
+            ));
+        }
+        self.notes.push(note);
         Ok(())
     }
 

@@ -562,8 +562,27 @@ struct Target {
 
 /// Resolves the name at `at` as the kernel will for the task (following a final
 /// symbolic link when `follow`); `None` when it does not resolve (the call will fail) or
-/// is not in the workspace.
+/// is not in the workspace. Other errors (the server out of descriptors or memory) fail
+/// the call: a change the journal could not see never happens.
 fn resolve(task: &Task, at: At, follow: bool) -> Result<Option<Target>, Errno> {
+    match resolve_in_world(task, at, follow) {
+        // What the kernel will refuse as well (a bad pointer, a name too long, a loop, a
+        // missing or unreadable directory): the call goes on, to fail there with its own
+        // error, never with one of the server's.
+        Err(
+            Errno::FAULT
+            | Errno::NAMETOOLONG
+            | Errno::LOOP
+            | Errno::NOENT
+            | Errno::NOTDIR
+            | Errno::ACCESS
+            | Errno::INVAL,
+        ) => Ok(None),
+        other => other,
+    }
+}
+
+fn resolve_in_world(task: &Task, at: At, follow: bool) -> Result<Option<Target>, Errno> {
     let path = task.string(at.addr)?;
     let mut cur = if path.first() == Some(&b'/') {
         dup(&task.root)?
@@ -671,6 +690,8 @@ impl Seen<'_> {
     /// Shows each what `op` is about to change.
     fn note(&mut self, task: &Task, op: Op) -> Noted {
         match op {
+            // Names matter to the journal alone.
+            Op::Entry { .. } | Op::Rename { .. } if self.journal.is_none() => Ok(()),
             Op::Open2 { at, how } => {
                 let flags = task.u64_at(how).map_err(io)?;
                 self.note(task, Op::Open { at, flags })

@@ -212,3 +212,15 @@ fn what_is_not_on_the_workspace_file_system_is_not_noted() {
     f.journal.before_entry(elsewhere, b"", b"self").unwrap();
     assert!(f.journal.is_empty());
 }
+
+#[test]
+fn past_its_bound_a_journal_refuses_the_change_as_a_full_disk_would() {
+    let mut f = fixture();
+    f.journal.max_notes = 2;
+    f.entry("one");
+    f.entry("two");
+    let dir = opath(&f.ws);
+    let e = f.journal.before_entry(dir, b"", b"three").unwrap_err();
+    assert_eq!(e.errno(), Errno::NOSPC);
+    assert!(e.to_string().contains("at most 2 names"), "{e}");
+}
