@@ -352,3 +352,39 @@ async fn the_journal_puts_back_what_the_call_changed_however_it_reached_it() {
         server.stop().await;
     }
 }
+
+/// A worker without a world of its own (`HOST_SANDBOX=off`) cannot show its changes
+/// first: a transactional call copies the workspace instead, and a checkpoint copies
+/// every file rather than share it; both still put back exactly what was.
+#[tokio::test]
+async fn without_a_world_transactions_and_checkpoints_copy() {
+    for who in both_modes() {
+        let server = start(who, &[("HOST_SANDBOX", "off")]).await;
+        let before = prepared(&server, "o").await;
+        let r = transactional(&server, "o", &format!("{DAMAGE}1/0"), 100.0).await;
+        assert_eq!(r["rolled_back"], true, "{who:?}: {r}");
+        assert_eq!(fingerprint(&server, "o").await, before, "{who:?}");
+        let r = server
+            .call("checkpoint", json!({"session": "o", "name": "c"}))
+            .await
+            .unwrap()
+            .structured_content
+            .unwrap_or_default();
+        assert_eq!(r["ok"], true, "{who:?}: {r}");
+        let r = server
+            .run("o", "import os\nprint(os.stat('big.bin').st_nlink)")
+            .await;
+        assert_eq!(stdout(&r), "1\n", "{who:?}: {r}");
+        let r = server.run("o", &format!("{DAMAGE}print('changed')")).await;
+        assert_eq!(stdout(&r), "changed\n", "{who:?}: {r}");
+        let r = server
+            .call("restore", json!({"session": "o", "name": "c"}))
+            .await
+            .unwrap()
+            .structured_content
+            .unwrap_or_default();
+        assert_eq!(r["ok"], true, "{who:?}: {r}");
+        assert_eq!(fingerprint(&server, "o").await, before, "{who:?}");
+        server.stop().await;
+    }
+}
