@@ -305,6 +305,76 @@ impl Drop for DockerProcess {
     }
 }
 
+/// Container creates one at a time, for an engine that cannot take them at once
+/// ([`super::product::Engine::creates_one_at_a_time`]): within this server a mutex, and
+/// across every server of the user a lock on a file beside the engine's socket (a
+/// rootless Podman's runtime directory is the user's own).
+pub struct CreateGate {
+    local: tokio::sync::Mutex<()>,
+    file: Option<std::path::PathBuf>,
+}
+
+/// A create's turn; it ends when dropped.
+pub struct Turn<'a> {
+    _local: tokio::sync::MutexGuard<'a, ()>,
+    _file: Option<std::fs::File>,
+}
+
+impl CreateGate {
+    /// A gate for the engine at `host` (`unix://PATH`: the lock file is beside it).
+    pub fn new(host: &str) -> CreateGate {
+        let file = host.strip_prefix("unix://").and_then(|p| {
+            std::path::Path::new(p)
+                .parent()
+                .map(|d| d.join(".warden-create.lock"))
+        });
+        CreateGate {
+            local: tokio::sync::Mutex::new(()),
+            file,
+        }
+    }
+
+    /// Waits for this create's turn. A lock file that cannot be made or locked leaves
+    /// the servers of the user unordered among themselves (logged), never stops a create.
+    pub async fn turn(&self) -> Turn<'_> {
+        let local = self.local.lock().await;
+        let file = match self.file.clone() {
+            Some(path) => tokio::task::spawn_blocking(move || lock_file(&path))
+                .await
+                .ok()
+                .flatten(),
+            None => None,
+        };
+        Turn {
+            _local: local,
+            _file: file,
+        }
+    }
+}
+
+#[cfg(unix)]
+fn lock_file(path: &std::path::Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .inspect_err(|e| tracing::debug!(error = %e, path = %path.display(), "no create lock"))
+        .ok()?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .inspect_err(|e| tracing::debug!(error = %e, "the create lock could not be taken"))
+        .ok()?;
+    Some(file)
+}
+
+#[cfg(not(unix))]
+fn lock_file(_: &std::path::Path) -> Option<std::fs::File> {
+    None
+}
+
 /// Creates and starts a container for `config` and waits until its worker is ready.
 /// The configuration is validated first: a refused one never reaches the engine.
 pub async fn start(
@@ -312,11 +382,16 @@ pub async fn start(
     config: ContainerCreateBody,
     name: &str,
     policy_json: &[u8],
+    gate: Option<&CreateGate>,
 ) -> Result<(Channel, DockerProcess, SandboxReport), StartError> {
     validate_container_config(&config, &engine::is_socket).map_err(|e| StartError::Refused {
         wall: "container".into(),
         message: e.to_string(),
     })?;
+    let one_at_a_time = match gate {
+        Some(gate) => Some(gate.turn().await),
+        None => None,
+    };
     let created = docker
         .create_container(
             Some(CreateContainerOptions {
@@ -327,6 +402,7 @@ pub async fn start(
         )
         .await
         .map_err(|e| StartError::Engine(format!("cannot create the container: {e}")))?;
+    drop(one_at_a_time);
     let (input, queue) = unbounded_channel();
     let mut process = DockerProcess {
         docker: docker.clone(),
@@ -589,7 +665,7 @@ mod tests {
                 mask_accounts: false,
                 userns: None,
             });
-            let Err(err) = start(&docker, cfg, "warden-test", b"{}").await else {
+            let Err(err) = start(&docker, cfg, "warden-test", b"{}", None).await else {
                 panic!("{bad} was accepted")
             };
             assert!(matches!(err, StartError::Refused { .. }), "{bad}: {err}");
@@ -598,5 +674,23 @@ mod tests {
             listener.accept().is_err(),
             "a refused configuration reached the engine"
         );
+    }
+
+    /// Two servers' gates on one engine socket take turns: the second create waits for
+    /// the first to end, across gates (the lock file beside the socket).
+    #[tokio::test]
+    async fn creates_on_one_engine_take_turns_across_servers() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = format!("unix://{}", dir.path().join("podman.sock").display());
+        let (a, b) = (CreateGate::new(&host), CreateGate::new(&host));
+        let first = a.turn().await;
+        let second = tokio::spawn(async move {
+            let _turn = b.turn().await;
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!second.is_finished(), "the second create did not wait");
+        drop(first);
+        second.await.unwrap();
+        assert!(dir.path().join(".warden-create.lock").exists());
     }
 }

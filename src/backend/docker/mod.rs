@@ -132,6 +132,9 @@ pub(crate) struct Inner {
     closing: std::sync::atomic::AtomicBool,
     /// The egress proxy, when the network is proxied.
     egress: Option<Arc<crate::egress::Egress>>,
+    /// Held around each container create when the engine cannot take them at once
+    /// ([`product::Engine::creates_one_at_a_time`]).
+    create_gate: Option<container::CreateGate>,
 }
 
 /// The launcher every container of this server runs (see [`route`]).
@@ -260,6 +263,14 @@ impl DockerBackend {
         }
         let users = Users::new(user_facts(d.user));
         remapped_engine(&docker, &users).await?;
+        let host = settings
+            .docker
+            .host
+            .clone()
+            .unwrap_or_else(engine::default_host);
+        let serving_gate = serving
+            .creates_one_at_a_time()
+            .then(|| container::CreateGate::new(&host));
         let mut inner = Inner {
             settings: settings.clone(),
             docker,
@@ -280,6 +291,7 @@ impl DockerBackend {
             quota: Quota::Unavailable(String::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
             egress,
+            create_gate: serving_gate,
         };
         make_empty_file(instance_dir).map_err(|e| {
             Unavailable(format!(
@@ -432,8 +444,14 @@ impl Inner {
         let policy = serde_json::to_vec(&self.policy(run))
             .map_err(|e| StartError::Protocol(format!("policy: {e}")))?;
         let name = container::container_name(&self.owner.instance, run.role);
-        let (channel, process, report) =
-            container::start(&self.docker, config, &name, &policy).await?;
+        let (channel, process, report) = container::start(
+            &self.docker,
+            config,
+            &name,
+            &policy,
+            self.create_gate.as_ref(),
+        )
+        .await?;
         if closing() {
             // Created while shutdown swept: dropping `process` removes it.
             return Err(shutting_down());

@@ -47,6 +47,14 @@ impl Engine {
     pub fn userns_mode(&self) -> Option<&'static str> {
         (self.name == "podman" && self.rootless).then_some("keep-id")
     }
+
+    /// Whether container creates must go one at a time: a rootless Podman service
+    /// reads the user's subordinate ids through libsubid for every `keep-id` create,
+    /// and concurrent reads crash the whole service (SIGSEGV in
+    /// `subid_get_uid_ranges`, seen with Podman 4.3 and reported up to 4.9).
+    pub fn creates_one_at_a_time(&self) -> bool {
+        self.userns_mode().is_some()
+    }
 }
 
 /// The engine, from its `/version` components (name, version) and, for Podman, its own

@@ -169,6 +169,10 @@ async fn run_to_end(
     config::validate_container_config(&cfg, &engine::is_socket).map_err(|e| e.to_string())?;
     let name = container::container_name(&inner.owner.instance, "query");
     let docker = &inner.docker;
+    let one_at_a_time = match &inner.create_gate {
+        Some(gate) => Some(gate.turn().await),
+        None => None,
+    };
     let id = docker
         .create_container(
             Some(bollard::query_parameters::CreateContainerOptions {
@@ -180,6 +184,7 @@ async fn run_to_end(
         .await
         .map_err(|e| format!("cannot create a container from the image: {e}"))?
         .id;
+    drop(one_at_a_time);
     let out = async {
         let held = docker
             .inspect_container(&id, None)
