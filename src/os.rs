@@ -346,6 +346,44 @@ pub fn enlarge_stdout_pipe() -> Option<usize> {
     }
 }
 
+/// One message of one byte and the descriptors passed with it (`SCM_RIGHTS`) from a
+/// UNIX stream (the byte is `None` when the peer closed it); `None` when nothing waits
+/// (`wait: false`).
+///
+/// # Errors
+/// The socket failed.
+#[cfg(target_os = "linux")]
+pub fn receive_descriptors(
+    stream: &std::os::unix::net::UnixStream,
+    wait: bool,
+) -> std::io::Result<Option<(Option<u8>, Vec<std::os::fd::OwnedFd>)>> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    let flags = match wait {
+        true => RecvFlags::CMSG_CLOEXEC,
+        false => RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+    };
+    let got = match rustix::net::recvmsg(
+        stream,
+        &mut [std::io::IoSliceMut::new(&mut byte)],
+        &mut control,
+        flags,
+    ) {
+        Err(rustix::io::Errno::AGAIN) => return Ok(None),
+        Err(e) => return Err(e.into()),
+        Ok(got) => got,
+    };
+    let mut fds = Vec::new();
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(rights) = message {
+            fds.extend(rights);
+        }
+    }
+    Ok(Some(((got.bytes == 1).then_some(byte[0]), fds)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

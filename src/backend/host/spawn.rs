@@ -348,27 +348,9 @@ pub fn inherited_fd(n: usize) -> i32 {
 pub fn receive_endpoint(
     bridge: &std::os::unix::net::UnixStream,
 ) -> std::io::Result<Option<std::net::TcpListener>> {
-    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let mut byte = [0u8; 1];
-    let received = rustix::net::recvmsg(
-        bridge,
-        &mut [std::io::IoSliceMut::new(&mut byte)],
-        &mut control,
-        RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
-    );
-    match received {
-        Err(rustix::io::Errno::AGAIN) => return Ok(None),
-        Err(e) => return Err(e.into()),
-        Ok(_) => {}
-    }
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    for message in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(rights) = message {
-            fds.extend(rights);
-        }
-    }
+    let Some((_, mut fds)) = crate::os::receive_descriptors(bridge, false)? else {
+        return Ok(None);
+    };
     match (fds.pop(), fds.is_empty()) {
         (Some(fd), true) => Ok(Some(std::net::TcpListener::from(fd))),
         _ => Err(std::io::Error::other(

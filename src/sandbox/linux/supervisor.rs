@@ -296,26 +296,13 @@ impl Supervision {
 
 /// The listener the helper sent, or why there is none.
 fn receive(bridge: &UnixStream) -> Result<OwnedFd, String> {
-    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let mut byte = [0u8; 1];
-    let got = rustix::net::recvmsg(
-        bridge,
-        &mut [std::io::IoSliceMut::new(&mut byte)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    )
-    .map_err(|e| format!("the journal's bridge failed: {e}"))?;
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    for message in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(rights) = message {
-            fds.extend(rights);
-        }
-    }
-    match (got.bytes, fds.pop()) {
-        (1, Some(fd)) if byte[0] == b'L' => Ok(fd),
-        (1, None) if byte[0] == b'N' => Err("the kernel refused the journal's filter".into()),
+    let got = crate::os::receive_descriptors(bridge, true)
+        .map_err(|e| format!("the journal's bridge failed: {e}"))?;
+    match got {
+        Some((Some(b'L'), mut fds)) if fds.len() == 1 => fds
+            .pop()
+            .ok_or_else(|| "the worker's helper sent no listener".to_string()),
+        Some((Some(b'N'), _)) => Err("the kernel refused the journal's filter".into()),
         _ => Err("the worker's helper sent no listener".into()),
     }
 }
