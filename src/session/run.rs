@@ -512,11 +512,6 @@ impl Session {
 
     /// Reports a worker lost since the last call; returns whether one was.
     fn note_lost_worker(&self, state: &mut SessionState, warnings: &mut Vec<String>) -> bool {
-        if state.worker.as_ref().is_some_and(|l| l.worker.is_busy()) {
-            // The previous call was cancelled midway and its worker already killed.
-            self.drop_worker(state);
-            state.lost_worker = Some("the previous call was cancelled while it ran".to_string());
-        }
         let Some(why) = state.lost_worker.take() else {
             return false;
         };

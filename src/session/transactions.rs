@@ -1,15 +1,19 @@
 //! Transactional calls (`execute_python` with `transactional: true`, or
-//! `SANDBOX_TRANSACTIONS`): before the code runs, the workspace is copied beside it
-//! ([`Store::snapshot`]); a call that succeeds drops the copy, and one that fails in any
-//! way (raises, times out, trips a wire, passes a cap, loses its worker) has its
-//! workspace put back from it by moving the copy's entries in ([`Store::roll_back`]).
+//! `SANDBOX_TRANSACTIONS`): once the call's worker is ready and before its code runs, the
+//! session opens a journal ([`crate::workspace::journal`]) that the worker's supervisor
+//! notes every file change in before the kernel makes it; a call that succeeds drops the
+//! notes, and one that fails in any way (raises, times out, trips a wire, passes a cap,
+//! loses its worker) has them walked back. A worker that cannot show its changes first
+//! (no world of its own) has the workspace copied beside it instead
+//! ([`Store::snapshot`]) and put back by moving the copy's entries in
+//! ([`Store::roll_back`]).
 //!
-//! A cancelled call's future is dropped wherever it was, so its copy is marked pending
-//! before the code runs and put back by whatever touches the session next (its next
-//! call, or a checkpoint tool), before anything else: the session's lock orders them.
-//! Every step on the copy holds the session's `txn_pending` lock inside its blocking
-//! task, which runs to its end even when the call that started it is gone, so a rollback
-//! is never interleaved with the next call.
+//! A cancelled call's future is dropped wherever it was, so its journal (or copy) stays
+//! open and is put back by whatever touches the session next (its next call, or a
+//! checkpoint tool), before anything else and once the cancelled call's worker has
+//! exited: the session's lock orders them. Every step holds the session's `txn_pending`
+//! lock inside its blocking task, which runs to its end even when the call that started
+//! it is gone, so a rollback is never interleaved with the next call.
 //!
 //! The interpreter's memory is not rolled back: it keeps what the failed call assigned
 //! (a failure that cost the worker restarts it anyway), and the result says so.
@@ -221,12 +225,7 @@ impl SessionManager {
         session: &Session,
         state: &mut super::SessionState,
     ) -> Option<String> {
-        if state.worker.as_ref().is_some_and(|l| l.worker.is_busy()) {
-            // A cancelled call's worker, killed when the call was dropped: gone, and every
-            // change it had under way landed, before anything else touches the workspace.
-            self.end_worker(session, state).await;
-            state.lost_worker = Some("the previous call was cancelled while it ran".to_string());
-        }
+        self.reap_cancelled(session, state).await;
         if let Ok(pending) = session.txn_pending.try_lock()
             && !*pending
             && lock(&session.journal).is_none()
@@ -342,9 +341,10 @@ impl SessionManager {
     pub(super) async fn end_transaction(&self, _: &Session, _: &mut ExecResult) {}
     pub(super) async fn settle_transaction(
         &self,
-        _: &Session,
-        _: &mut super::SessionState,
+        session: &Session,
+        state: &mut super::SessionState,
     ) -> Option<String> {
+        self.reap_cancelled(session, state).await;
         None
     }
 }

@@ -137,6 +137,16 @@ impl Session {
 }
 
 impl SessionManager {
+    /// The worker of a call that was cancelled midway (killed when the call was
+    /// dropped): gone, and every file change it had under way landed, before anything
+    /// else touches the workspace; the next call says the worker was lost.
+    pub(super) async fn reap_cancelled(&self, session: &Session, state: &mut SessionState) {
+        if state.worker.as_ref().is_some_and(|l| l.worker.is_busy()) {
+            self.end_worker(session, state).await;
+            state.lost_worker = Some("the previous call was cancelled while it ran".to_string());
+        }
+    }
+
     /// Drops the session's worker and, when it journals file changes, waits until it
     /// and its whole world have exited: a change it had under way can then no longer
     /// land after a rollback.

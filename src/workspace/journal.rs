@@ -4,7 +4,7 @@
 //! Why a journal rather than a copy: a copy of the workspace before every transactional
 //! call costs the workspace's size; the journal costs what the call changes. The server's
 //! supervisor ([`crate::sandbox::linux::supervisor`]) stops every call that changes a
-//! name, a content or a mode, resolves what it names in the worker's own world, and
+//! name, a content, a mode or times, resolves what it names in the worker's own world, and
 //! hands it here before the kernel goes on:
 //!
 //! - [`Journal::before_write`]: a file about to be written in place (opened for writing,
@@ -20,10 +20,13 @@
 //! directories), then puts the kept bytes and modes back. Each step checks what is there
 //! first, so a note of a call that then failed in the kernel undoes nothing.
 //!
-//! Directories are named by descriptors, never by paths, so a note stays right however
-//! the tree was renamed after it. Everything the journal touches is on the workspace's
-//! own file system (checked on every descriptor), and its kept links and copies live
-//! beside the workspace on that file system, where code never sees them.
+//! A note names its directory by the path it had when the note was made: walking the
+//! notes backwards, the tree is as it was right after each change when its note is
+//! undone, so the path leads there again. A kept file is a hard link beside the
+//! workspace, so the journal holds no descriptor per note. Everything it touches is on
+//! the workspace's own file system, reached beneath the workspace without following
+//! links, and its kept links and copies live beside the workspace on that file system,
+//! where code never sees them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, CString};

@@ -13,7 +13,7 @@ async fn start(who: As, env: &[(&str, &str)]) -> Server {
 }
 
 /// A tool's structured result and whether it was an error.
-async fn tool(server: &Server, name: &'static str, args: Value) -> (bool, Value) {
+pub(super) async fn tool(server: &Server, name: &'static str, args: Value) -> (bool, Value) {
     let r = server.call(name, args).await.unwrap();
     (
         r.is_error == Some(true),

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use super::checkpoints::{FINGERPRINT, SETUP};
+use super::checkpoints::{FINGERPRINT, SETUP, tool};
 use super::{As, Net, Server, both_modes, stdout};
 
 async fn start(who: As, env: &[(&str, &str)]) -> Server {
@@ -343,7 +343,7 @@ async fn the_journal_puts_back_what_the_call_changed_however_it_reached_it() {
             )
             .await;
         assert_eq!(stdout(&r), "True\n", "{who:?}: {r}");
-        // A successful transactional call keeps its changes and leaves nothing behind.
+        // A successful transactional call keeps its changes.
         let r = transactional(&server, "j", "open('kept.txt', 'w').write('kept')", 100.0).await;
         assert_eq!(r["status"], "ok", "{who:?}: {r}");
         assert!(r.get("rolled_back").is_none(), "{r}");
@@ -364,26 +364,16 @@ async fn without_a_world_transactions_and_checkpoints_copy() {
         let r = transactional(&server, "o", &format!("{DAMAGE}1/0"), 100.0).await;
         assert_eq!(r["rolled_back"], true, "{who:?}: {r}");
         assert_eq!(fingerprint(&server, "o").await, before, "{who:?}");
-        let r = server
-            .call("checkpoint", json!({"session": "o", "name": "c"}))
-            .await
-            .unwrap()
-            .structured_content
-            .unwrap_or_default();
-        assert_eq!(r["ok"], true, "{who:?}: {r}");
+        let (err, r) = tool(&server, "checkpoint", json!({"session": "o", "name": "c"})).await;
+        assert!(!err, "{who:?}: {r}");
         let r = server
             .run("o", "import os\nprint(os.stat('big.bin').st_nlink)")
             .await;
         assert_eq!(stdout(&r), "1\n", "{who:?}: {r}");
         let r = server.run("o", &format!("{DAMAGE}print('changed')")).await;
         assert_eq!(stdout(&r), "changed\n", "{who:?}: {r}");
-        let r = server
-            .call("restore", json!({"session": "o", "name": "c"}))
-            .await
-            .unwrap()
-            .structured_content
-            .unwrap_or_default();
-        assert_eq!(r["ok"], true, "{who:?}: {r}");
+        let (err, r) = tool(&server, "restore", json!({"session": "o", "name": "c"})).await;
+        assert!(!err, "{who:?}: {r}");
         assert_eq!(fingerprint(&server, "o").await, before, "{who:?}");
         server.stop().await;
     }
