@@ -108,6 +108,7 @@ impl Backend for HostBackend {
             container_runtime: None,
             world: None,
             gaps: platform::host_capabilities(HostOs::current()),
+            engines: Vec::new(),
         }
     }
 }

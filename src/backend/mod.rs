@@ -125,6 +125,9 @@ pub enum StartError {
     Engine(String),
     #[error("{0}")]
     Busy(String),
+    /// The engine the session was placed on is lost to it: the session ends.
+    #[error("{0}")]
+    EngineLost(String),
 }
 
 impl StartError {
@@ -133,10 +136,14 @@ impl StartError {
         match self {
             StartError::Refused { .. } => "SandboxRefused",
             StartError::Busy(_) => "WorkersBusy",
+            StartError::EngineLost(_) => ENGINE_LOST,
             _ => "WorkerStartFailed",
         }
     }
 }
+
+/// The error kind of a session whose engine is lost to it (the session has ended).
+pub const ENGINE_LOST: &str = "EngineLost";
 
 /// What a backend keeps for one open session, whatever the backend: its own slot type
 /// ([`Backend::Slot`]), which only that backend reads back ([`SessionSlot::of`]).
@@ -153,6 +160,11 @@ pub trait SlotState: std::any::Any + std::fmt::Debug + Send + Sync {
     /// What every result of the session says about its home (a workspace quota smaller
     /// than `SANDBOX_DISK_LIMIT`), if anything.
     fn notice(&self) -> Option<String> {
+        None
+    }
+    /// Where the session runs, when the backend has several places (a Docker engine's
+    /// URL).
+    fn place(&self) -> Option<String> {
         None
     }
 }
@@ -176,6 +188,10 @@ impl SessionSlot {
 
     pub fn notice(&self) -> Option<String> {
         self.0.notice()
+    }
+
+    pub fn place(&self) -> Option<String> {
+        self.0.place()
     }
 }
 
@@ -304,7 +320,18 @@ pub struct Enforcement {
     /// The world the code lives in; `None`: it sees the server's own paths.
     #[serde(skip)]
     pub world: Option<WorldPlaces>,
+    /// The engines sessions are placed on, for a backend of several.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub engines: Vec<EngineStatus>,
 }
+
+#[cfg(feature = "docker")]
+pub use docker::fleet::EngineStatus;
+
+/// Engines exist only in builds with the Docker backend.
+#[cfg(not(feature = "docker"))]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub enum EngineStatus {}
 
 /// One way of running workers. Implemented by each backend; dispatched by [`AnyBackend`].
 pub trait Backend: Send + Sync {
@@ -350,6 +377,22 @@ pub trait Backend: Send + Sync {
     /// The container runtime, for a backend that runs containers.
     fn container_runtime(&self) -> Option<ContainerRuntime> {
         None
+    }
+    /// Why the session in `slot` has lost the place its workers run (its engine stopped
+    /// answering), which ends it; asked when a worker died or did not start.
+    fn engine_lost(&self, _slot: &Self::Slot) -> impl Future<Output = Option<String>> + Send {
+        async { None }
+    }
+    /// How a warm home compares with where a new home would go now: 0 or more, as
+    /// good (higher is better); below 0, worse (a new session starts its own rather
+    /// than take it); `None`: it cannot be used any more.
+    fn home_rank(&self, _slot: &Self::Slot) -> Option<i64> {
+        Some(0)
+    }
+    /// How many places keep warm workers of their own (the warm pool's size is per
+    /// place).
+    fn warm_places(&self) -> usize {
+        1
     }
 }
 
@@ -473,6 +516,24 @@ impl AnyBackend {
 
     pub fn container_runtime(&self) -> Option<ContainerRuntime> {
         dispatch!(self, b => b.container_runtime())
+    }
+
+    /// See [`Backend::engine_lost`].
+    pub async fn engine_lost(&self, slot: &SessionSlot) -> Option<String> {
+        dispatch!(self, b => match slot.of() {
+            Ok(s) => b.engine_lost(s).await,
+            Err(_) => None,
+        })
+    }
+
+    /// See [`Backend::home_rank`].
+    pub fn home_rank(&self, slot: &SessionSlot) -> Option<i64> {
+        dispatch!(self, b => slot.of().ok().and_then(|s| b.home_rank(s)))
+    }
+
+    /// See [`Backend::warm_places`].
+    pub fn warm_places(&self) -> usize {
+        dispatch!(self, b => b.warm_places())
     }
 }
 

@@ -156,7 +156,7 @@ impl WarmPool {
     pub fn stats(&self) -> PoolStats {
         let state = self.state();
         PoolStats {
-            target: self.target,
+            target: self.target_now(),
             ready: state.ready.len(),
             starting: state.starting,
         }
@@ -172,7 +172,7 @@ impl WarmPool {
         }
         let settled = {
             let mut state = self.state();
-            if let Some(warm) = state.ready.pop_front() {
+            if let Some(warm) = self.pop_best(&mut state) {
                 drop(state);
                 self.wake.notify_one();
                 return Some(warm);
@@ -192,12 +192,40 @@ impl WarmPool {
         let warm = {
             let mut state = self.state();
             state.claimed -= 1;
-            state.ready.pop_front()
+            self.pop_best(&mut state)
         };
         if warm.is_some() {
             self.wake.notify_one();
         }
         warm
+    }
+
+    /// The ready worker the backend prefers, when it is where a new session would go
+    /// anyway (where it runs has as much room as anywhere; the oldest on a tie). Warm
+    /// workers whose place is lost (an engine that stopped answering) are discarded on
+    /// the way.
+    fn pop_best(&self, state: &mut State) -> Option<Warm> {
+        let mut best: Option<(usize, i64)> = None;
+        let mut i = 0;
+        while i < state.ready.len() {
+            let Some(rank) = self.backend.home_rank(&state.ready[i].home.slot) else {
+                if let Some(lost) = state.ready.remove(i) {
+                    self.discard(lost);
+                }
+                continue;
+            };
+            if rank >= 0 && best.is_none_or(|(_, top)| rank > top) {
+                best = Some((i, rank));
+            }
+            i += 1;
+        }
+        best.and_then(|(i, _)| state.ready.remove(i))
+    }
+
+    /// The warm workers wanted now: the target for each place that keeps its own (each
+    /// engine that answers), never more than the worker cap.
+    fn target_now(&self) -> usize {
+        (self.target * self.backend.warm_places().max(1)).min(self.budget.cap())
     }
 
     /// Returns a warm worker that was taken but never used (a race lost to another
@@ -289,7 +317,7 @@ impl WarmPool {
     /// the new sessions waiting for a start as takers), and below one start per core.
     fn wants_more(&self) -> bool {
         let state = self.state();
-        let wanted = self.target + state.claimed;
+        let wanted = self.target_now() + state.claimed;
         !state.closed
             && state.starting < self.parallel
             && state.ready.len() + state.starting < wanted

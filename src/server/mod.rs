@@ -329,6 +329,7 @@ impl WardenServer {
                 "workspace_quota_bytes": enforcement.workspace_quota_bytes,
                 "docker_launcher": enforcement.launcher,
                 "container_runtime": enforcement.container_runtime,
+                "docker_engines": enforcement.engines,
                 "gaps": enforcement.gaps,
                 "audit_log": self.sessions.audit().status(),
                 "guard_policy": self.sessions.guard_summary(owner),

@@ -310,11 +310,8 @@ impl SessionManager {
                 format!("session {:?} was closed", session.name),
             ));
         }
-        if let Some(reason) = &state.killed {
-            return Err(ErrorInfo::new(
-                "SessionKilled",
-                format!("{reason}; a killed session can only be closed (reset_session)"),
-            ));
+        if let Some(ended) = &state.killed {
+            return Err(ended.only_closed("reset_session"));
         }
         Ok(state)
     }

@@ -124,6 +124,10 @@ impl SessionManager {
             if e.kind() == std::io::ErrorKind::QuotaExceeded {
                 return ErrorInfo::new("DiskTotalReached", e.to_string());
             }
+            // Every engine is down or full (SANDBOX_DOCKER_HOSTS): the message names each.
+            if e.kind() == std::io::ErrorKind::HostUnreachable {
+                return ErrorInfo::new("NoEngine", e.to_string());
+            }
             ErrorInfo::new(
                 "InternalError",
                 format!(

@@ -209,11 +209,48 @@ struct SessionState {
     worker: Option<workers::LiveWorker>,
     /// Why the previous worker was lost, reported by the next call.
     lost_worker: Option<String>,
-    /// A tripwire fired: every later call is refused with this reason.
-    killed: Option<String>,
+    /// A tripwire fired, or the session's engine was lost: every later call is refused
+    /// with this reason.
+    killed: Option<Ended>,
     /// The session was closed (reset, expired, shutdown): a call that waited for it
     /// must look its name up again.
     closed: bool,
+}
+
+/// Why a session can only be closed now: a tripwire killed it, or the place its
+/// workers ran (a Docker engine) was lost.
+#[derive(Debug, Clone)]
+struct Ended {
+    kind: &'static str,
+    reason: String,
+}
+
+impl Ended {
+    fn tripwire(reason: String) -> Ended {
+        Ended {
+            kind: "SessionKilled",
+            reason,
+        }
+    }
+
+    fn engine_lost(reason: String) -> Ended {
+        Ended {
+            kind: crate::backend::ENGINE_LOST,
+            reason,
+        }
+    }
+
+    fn error(&self) -> ErrorInfo {
+        ErrorInfo::new(self.kind, self.reason.clone())
+    }
+
+    /// The error of anything but closing it, with how to close it.
+    fn only_closed(&self, how: &str) -> ErrorInfo {
+        ErrorInfo::new(
+            self.kind,
+            format!("{}; the session can only be closed ({how})", self.reason),
+        )
+    }
 }
 
 /// `<pid>-<8 hex digits>`: unique per server instance.
@@ -611,11 +648,8 @@ impl SessionManager {
         if state.closed {
             return Err(no_such());
         }
-        if keep_files && let Some(reason) = &state.killed {
-            return Err(ErrorInfo::new(
-                "SessionKilled",
-                format!("{reason}; a killed session can only be closed (keep_files: false)"),
-            ));
+        if keep_files && let Some(ended) = &state.killed {
+            return Err(ended.only_closed("keep_files: false"));
         }
         let killed_worker = session.drop_worker(&mut state).is_some();
         state.lost_worker = None;

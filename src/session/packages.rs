@@ -159,8 +159,8 @@ impl SessionManager {
             if state.closed {
                 continue;
             }
-            if let Some(reason) = &state.killed {
-                return Err(ErrorInfo::new("SessionKilled", reason.clone()));
+            if let Some(ended) = &state.killed {
+                return Err(ended.error());
             }
             session.touch(self.now_ms());
             let outcome = self.install_locked(&session, reqs).await;

@@ -222,9 +222,8 @@ impl SessionManager {
             transactional,
             ..
         } = call;
-        if let Some(reason) = &state.killed {
-            let e = ErrorInfo::new("SessionKilled", reason.clone());
-            return ExecResult::refused(&session.name, e, Vec::new());
+        if let Some(ended) = &state.killed {
+            return ExecResult::refused(&session.name, ended.error(), Vec::new());
         }
         let mut warnings = Vec::new();
         session.drop_expired_grants(state);
@@ -297,6 +296,10 @@ impl SessionManager {
         if !run.reusable {
             self.end_worker(session, state).await;
         }
+        let lost = match run.reusable {
+            true => None,
+            false => self.end_if_engine_lost(session, state).await,
+        };
         if let Some(outcome) = held {
             match self.judge(session, state, outcome, &mut warnings) {
                 Ok(v) => verdict = v,
@@ -323,7 +326,12 @@ impl SessionManager {
             workspace: seen_workspace,
             report,
         };
-        self.result(session, state, run, done, started, timeout)
+        let mut result = self.result(session, state, run, done, started, timeout);
+        if let Some(lost) = lost {
+            result.status = ExecStatus::Error;
+            result.error = Some(lost);
+        }
+        result
     }
 
     /// The guard's verdict when it is known before the call (guard off, cached, or no
@@ -506,7 +514,7 @@ impl Session {
             rules.join(", ")
         );
         tracing::warn!(session = %self.key, %reason, "tripwire");
-        state.killed = Some(reason);
+        state.killed = Some(super::Ended::tripwire(reason));
         self.drop_worker(state);
     }
 

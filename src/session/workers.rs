@@ -60,6 +60,9 @@ pub struct SessionReport {
     /// What is left of its caps (absent when none is set).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::caps::Remaining>,
+    /// The engine it runs on, for a backend of several (`SANDBOX_DOCKER_HOSTS`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 /// The live-worker budget as `warden://settings` shows it.
@@ -175,11 +178,17 @@ impl SessionManager {
     ) -> Result<&'s mut Worker, ErrorInfo> {
         if state.worker.is_none() {
             let permit = self.make_room(session).await?;
-            let worker = self
-                .backend
-                .start_worker(spec)
-                .await
-                .map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
+            let started = self.backend.start_worker(spec).await;
+            let worker = match started {
+                Ok(worker) => worker,
+                Err(e) => {
+                    let error = ErrorInfo::new(e.kind(), e.to_string());
+                    return Err(self
+                        .end_if_engine_lost(session, state)
+                        .await
+                        .unwrap_or(error));
+                }
+            };
             session.set_worker(state, LiveWorker::new(worker, permit));
         }
         state
@@ -187,6 +196,22 @@ impl SessionManager {
             .as_mut()
             .map(|live| &mut live.worker)
             .ok_or_else(|| ErrorInfo::new("InternalError", "worker missing after start"))
+    }
+
+    /// Ends the session when its worker died or did not start because the place it runs
+    /// (its Docker engine) is lost to it; the error every later call gets.
+    pub(super) async fn end_if_engine_lost(
+        &self,
+        session: &Session,
+        state: &mut SessionState,
+    ) -> Option<ErrorInfo> {
+        let why = self.backend.engine_lost(&session.home.slot).await?;
+        tracing::warn!(session = %session.key, reason = %why, "a session ended with its engine");
+        let ended = super::Ended::engine_lost(why);
+        let error = ended.error();
+        state.killed = Some(ended);
+        session.drop_worker(state);
+        Some(error)
     }
 
     /// A place in the budget for one more worker: free room, else a shed warm worker's,
@@ -295,6 +320,7 @@ impl SessionManager {
                     unjudged_modules_omitted: unjudged.omitted,
                     spent: s.spent.spent(),
                     budget: self.session_remaining(s),
+                    engine: s.home.slot.place(),
                 }
             })
             .collect();

@@ -770,7 +770,7 @@ fn openssl(dir: &std::path::Path, args: &[&str]) {
 }
 
 /// A CA (`<ca>.pem`, `<ca>-key.pem`) made in `dir`.
-fn make_ca(dir: &std::path::Path, ca: &str) {
+pub fn make_ca(dir: &std::path::Path, ca: &str) {
     let (cert, key) = (format!("{ca}.pem"), format!("{ca}-key.pem"));
     openssl(
         dir,
@@ -797,6 +797,11 @@ fn make_ca(dir: &std::path::Path, ca: &str) {
 /// A certificate `<name>.pem` with key `<name>-key.pem`, signed by `ca`, for `usage`
 /// (`serverAuth` for 127.0.0.1, or `clientAuth`).
 fn make_cert(dir: &std::path::Path, ca: &str, name: &str, usage: &str) {
+    make_cert_for(dir, ca, name, usage, "127.0.0.1");
+}
+
+/// The same, a `serverAuth` certificate naming the address `ip`.
+pub fn make_cert_for(dir: &std::path::Path, ca: &str, name: &str, usage: &str, ip: &str) {
     let (cert, key, csr, ext) = (
         format!("{name}.pem"),
         format!("{name}-key.pem"),
@@ -804,9 +809,9 @@ fn make_cert(dir: &std::path::Path, ca: &str, name: &str, usage: &str) {
         format!("{name}.ext"),
     );
     let san = if usage == "serverAuth" {
-        "subjectAltName=IP:127.0.0.1\n"
+        format!("subjectAltName=IP:{ip}\n")
     } else {
-        ""
+        String::new()
     };
     std::fs::write(dir.join(&ext), format!("{san}extendedKeyUsage={usage}\n")).unwrap();
     openssl(

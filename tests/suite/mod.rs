@@ -9,6 +9,7 @@ pub mod clients;
 pub mod consent;
 pub mod docker;
 pub mod egress;
+pub mod engines;
 pub mod examples;
 pub mod exhaustion;
 pub mod fail_closed;

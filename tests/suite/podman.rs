@@ -356,7 +356,14 @@ async fn a_podman_service_killed_mid_call_ends_the_call_and_the_next_runs_when_i
         service.kill();
     };
     let (r, ()) = tokio::join!(slow, killer);
-    assert_eq!(r["error"]["type"], "WorkerDied", "{r}");
+    // The session ends with its engine, named.
+    assert_eq!(r["error"]["type"], "EngineLost", "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains(&host),
+        "{r}"
+    );
+    let again = server.run("a", "print('again')").await;
+    assert_eq!(again["error"]["type"], "EngineLost", "{again}");
     let mut service = Service::start(&user, &host);
     assert!(eventually(30, up).await, "the service did not come back");
     let r = server.run("b", "print('after')").await;

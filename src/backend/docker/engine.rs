@@ -8,7 +8,7 @@ use bollard::Docker;
 use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
 
 use super::config::{LABEL_BOOT, LABEL_HOST, LABEL_INSTANCE, LABEL_PID, LABEL_PID_START, Owner};
-use crate::backend::docker_settings::DockerSettings;
+use crate::backend::docker_settings::EngineSpec;
 
 /// Seconds an API request may take.
 const API_TIMEOUT_S: u64 = 30;
@@ -32,9 +32,15 @@ pub fn default_host() -> String {
     format!("unix://{usual}")
 }
 
-/// Connects as `DOCKER_HOST` (or the local engine) says. Nothing is sent yet.
-pub fn connect(settings: &DockerSettings) -> Result<Docker, String> {
-    let host = settings.host.clone().unwrap_or_else(default_host);
+/// The engine's URL as the backend names it (the local engine's usual socket when none
+/// is set).
+pub fn url_of(spec: &EngineSpec) -> String {
+    spec.url.clone().unwrap_or_else(default_host)
+}
+
+/// Connects to one engine as its spec says. Nothing is sent yet.
+pub fn connect(spec: &EngineSpec) -> Result<Docker, String> {
+    let host = url_of(spec);
     let version = bollard::API_DEFAULT_VERSION;
     if let Some(path) = host.strip_prefix("unix://") {
         #[cfg(unix)]
@@ -54,25 +60,26 @@ pub fn connect(settings: &DockerSettings) -> Result<Docker, String> {
             "DOCKER_HOST={host}: named pipes exist only on Windows; use unix:// or tcp://"
         ));
     }
-    if settings.tls_verify {
-        return connect_tls(settings, &host);
+    if spec.tls {
+        return connect_tls(spec, &host);
     }
     Docker::connect_with_http(&host, API_TIMEOUT_S, version)
         .map_err(|e| format!("DOCKER_HOST={host}: {e}"))
 }
 
-/// TCP+TLS with `DOCKER_CERT_PATH`'s `ca.pem`, `cert.pem` and `key.pem`.
+/// TCP+TLS with the `ca.pem`, `cert.pem` and `key.pem` of the engine's certificate
+/// directory (`DOCKER_CERT_PATH`, or its `cert-dir`).
 #[cfg(not(target_os = "macos"))]
-fn connect_tls(settings: &DockerSettings, host: &str) -> Result<Docker, String> {
-    let dir = settings
-        .cert_path
+fn connect_tls(spec: &EngineSpec, host: &str) -> Result<Docker, String> {
+    let dir = spec
+        .cert_dir
         .clone()
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker")))
-        .ok_or("DOCKER_TLS_VERIFY=1 needs DOCKER_CERT_PATH")?;
+        .ok_or("TLS needs a certificate directory (DOCKER_CERT_PATH, or cert-dir in SANDBOX_DOCKER_HOSTS)")?;
     for file in ["key.pem", "cert.pem", "ca.pem"] {
         if !dir.join(file).is_file() {
             return Err(format!(
-                "DOCKER_TLS_VERIFY=1: {} is missing (DOCKER_CERT_PATH={})",
+                "{host} over TLS: {} is missing (certificate directory {})",
                 dir.join(file).display(),
                 dir.display()
             ));
@@ -91,7 +98,7 @@ fn connect_tls(settings: &DockerSettings, host: &str) -> Result<Docker, String> 
 
 /// No TLS client in macOS builds (see Cargo.toml): said, never a plain connection.
 #[cfg(target_os = "macos")]
-fn connect_tls(_settings: &DockerSettings, host: &str) -> Result<Docker, String> {
+fn connect_tls(_spec: &EngineSpec, host: &str) -> Result<Docker, String> {
     Err(format!(
         "DOCKER_HOST={host} with DOCKER_TLS_VERIFY=1: this macOS build has no TLS client for the engine; use Docker Desktop's socket (leave DOCKER_HOST unset) or run warden on Linux"
     ))

@@ -39,6 +39,7 @@
 pub mod config;
 pub mod container;
 pub mod engine;
+pub mod fleet;
 pub mod frames;
 #[cfg(target_os = "linux")]
 pub mod launcher;
@@ -54,6 +55,7 @@ use std::sync::Arc;
 
 use bollard::Docker;
 
+use crate::backend::docker_settings::EngineSpec;
 use crate::backend::{Backend, BackendKind, Enforcement, StartError, Worker, WorkerSpec};
 use crate::capability::Capability;
 use crate::config::{SandboxMode, Settings};
@@ -62,6 +64,7 @@ use crate::worker::policy::{Limits, SessionPaths, WorkerPolicy, host_view, worke
 use crate::worker::python::PythonRuntime;
 use crate::worker::report::{SandboxReport, WallStatus};
 use config::{BoundGrant, ContainerPlan, Owner, WORKSPACE};
+use fleet::{Fleet, Placed};
 use quota::Quota;
 use users::Users;
 
@@ -76,12 +79,19 @@ pub struct DockerSlot {
     /// The session's installed packages, bound read-only at [`crate::packages::MOUNT`]
     /// (`None` where layers cannot be made: a server that is not on Unix).
     layer: Option<crate::packages::layer::Layer>,
+    /// The engine it was placed on, for its whole life, and that engine's URL.
+    placed: Placed,
+    engine: String,
 }
 
 impl crate::backend::SlotState for DockerSlot {
     /// The session's package layer and the container user its installer runs as.
     fn package_layer(&self) -> Option<(&crate::packages::layer::Layer, Option<(u32, u32)>)> {
         self.layer.as_ref().map(|l| (l, Some(self.user)))
+    }
+
+    fn place(&self) -> Option<String> {
+        Some(self.engine.clone())
     }
 }
 
@@ -107,12 +117,20 @@ struct Run<'a> {
 pub struct Unavailable(pub String);
 
 pub struct DockerBackend {
-    inner: Arc<Inner>,
+    fleet: Arc<Fleet>,
+    /// Who containers run as, on every engine (a uid per session as root).
+    users: Arc<Users>,
 }
 
+/// One engine's state: its client, what its image and runtime are, and how its
+/// workspaces are capped.
 pub(crate) struct Inner {
     settings: Arc<Settings>,
     docker: Docker,
+    /// The engine's URL, as results and errors name it.
+    host: String,
+    /// Its place in the engine list (names its start-up query's home).
+    index: usize,
     owner: Owner,
     /// The image's interpreter, as the launcher found it inside the image.
     runtime: PythonRuntime,
@@ -124,8 +142,8 @@ pub(crate) struct Inner {
     limits: product::LimitsHeld,
     launcher: Launcher,
     instance_dir: PathBuf,
-    /// Who containers run as (a uid per session as root).
-    users: Users,
+    /// Who containers run as (a uid per session as root), shared by every engine.
+    users: Arc<Users>,
     /// How workspaces are capped (`SANDBOX_DISK_LIMIT`), as the start-up query found.
     quota: Quota,
     /// The server is shutting down: no container is created any more.
@@ -221,23 +239,91 @@ fn causes(e: &dyn std::error::Error) -> String {
 }
 
 impl DockerBackend {
-    /// Connects to the engine, checks the image, asks it where its Python is, reaps the
-    /// containers of dead warden instances and starts the warm pool.
+    /// Sets up every engine (`SANDBOX_DOCKER_HOSTS`, or `DOCKER_HOST`'s), each as
+    /// [`Inner::setup`] does; unavailable only when none could be.
     pub async fn new(
         settings: Arc<Settings>,
         instance_dir: &Path,
         egress: Option<Arc<crate::egress::Egress>>,
     ) -> Result<DockerBackend, Unavailable> {
+        let users = Arc::new(Users::new(user_facts(settings.docker.user)));
+        make_empty_file(instance_dir).map_err(|e| {
+            Unavailable(format!(
+                "cannot make {} in {}: {e}",
+                EMPTY_FILE,
+                instance_dir.display()
+            ))
+        })?;
+        let instance = instance_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let shared = Shared {
+            settings: settings.clone(),
+            instance_dir: instance_dir.to_path_buf(),
+            egress,
+            users: users.clone(),
+        };
+        let setup: fleet::Setup = Arc::new(move |index, spec| {
+            let shared = shared.clone();
+            Box::pin(async move {
+                Inner::setup(shared, index, spec)
+                    .await
+                    .map_err(|Unavailable(why)| why)
+            })
+        });
+        let specs = settings.docker.engines();
+        let several = specs.len() > 1;
+        let fleet = Fleet::start(specs, instance, setup)
+            .await
+            .map_err(|failures| {
+                if several {
+                    let each: Vec<String> = failures
+                        .iter()
+                        .map(|(url, why)| format!("{url}: {why}"))
+                        .collect();
+                    Unavailable(format!(
+                        "no Docker engine could be used: {}",
+                        each.join("; ")
+                    ))
+                } else {
+                    Unavailable(failures.into_iter().map(|(_, why)| why).collect())
+                }
+            })?;
+        Ok(DockerBackend { fleet, users })
+    }
+}
+
+/// What every engine's state is made with.
+#[derive(Clone)]
+struct Shared {
+    settings: Arc<Settings>,
+    instance_dir: PathBuf,
+    egress: Option<Arc<crate::egress::Egress>>,
+    users: Arc<Users>,
+}
+
+impl Inner {
+    /// Connects to one engine, checks the image, asks it where its Python is and reaps
+    /// the containers of dead warden instances there.
+    async fn setup(shared: Shared, index: usize, spec: EngineSpec) -> Result<Inner, Unavailable> {
+        let Shared {
+            settings,
+            instance_dir,
+            egress,
+            users,
+        } = shared;
         let d = &settings.docker;
-        let host = d.host.clone().unwrap_or_else(engine::default_host);
-        let docker = engine::connect(d).map_err(|e| Unavailable(product::unanswered(&host, &e)))?;
+        let host = engine::url_of(&spec);
+        let docker =
+            engine::connect(&spec).map_err(|e| Unavailable(product::unanswered(&host, &e)))?;
         docker
             .ping()
             .await
             .map_err(|e| Unavailable(product::unanswered(&host, &causes(&e))))?;
         let image = docker.inspect_image(&d.image).await.map_err(|e| {
             Unavailable(format!(
-                "the image {} is not available ({e}); build it offline with tools/build-image.sh or set SANDBOX_IMAGE",
+                "the image {} is not available on {host} ({e}); build it offline with tools/build-image.sh or set SANDBOX_IMAGE",
                 d.image
             ))
         })?;
@@ -248,7 +334,7 @@ impl DockerBackend {
         oci.engine_version.clone_from(&serving.version);
         oci.rootless = serving.rootless;
         let labels = image.config.and_then(|c| c.labels).unwrap_or_default();
-        let launcher = choose_launcher(&settings, &labels).map_err(Unavailable)?;
+        let launcher = choose_launcher(&settings, &spec, &labels).map_err(Unavailable)?;
         let instance = instance_dir
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
@@ -258,22 +344,19 @@ impl DockerBackend {
         if reaped > 0 {
             tracing::warn!(
                 reaped,
+                engine = %host,
                 "removed containers left by warden instances that are gone"
             );
         }
-        let users = Users::new(user_facts(d.user));
         remapped_engine(&docker, &users).await?;
-        let host = settings
-            .docker
-            .host
-            .clone()
-            .unwrap_or_else(engine::default_host);
-        let serving_gate = serving
+        let create_gate = serving
             .creates_one_at_a_time()
             .then(|| container::CreateGate::new(&host));
         let mut inner = Inner {
             settings: settings.clone(),
             docker,
+            host,
+            index,
             owner,
             runtime: PythonRuntime {
                 executable: PathBuf::new(),
@@ -286,35 +369,31 @@ impl DockerBackend {
             engine: serving,
             limits: product::LimitsHeld::Held,
             launcher,
-            instance_dir: instance_dir.to_path_buf(),
+            instance_dir,
             users,
             quota: Quota::Unavailable(String::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
             egress,
-            create_gate: serving_gate,
+            create_gate,
         };
-        make_empty_file(instance_dir).map_err(|e| {
-            Unavailable(format!(
-                "cannot make {} in {}: {e}",
-                EMPTY_FILE,
-                instance_dir.display()
-            ))
-        })?;
         let found = query::query_image(&inner).await.map_err(Unavailable)?;
         inner.oci.kernel = found.kernel;
         if let Quota::Unavailable(why) = &found.quota {
-            tracing::warn!(reason = %why, "no per-session disk quota in the Docker backend");
+            tracing::warn!(reason = %why, engine = %inner.host, "no per-session disk quota in the Docker backend");
         }
         if let product::LimitsHeld::Dropped(why) = &found.limits {
-            tracing::warn!(reason = %why, "no cgroup memory and pids limits in the Docker backend");
+            tracing::warn!(reason = %why, engine = %inner.host, "no cgroup memory and pids limits in the Docker backend");
         }
         inner.runtime = found.runtime;
         inner.quota = found.quota;
         inner.limits = found.limits;
-        tracing::info!(image = %d.image, python = %inner.runtime.executable.display(), launcher = %inner.launcher.describe(), "docker backend ready");
-        Ok(DockerBackend {
-            inner: Arc::new(inner),
-        })
+        tracing::info!(image = %d.image, engine = %inner.host, python = %inner.runtime.executable.display(), launcher = %inner.launcher.describe(), "docker engine ready");
+        Ok(inner)
+    }
+
+    /// The server is shutting down: no container is created any more.
+    fn is_closing(&self) -> bool {
+        self.closing.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -322,10 +401,11 @@ impl DockerBackend {
 /// launcher, its protocol checked against this server's.
 fn choose_launcher(
     settings: &Settings,
+    spec: &EngineSpec,
     labels: &std::collections::HashMap<String, String>,
 ) -> Result<Launcher, String> {
     let d = &settings.docker;
-    let local = route::engine_is_local(d.host.as_deref());
+    let local = route::engine_is_local(spec.url.as_deref());
     match route::choose(d.launcher, cfg!(target_os = "linux"), local)? {
         route::Route::Bind => container::launcher_on_this_machine().map(Launcher::Bound),
         route::Route::Image => {
@@ -525,9 +605,10 @@ impl Inner {
             name: "container".into(),
             enforced: true,
             detail: format!(
-                "container {} of image {} ({} {}{}): read-only root, {}, cap_drop ALL, no-new-privileges, network {}, {}, /tmp tmpfs {} MiB, init, log driver none, its own mount/PID/IPC/UTS/network{} namespaces; launcher: {}",
+                "container {} of image {} on {} ({} {}{}): read-only root, {}, cap_drop ALL, no-new-privileges, network {}, {}, /tmp tmpfs {} MiB, init, log driver none, its own mount/PID/IPC/UTS/network{} namespaces; launcher: {}",
                 &process.id()[..12.min(process.id().len())],
                 self.settings.docker.image,
+                self.host,
                 self.engine.name,
                 self.engine.version,
                 if self.engine.rootless { ", rootless" } else { "" },
@@ -783,6 +864,29 @@ fn make_workspace(dir: &Path, user: (u32, u32)) -> std::io::Result<()> {
     crate::os::set_mode(dir, 0o700)
 }
 
+impl DockerBackend {
+    /// The state of the engine `slot` was placed on, while that engine has it; else
+    /// the error that ends the session.
+    fn engine_of(&self, slot: &DockerSlot) -> Result<Arc<Inner>, StartError> {
+        if let Some(why) = self.fleet.lost_now(slot.placed) {
+            return Err(StartError::EngineLost(why));
+        }
+        self.fleet
+            .inner(slot.placed.engine)
+            .ok_or_else(|| StartError::EngineLost(format!("{} is not set up", slot.engine)))
+    }
+
+    /// The engine whose facts the backend reports: the first that answers, else the
+    /// first set up.
+    fn reporting(&self) -> Arc<Inner> {
+        let status = self.fleet.status();
+        (0..status.len())
+            .find(|i| status[*i].up)
+            .and_then(|i| self.fleet.inner(i))
+            .unwrap_or_else(|| self.fleet.first.clone())
+    }
+}
+
 impl Backend for DockerBackend {
     type Slot = DockerSlot;
 
@@ -790,56 +894,38 @@ impl Backend for DockerBackend {
         BackendKind::Docker
     }
 
-    /// The session's home (mode 0700, the server's), and in it the workspace its
-    /// containers bind: owned by the session's uid (its own, as root) and, when the quota
-    /// stands, a tmpfs of `SANDBOX_DISK_LIMIT`.
+    /// Places the session on an engine, and makes its home (mode 0700, the server's)
+    /// with the workspace its containers bind: owned by the session's uid (its own, as
+    /// root) and, when that engine's quota stands, a tmpfs of `SANDBOX_DISK_LIMIT`.
     fn open_session(&self, dir: &Path) -> std::io::Result<(DockerSlot, SessionPaths)> {
-        let inner = &self.inner;
-        let user = inner.users.allocate()?;
-        let workspace = match make_home(dir, user, inner.quota.bytes()) {
-            Ok(w) => w,
-            Err(e) => {
-                inner.users.release(user);
-                return Err(e);
-            }
-        };
-        let paths = SessionPaths {
-            workspace: workspace.clone(),
-        };
-        let layer = match crate::packages::layer::Layer::create(&dir.join("packages")) {
-            Ok(layer) => Some(layer),
-            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => None,
-            Err(e) => {
-                inner.users.release(user);
-                let _ = std::fs::remove_dir_all(dir);
-                return Err(e);
-            }
-        };
-        let slot = DockerSlot {
-            dir: dir.to_path_buf(),
-            workspace,
-            user,
-            layer,
-        };
-        Ok((slot, paths))
+        let (placed, inner) = self
+            .fleet
+            .place()
+            .map_err(|why| std::io::Error::new(std::io::ErrorKind::HostUnreachable, why))?;
+        let made = self.make_home_on(&inner, dir, placed);
+        if made.is_err() {
+            self.fleet.release(placed);
+        }
+        made
     }
 
-    /// A new container bound to the session's workspace and grants. (Warm containers
-    /// are started through here too, by the session layer's pool, in homes made ahead.)
+    /// A new container bound to the session's workspace and grants, on its engine.
+    /// (Warm containers are started through here too, by the session layer's pool, in
+    /// homes made ahead.)
     async fn start_worker(
         &self,
         slot: &DockerSlot,
         spec: &WorkerSpec<'_>,
     ) -> Result<Worker, StartError> {
-        let inner = &self.inner;
+        let inner = self.engine_of(slot)?;
         inner
             .start_container(&inner.session_run("session", slot, spec.grants))
             .await
     }
 
     /// Starts a session's package installer: a container of the same image (so pip
-    /// picks the wheels its interpreter loads) on the install's stage, with the
-    /// installer's own proxy or no network.
+    /// picks the wheels its interpreter loads), on the session's engine, on the
+    /// install's stage, with the installer's own proxy or no network.
     ///
     /// # Errors
     /// As [`Backend::start_worker`].
@@ -848,6 +934,7 @@ impl Backend for DockerBackend {
         slot: &DockerSlot,
         spec: &crate::backend::InstallerSpec<'_>,
     ) -> Result<Worker, StartError> {
+        let inner = self.engine_of(slot)?;
         let run = Run {
             role: "installer",
             workspace: spec.stage,
@@ -862,26 +949,30 @@ impl Backend for DockerBackend {
             tmp_bytes: spec.tmp_bytes,
             egress: spec.egress.as_ref(),
         };
-        self.inner.start_container(&run).await
+        inner.start_container(&run).await
     }
 
     /// Shutdown begins: no container is created from now on, and every container of
-    /// this instance is removed, all at once (a signal gives the server a second).
+    /// this instance is removed from every engine, all at once (a signal gives the
+    /// server a second).
     async fn kill_all(&self) {
-        let inner = &self.inner;
-        inner
-            .closing
-            .store(true, std::sync::atomic::Ordering::Release);
-        engine::remove_instance(&inner.docker, &inner.owner.instance).await;
+        let inners = self.fleet.inners();
+        for inner in &inners {
+            inner
+                .closing
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        remove_everywhere(&inners).await;
     }
 
-    /// Detaches the workspace's tmpfs, deletes the session's directory and frees its uid
-    /// (its containers are already removed; one still going holds the tmpfs only until it
-    /// is).
     /// The workspace's own tmpfs is resized where the quota stands (a root server next
     /// to its engine); plain host directories cannot be.
     fn limit_growth(&self, slot: &DockerSlot, bytes_left: Option<u64>) -> Result<bool, String> {
-        let Some(quota) = self.inner.quota.bytes() else {
+        let Some(quota) = self
+            .fleet
+            .inner(slot.placed.engine)
+            .and_then(|i| i.quota.bytes())
+        else {
             return Ok(false);
         };
         quota::narrow(&slot.workspace, quota, bytes_left)
@@ -889,12 +980,19 @@ impl Backend for DockerBackend {
             .map_err(|e| format!("resizing the workspace tmpfs: {e}"))
     }
 
+    /// Detaches the workspace's tmpfs, deletes the session's directory, frees its uid
+    /// and its place on its engine (its containers are already removed; one still going
+    /// holds the tmpfs only until it is).
     fn close_session(&self, slot: &DockerSlot) -> Result<(), String> {
-        let inner = &self.inner;
-        inner.users.release(slot.user);
+        self.users.release(slot.user);
+        self.fleet.release(slot.placed);
         // Only a quota's tmpfs is mounted (a server that may not unmount is told EPERM
         // even where nothing is).
-        if inner.quota.bytes().is_some()
+        let quota = self
+            .fleet
+            .inner(slot.placed.engine)
+            .and_then(|i| i.quota.bytes());
+        if quota.is_some()
             && let Err(e) = quota::unmount(&slot.workspace)
         {
             return Err(format!(
@@ -909,19 +1007,94 @@ impl Backend for DockerBackend {
         }
     }
 
+    /// Whether the session's engine is lost to it (asked again now: a worker there just
+    /// died or did not start).
+    async fn engine_lost(&self, slot: &DockerSlot) -> Option<String> {
+        self.fleet.lost(slot.placed).await
+    }
+
+    /// A warm home's engine against the one a new home would go to (see
+    /// [`Fleet::rank`]); `None` once its engine is lost to it.
+    fn home_rank(&self, slot: &DockerSlot) -> Option<i64> {
+        self.fleet.rank(slot.placed)
+    }
+
+    /// Each engine that answers keeps its own warm containers.
+    fn warm_places(&self) -> usize {
+        self.fleet.up()
+    }
+
     fn container_runtime(&self) -> Option<crate::backend::ContainerRuntime> {
-        Some(self.inner.oci.clone())
+        Some(self.reporting().oci.clone())
     }
 
     async fn shutdown(&self) {
-        engine::remove_instance(&self.inner.docker, &self.inner.owner.instance).await;
+        remove_everywhere(&self.fleet.inners()).await;
     }
 
     fn enforcement(&self) -> Enforcement {
-        let inner = &self.inner;
-        let mut gaps: Vec<Capability> =
-            inner.users.gap(inner.engine.rootless).into_iter().collect();
-        if let Quota::Unavailable(why) = &inner.quota {
+        let mut e = self.reporting().enforcement();
+        e.engines = self.fleet.status();
+        e
+    }
+}
+
+/// Removes every container of this instance from every engine, all at once.
+async fn remove_everywhere(inners: &[Arc<Inner>]) {
+    let removals = inners
+        .iter()
+        .map(|i| engine::remove_instance(&i.docker, &i.owner.instance));
+    futures_util::future::join_all(removals).await;
+}
+
+impl DockerBackend {
+    /// Makes a home on the engine `inner` is, for a home placed there.
+    fn make_home_on(
+        &self,
+        inner: &Inner,
+        dir: &Path,
+        placed: Placed,
+    ) -> std::io::Result<(DockerSlot, SessionPaths)> {
+        let user = self.users.allocate()?;
+        let workspace = match make_home(dir, user, inner.quota.bytes()) {
+            Ok(w) => w,
+            Err(e) => {
+                self.users.release(user);
+                return Err(e);
+            }
+        };
+        let paths = SessionPaths {
+            workspace: workspace.clone(),
+        };
+        let layer = match crate::packages::layer::Layer::create(&dir.join("packages")) {
+            Ok(layer) => Some(layer),
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => None,
+            Err(e) => {
+                self.users.release(user);
+                if inner.quota.bytes().is_some() {
+                    let _ = quota::unmount(&workspace);
+                }
+                let _ = std::fs::remove_dir_all(dir);
+                return Err(e);
+            }
+        };
+        let slot = DockerSlot {
+            dir: dir.to_path_buf(),
+            workspace,
+            user,
+            layer,
+            placed,
+            engine: inner.host.clone(),
+        };
+        Ok((slot, paths))
+    }
+}
+
+impl Inner {
+    /// What this engine enforces.
+    fn enforcement(&self) -> Enforcement {
+        let mut gaps: Vec<Capability> = self.users.gap(self.engine.rootless).into_iter().collect();
+        if let Quota::Unavailable(why) = &self.quota {
             gaps.push(Capability {
                 mechanism: "disk_quota".into(),
                 enforced: false,
@@ -930,38 +1103,39 @@ impl Backend for DockerBackend {
                 ),
             });
         }
-        if let Some(wall) = inner.limits_wall() {
+        if let Some(wall) = self.limits_wall() {
             gaps.push(Capability {
                 mechanism: wall.name,
                 enforced: false,
                 reason: wall.detail,
             });
         }
-        let held = inner.limits == product::LimitsHeld::Held;
+        let held = self.limits == product::LimitsHeld::Held;
         Enforcement {
             kind: BackendKind::Docker,
-            python: inner.runtime.executable.display().to_string(),
-            python_version: inner.runtime.version.clone(),
-            dedicated_uid_per_session: inner.users.per_session(),
-            workspace_quota_bytes: inner.quota.bytes(),
-            protected_paths: match &inner.launcher {
+            python: self.runtime.executable.display().to_string(),
+            python_version: self.runtime.version.clone(),
+            dedicated_uid_per_session: self.users.per_session(),
+            workspace_quota_bytes: self.quota.bytes(),
+            protected_paths: match &self.launcher {
                 Launcher::Bound(path) => vec![path.clone()],
                 Launcher::Image { .. } => Vec::new(),
             },
-            processes_limit: (held || inner.engine.userns_mode().is_some())
-                .then_some(inner.settings.pids_limit),
-            processes_counted_by: match (held, inner.engine.userns_mode().is_some()) {
+            processes_limit: (held || self.engine.userns_mode().is_some())
+                .then_some(self.settings.pids_limit),
+            processes_counted_by: match (held, self.engine.userns_mode().is_some()) {
                 (true, _) => "the container's pids cgroup (SANDBOX_PIDS_LIMIT)".into(),
                 (false, true) => "RLIMIT_NPROC in the container's own user namespace (the engine dropped the pids cgroup limit)".into(),
                 (false, false) => "nothing: the engine dropped the pids cgroup limit; the seccomp filter refuses new processes".into(),
             },
             grant_walls: crate::grants::GrantWalls::Container,
-            launcher: Some(inner.launcher.describe()),
-            container_runtime: self.container_runtime(),
+            launcher: Some(self.launcher.describe()),
+            container_runtime: Some(self.oci.clone()),
             // The container is a world whatever HOST_SANDBOX says; its own places are
             // the host world's.
             world: Some(super::WorldPlaces::LINUX),
             gaps,
+            engines: Vec::new(),
         }
     }
 }

@@ -61,7 +61,7 @@ pub(super) async fn query_image(inner: &Inner) -> Result<Found, String> {
         .users
         .allocate()
         .map_err(|e| format!("no uid for the query container: {e}"))?;
-    let home = inner.instance_dir.join(".query");
+    let home = inner.instance_dir.join(format!(".query-{}", inner.index));
     let answer = query_in(inner, &home, user).await;
     inner.users.release(user);
     answer

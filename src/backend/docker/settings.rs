@@ -84,6 +84,20 @@ pub const SPECS: &[Spec] = &[
         "`~/.docker`",
         "directory with `ca.pem`, `cert.pem` and `key.pem` for `DOCKER_TLS_VERIFY=1`.",
     ),
+    computed(
+        "SANDBOX_DOCKER_HOSTS",
+        "none: the one engine `DOCKER_HOST` names",
+        "several engines for the Docker backend, comma-separated, each \
+         `URL[;cert-dir=DIR][;capacity=N]`: `URL` as `DOCKER_HOST` spells it; `cert-dir` an \
+         absolute directory with `ca.pem`, `cert.pem` and `key.pem` (TLS, verifying both \
+         ends; only for `tcp://`); `capacity` the sessions it holds at once (1 to 1024; \
+         default: no limit of its own). A new session goes to the healthy engine with the \
+         most free capacity and stays there; an engine that stops answering ends its \
+         sessions with an error naming it, and its containers are removed when it returns. \
+         Each engine keeps `SANDBOX_POOL_SIZE` warm containers; `SANDBOX_MAX_WORKERS` \
+         counts across all of them. Every engine must see this machine's paths. When set, \
+         `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH` are not read.",
+    ),
 ];
 
 /// The Docker backend's settings.
@@ -104,6 +118,84 @@ pub struct DockerSettings {
     pub host: Option<String>,
     pub tls_verify: bool,
     pub cert_path: Option<PathBuf>,
+    /// `SANDBOX_DOCKER_HOSTS`; empty: the one engine of `DOCKER_HOST`.
+    pub hosts: Vec<EngineSpec>,
+}
+
+/// One engine the Docker backend places sessions on: an entry of
+/// `SANDBOX_DOCKER_HOSTS`, or the one `DOCKER_HOST` names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EngineSpec {
+    /// As `DOCKER_HOST` spells it; `None`: the local engine's usual socket.
+    pub url: Option<String>,
+    /// TLS, verifying both ends with `ca.pem`, `cert.pem` and `key.pem` from `cert_dir`
+    /// (`None`: `~/.docker`).
+    pub tls: bool,
+    pub cert_dir: Option<PathBuf>,
+    /// Sessions it holds at once; `None`: no limit of its own.
+    pub capacity: Option<usize>,
+}
+
+/// Most engines `SANDBOX_DOCKER_HOSTS` may list.
+pub const MAX_ENGINES: usize = 16;
+/// Most sessions one engine's capacity may state.
+const MAX_CAPACITY: usize = 1024;
+/// The URL schemes an engine may be reached by.
+const SCHEMES: [&str; 3] = ["unix://", "tcp://", "npipe://"];
+
+impl DockerSettings {
+    /// The engines sessions are placed on: `SANDBOX_DOCKER_HOSTS`, else `DOCKER_HOST`'s.
+    pub fn engines(&self) -> Vec<EngineSpec> {
+        if !self.hosts.is_empty() {
+            return self.hosts.clone();
+        }
+        vec![EngineSpec {
+            url: self.host.clone(),
+            tls: self.tls_verify,
+            cert_dir: self.cert_path.clone(),
+            capacity: None,
+        }]
+    }
+}
+
+/// `SANDBOX_DOCKER_HOSTS`: `URL[;cert-dir=DIR][;capacity=N]`, comma-separated; `None`
+/// when any entry is malformed, an option is unknown or repeated, `cert-dir` is given
+/// for an engine that is not `tcp://`, or an engine is listed twice. Pure.
+pub fn parse_hosts(text: &str) -> Option<Vec<EngineSpec>> {
+    let mut engines: Vec<EngineSpec> = Vec::new();
+    for entry in text.split(',').map(str::trim) {
+        let mut parts = entry.split(';').map(str::trim);
+        let url = parts.next().filter(|u| {
+            SCHEMES
+                .iter()
+                .any(|s| u.starts_with(s) && u.len() > s.len())
+        })?;
+        let mut spec = EngineSpec {
+            url: Some(url.to_string()),
+            tls: false,
+            cert_dir: None,
+            capacity: None,
+        };
+        for option in parts {
+            match option.split_once('=')? {
+                ("cert-dir", dir) if spec.cert_dir.is_none() && url.starts_with("tcp://") => {
+                    let dir = PathBuf::from(dir);
+                    spec.cert_dir = Some(dir.is_absolute().then_some(dir)?);
+                    spec.tls = true;
+                }
+                ("capacity", n) if spec.capacity.is_none() => {
+                    spec.capacity =
+                        Some(n.parse().ok().filter(|n| (1..=MAX_CAPACITY).contains(n))?);
+                }
+                _ => return None,
+            }
+        }
+        if engines.iter().any(|e| e.url == spec.url) {
+            return None;
+        }
+        engines.push(spec);
+    }
+    (engines.len() <= MAX_ENGINES).then_some(engines)
 }
 
 /// `SANDBOX_LAUNCHER`: where a Docker worker container's launcher comes from.
@@ -172,6 +264,13 @@ pub(crate) fn read(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
         &[("0", false), ("1", true), ("", false)],
     )?;
     let cert_path = r.optional("DOCKER_CERT_PATH", "a directory path", path)?;
+    let hosts = r
+        .optional(
+            "SANDBOX_DOCKER_HOSTS",
+            "engines, comma-separated, each URL[;cert-dir=/absolute/dir][;capacity=1..1024] with URL unix://, tcp:// or npipe://, each listed once, at most 16 (cert-dir only for tcp://)",
+            parse_hosts,
+        )?
+        .unwrap_or_default();
     Ok(DockerSettings {
         image,
         pool_size,
@@ -182,6 +281,7 @@ pub(crate) fn read(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
         host,
         tls_verify,
         cert_path,
+        hosts,
     })
 }
 
@@ -260,5 +360,52 @@ mod tests {
             let err = settings(&[("SANDBOX_DOCKER_RUNTIME", bad)]).unwrap_err();
             assert!(err.to_string().contains("SANDBOX_DOCKER_RUNTIME"), "{err}");
         }
+    }
+
+    #[test]
+    fn several_engines_parse_with_their_tls_and_capacity() {
+        let s = settings(&[("DOCKER_HOST", "tcp://127.0.0.1:2375")]).unwrap();
+        let one = s.docker.engines();
+        assert_eq!(one.len(), 1, "DOCKER_HOST's engine alone");
+        assert_eq!(one[0].url.as_deref(), Some("tcp://127.0.0.1:2375"));
+        assert_eq!((one[0].tls, one[0].capacity), (false, None));
+        let s = settings(&[
+            (
+                "SANDBOX_DOCKER_HOSTS",
+                "unix:///run/a.sock;capacity=3, tcp://192.0.2.2:2376;cert-dir=/etc/e2;capacity=8,tcp://e3:2375",
+            ),
+            ("DOCKER_HOST", "tcp://ignored:1"),
+        ])
+        .unwrap();
+        let e = s.docker.engines();
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0].url.as_deref(), Some("unix:///run/a.sock"));
+        assert_eq!((e[0].tls, e[0].capacity), (false, Some(3)));
+        assert_eq!(
+            e[1].cert_dir.as_deref(),
+            Some(std::path::Path::new("/etc/e2"))
+        );
+        assert_eq!((e[1].tls, e[1].capacity), (true, Some(8)));
+        assert_eq!((e[2].tls, e[2].capacity), (false, None));
+        for bad in [
+            "ssh://x",
+            "tcp://",
+            "tcp://a:1;capacity=0",
+            "tcp://a:1;capacity=1025",
+            "tcp://a:1;capacity=2;capacity=3",
+            "tcp://a:1;cert-dir=relative",
+            "unix:///a.sock;cert-dir=/etc/x",
+            "tcp://a:1;colour=blue",
+            "tcp://a:1,tcp://a:1",
+            "tcp://a:1,,tcp://b:1",
+        ] {
+            let err = settings(&[("SANDBOX_DOCKER_HOSTS", bad)]).unwrap_err();
+            assert!(
+                err.to_string().contains("SANDBOX_DOCKER_HOSTS"),
+                "{bad}: {err}"
+            );
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("tcp://e{i}:2375")).collect();
+        assert!(settings(&[("SANDBOX_DOCKER_HOSTS", &many.join(","))]).is_err());
     }
 }

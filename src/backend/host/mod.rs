@@ -365,6 +365,7 @@ impl Backend for HostBackend {
             // code sees its workspace at the server's path.
             world: (cfg!(target_os = "linux") && self.settings.host_sandbox != SandboxMode::Off)
                 .then_some(super::WorldPlaces::LINUX),
+            engines: Vec::new(),
         }
     }
 
