@@ -167,6 +167,11 @@ pub trait SlotState: std::any::Any + std::fmt::Debug + Send + Sync {
     fn place(&self) -> Option<String> {
         None
     }
+    /// Why the session's code can never reach a path of this machine (its workspace
+    /// lives in a container of an engine that cannot see them), if so.
+    fn host_paths_unreachable(&self) -> Option<String> {
+        None
+    }
 }
 
 impl SessionSlot {
@@ -192,6 +197,10 @@ impl SessionSlot {
 
     pub fn place(&self) -> Option<String> {
         self.0.place()
+    }
+
+    pub fn host_paths_unreachable(&self) -> Option<String> {
+        self.0.host_paths_unreachable()
     }
 }
 
@@ -394,6 +403,18 @@ pub trait Backend: Send + Sync {
     fn warm_places(&self) -> usize {
         1
     }
+    /// After a call: brings the server's view of the session's workspace up to date
+    /// where the workspace lives elsewhere (in the container); a warning when it could
+    /// not, or when something was left out.
+    /// `finished`: the call's worker answered (else it died, and reported nothing of
+    /// what the code did).
+    fn settle(
+        &self,
+        _slot: &Self::Slot,
+        _finished: bool,
+    ) -> impl Future<Output = Option<String>> + Send {
+        async { None }
+    }
 }
 
 /// Runs `$body` with `$b` bound to the resolved backend, whichever it is: the one
@@ -529,6 +550,14 @@ impl AnyBackend {
     /// See [`Backend::home_rank`].
     pub fn home_rank(&self, slot: &SessionSlot) -> Option<i64> {
         dispatch!(self, b => slot.of().ok().and_then(|s| b.home_rank(s)))
+    }
+
+    /// See [`Backend::settle`].
+    pub async fn settle(&self, slot: &SessionSlot, finished: bool) -> Option<String> {
+        dispatch!(self, b => match slot.of() {
+            Ok(s) => b.settle(s, finished).await,
+            Err(_) => None,
+        })
     }
 
     /// See [`Backend::warm_places`].

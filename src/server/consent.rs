@@ -371,6 +371,10 @@ impl WardenServer {
         let candidate = resolved
             .clone()
             .into_grant(args.access, String::new(), String::new());
+        if let Some(why) = self.sessions.host_paths_unreachable(&key) {
+            result.message = format!("refused without asking: {why}");
+            return result;
+        }
         if let Some(conflict) = self.sessions.grant_conflict(&key, &candidate) {
             result.message = format!("refused without asking: {conflict}");
             return result;

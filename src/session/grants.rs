@@ -140,6 +140,15 @@ impl SessionManager {
         doc
     }
 
+    /// Why no path of this machine can be granted to `session` (its workspace lives in
+    /// a container that cannot reach them), if so.
+    pub fn host_paths_unreachable(&self, session: &SessionKey) -> Option<String> {
+        match self.lookup(session) {
+            Ok(Some(s)) => s.home.slot.host_paths_unreachable(),
+            _ => None,
+        }
+    }
+
     /// Why `grant` may not join the grants `session` already has (the operator's
     /// included): one of them could rewrite the other.
     pub fn grant_conflict(&self, session: &SessionKey, grant: &Grant) -> Option<GrantError> {

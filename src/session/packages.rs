@@ -180,10 +180,13 @@ impl SessionManager {
         reqs: &[Requirement],
     ) -> Result<(Vec<Installed>, Vec<Requirement>), ErrorInfo> {
         let Some((layer, owner)) = session.home.slot.package_layer() else {
-            return Err(ErrorInfo::new(
-                "PackagesUnsupported",
-                "install_packages runs with the host backend only: this server's workers are Docker containers",
-            ));
+            let why = match session.home.slot.host_paths_unreachable() {
+                Some(why) => format!(
+                    "install_packages adds a layer of this machine's, bound into the worker, and {why}"
+                ),
+                None => "this server's workers cannot take a package layer here".to_string(),
+            };
+            return Err(ErrorInfo::new("PackagesUnsupported", why));
         };
         let earlier = session
             .packages

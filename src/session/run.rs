@@ -317,6 +317,10 @@ impl SessionManager {
         }
         warnings.extend(worker_warnings);
         warnings.extend(egress_refusals);
+        if lost.is_none() {
+            let finished = run.reusable;
+            warnings.extend(self.backend.settle(&session.home.slot, finished).await);
+        }
         let report = session.workspace_report();
         meter.bytes_written = report.bytes_written;
         let done = Done {

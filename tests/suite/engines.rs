@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 
-use super::docker::{make_ca, make_cert_for};
+use super::tls::{make_ca, make_cert_for};
 use super::{Server, containers_labelled_on, stdout};
 
 /// The image the test engines hold (built by `.ci/run`: `tools/build-image.sh --tag
@@ -18,8 +18,6 @@ use super::{Server, containers_labelled_on, stdout};
 const SLIM: &str = "warden-sandbox:slim";
 /// The port each test engine serves TLS on.
 const PORT: u16 = 2376;
-/// The /30 subnets of TEST-NET-3 handed out in this process.
-static NEXT_NET: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether the local engine holds the slim image; fails the test when Docker is
 /// required.
@@ -54,6 +52,16 @@ fn must(script: &str) {
     );
 }
 
+/// What a test engine shares with this machine.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Sees {
+    /// Its paths: the engine binds the server's workspaces.
+    Paths,
+    /// Nothing of the server's: its own mount namespace, with an empty tmpfs over
+    /// `/tmp` (where the server's data directory is) and another as its data root.
+    Nothing,
+}
+
 /// One test engine: a `dockerd` in its own network namespace.
 pub struct Engine {
     /// How the server reaches it: `tcp://203.0.113.x:2376`, TLS.
@@ -62,13 +70,16 @@ pub struct Engine {
     pub sock: String,
     dir: PathBuf,
     netns: String,
+    /// What starts its `dockerd` (`nsenter`, or `unshare` for an engine of its own
+    /// mounts) and with what.
+    command: String,
     args: Vec<String>,
     daemon: Option<std::process::Child>,
 }
 
 impl Engine {
     /// Makes the namespace, the veth pair and the engine's certificate, and starts it.
-    fn new(root: &Path, pki: &Path, n: usize) -> Engine {
+    fn new(root: &Path, pki: &Path, n: usize, sees: Sees) -> Engine {
         let tag = format!("wdf{}n{n}", std::process::id() % 100_000);
         let (host_ip, engine_ip) = (
             format!("203.0.113.{}", 4 * n + 1),
@@ -87,12 +98,14 @@ impl Engine {
              ip -n {tag} addr add {engine_ip}/30 dev {tag}p && ip -n {tag} link set {tag}p up && \
              ip -n {tag} link set lo up"
         ));
-        make_cert_for(pki, "engine-ca", &tag, "serverAuth", &engine_ip);
+        // Loopback too: a test may put a forwarder on 127.0.0.1 in front of it.
+        let names = format!("{engine_ip},127.0.0.1");
+        make_cert_for(pki, "engine-ca", &tag, "serverAuth", &names);
         let dir = root.join(format!("e{n}"));
         std::fs::create_dir_all(&dir).unwrap();
         let p = |f: &str| dir.join(f).display().to_string();
         let pem = |f: String| pki.join(f).display().to_string();
-        let args = vec![
+        let mut args = vec![
             format!("--net=/run/netns/{tag}"),
             "dockerd".into(),
             format!("--data-root={}", p("data")),
@@ -109,17 +122,45 @@ impl Engine {
             "--ip6tables=false".into(),
             "--ip-forward=false".into(),
             "--ip-masq=false".into(),
-            // Containers outlive a killed dockerd, so only the server's reaper removes
-            // them when it returns.
-            "--live-restore".into(),
             format!("--containerd-namespace={tag}"),
             format!("--containerd-plugins-namespace={tag}p"),
         ];
+        let command = match sees {
+            Sees::Paths => {
+                // Containers outlive a killed dockerd, so only the server's reaper
+                // removes them when it returns.
+                args.push("--live-restore".into());
+                "nsenter".to_string()
+            }
+            Sees::Nothing => {
+                let data = p("data");
+                std::fs::create_dir_all(&data).unwrap();
+                let script = format!(
+                    "mount -t tmpfs -o size=64m tmpfs /tmp && mount -t tmpfs -o size=2g tmpfs {data} && exec nsenter \"$@\""
+                );
+                let mut wrapped: Vec<String> = [
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                    "sh",
+                ]
+                .map(str::to_string)
+                .to_vec();
+                wrapped.append(&mut args);
+                args = wrapped;
+                "unshare".to_string()
+            }
+        };
         let mut engine = Engine {
             url: format!("tcp://{engine_ip}:{PORT}"),
             sock: format!("unix://{}", p("docker.sock")),
             dir,
             netns: tag,
+            command,
             args,
             daemon: None,
         };
@@ -130,7 +171,7 @@ impl Engine {
     /// Starts its `dockerd` (again) and waits until it answers.
     pub fn start(&mut self) {
         let log = std::fs::File::create(self.dir.join("dockerd.log")).unwrap();
-        let child = Command::new("nsenter")
+        let child = Command::new(&self.command)
             .args(&self.args)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -182,7 +223,16 @@ impl Engine {
 }
 
 impl Drop for Engine {
+    /// Every container it holds is removed through it, then it is stopped (SIGTERM, up to
+    /// twenty seconds); what it started (its containerd, the containers' shims, found
+    /// by its directory on their command lines) is killed; what it left mounted is
+    /// detached and its namespace deleted. Each step by itself: `pkill -f` run inside a
+    /// shell whose own command line holds the pattern would end that shell first.
     fn drop(&mut self) {
+        let all = self.docker(&["ps", "-aq"]);
+        for id in String::from_utf8_lossy(&all.stdout).split_whitespace() {
+            let _ = self.docker(&["rm", "-f", "-v", id]);
+        }
         if let Some(mut child) = self.daemon.take() {
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
             let ended = (0..400).any(|_| {
@@ -195,13 +245,15 @@ impl Drop for Engine {
             }
         }
         let dir = self.dir.display().to_string();
-        // Its containerd (started by the dockerd), then whatever it left mounted.
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f", &format!("{dir}/exec/containerd/")])
+            .output();
         let _ = sh(&format!(
-            "pkill -KILL -f -- '--config {dir}/exec/containerd/containerd.toml'; \
-             findmnt -rn -o TARGET | grep '^{dir}/' | sort -r | xargs -r umount -l; \
-             ip netns del {}",
-            self.netns
+            "findmnt -rn -o TARGET | grep '^{dir}/' | sort -r | xargs -r umount -l"
         ));
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.netns])
+            .output();
     }
 }
 
@@ -217,15 +269,24 @@ pub struct Engines {
 }
 
 impl Engines {
-    /// `n` engines, each holding the slim image.
+    /// `n` engines that see this machine's paths, each holding the slim image.
     pub fn start(n: usize) -> Engines {
-        let root = tempfile::Builder::new().prefix("wdf-").tempdir().unwrap();
+        Engines::start_with(n, SLIM, Sees::Paths)
+    }
+
+    /// `n` engines seeing `sees`, each holding `image` (of the local engine). Their
+    /// files are outside `/tmp`, which an engine of its own mounts covers.
+    pub fn start_with(n: usize, image: &str, sees: Sees) -> Engines {
+        let root = tempfile::Builder::new()
+            .prefix("wdf-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
         let pki = root.path().join("pki");
         std::fs::create_dir(&pki).unwrap();
         make_ca(&pki, "engine-ca");
         make_ca(&pki, "client-ca");
         make_ca(&pki, "rogue-ca");
-        super::docker::make_cert_for(&pki, "client-ca", "client", "clientAuth", "");
+        make_cert_for(&pki, "client-ca", "client", "clientAuth", "");
         let layout = |name: &str, ca: &str| {
             let d = root.path().join(name);
             std::fs::create_dir(&d).unwrap();
@@ -236,17 +297,13 @@ impl Engines {
         };
         let good = layout("good", "engine-ca");
         let wrong_ca = layout("wrong-ca", "rogue-ca");
-        let image = root.path().join("slim.tar");
-        must(&format!("docker save -o {} {SLIM}", image.display()));
+        let archive = root.path().join("image.tar");
+        must(&format!("docker save -o {} {image}", archive.display()));
         let engines: Vec<Engine> = (0..n)
-            .map(|_| {
-                let k = NEXT_NET.fetch_add(1, Ordering::SeqCst);
-                assert!(k < 64, "out of TEST-NET-3 subnets");
-                Engine::new(root.path(), &pki, k)
-            })
+            .map(|_| Engine::new(root.path(), &pki, super::netorigin::subnet().into(), sees))
             .collect();
         for e in &engines {
-            let out = e.docker(&["load", "-q", "-i", &image.display().to_string()]);
+            let out = e.docker(&["load", "-q", "-i", &archive.display().to_string()]);
             assert!(
                 out.status.success(),
                 "docker load: {}",
@@ -502,4 +559,291 @@ async fn an_engine_behind_a_wrong_ca_is_left_out_and_named() {
     assert!(r.to_string().contains("UnknownIssuer"), "{r}");
     assert!(stdout(&r).is_empty(), "{r}");
     server.stop().await;
+}
+
+/// A forwarder on loopback in front of an engine which, once armed, cuts every
+/// connection after it has carried [`CUT_AFTER`] bytes from the engine since then: a
+/// transfer cut in the middle, as a lost link would cut it.
+struct Cutter {
+    addr: std::net::SocketAddr,
+    armed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    cuts: std::sync::Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Bytes from the engine an armed forwarder lets through per connection.
+const CUT_AFTER: u64 = 1 << 20;
+
+impl Cutter {
+    async fn start(to: &str) -> Cutter {
+        use std::sync::Arc;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // 0: not armed; else the arming's number (each arming counts afresh).
+        let armed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (a, c, to) = (armed.clone(), cuts.clone(), to.to_string());
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (a, c, to) = (a.clone(), c.clone(), to.clone());
+                tokio::spawn(async move {
+                    if let Ok(engine) = tokio::net::TcpStream::connect(&to).await {
+                        forward(client, engine, &a, &c).await;
+                    }
+                });
+            }
+        });
+        Cutter {
+            addr,
+            armed,
+            cuts,
+            task,
+        }
+    }
+
+    fn arm(&self, on: bool) {
+        static ARMINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let value = if on {
+            ARMINGS.fetch_add(1, Ordering::SeqCst)
+        } else {
+            0
+        };
+        self.armed.store(value, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Cutter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Copies both ways until either side ends, or the armed limit cuts the connection.
+async fn forward(
+    client: tokio::net::TcpStream,
+    engine: tokio::net::TcpStream,
+    armed: &std::sync::atomic::AtomicU64,
+    cuts: &AtomicUsize,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut engine_read, mut engine_write) = engine.into_split();
+    let up = tokio::io::copy(&mut client_read, &mut engine_write);
+    let down = async {
+        let (mut buf, mut since, mut arming) = (vec![0u8; 65536], 0u64, 0u64);
+        loop {
+            let n = match engine_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let now = armed.load(Ordering::SeqCst);
+            if now != arming {
+                (arming, since) = (now, 0);
+            }
+            if arming != 0 {
+                since += n as u64;
+                if since > CUT_AFTER {
+                    cuts.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+            }
+            if client_write.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = up => {}
+        () = down => {}
+    }
+}
+
+/// The server's copy of a session's workspace (the only home of the instance).
+fn server_copy(data: &Path) -> PathBuf {
+    let sessions = data.join("sessions");
+    for instance in std::fs::read_dir(&sessions).unwrap() {
+        for home in std::fs::read_dir(instance.unwrap().path()).unwrap() {
+            let home = home.unwrap().path();
+            if home
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("home-")
+            {
+                return home.join("workspace");
+            }
+        }
+    }
+    panic!("no home in {}", sessions.display())
+}
+
+/// An engine that cannot see this machine's files (its own mounts, with `/tmp`, where
+/// the server's data is, covered; its own data root on a disk of its own; reached over
+/// TCP+TLS through a forwarder): under `SANDBOX_WORKSPACE=auto` each session's workspace
+/// is a tmpfs volume there, with no host path bound; files come back after each call
+/// into the server's copy, which results and resources read; a transfer cut in the
+/// middle leaves that copy as it was, with nothing half-written, and the next call
+/// brings it whole; a worker's restart keeps the files; a grant of a host path and
+/// `install_packages` are refused with the reason; nothing of the server's remains on
+/// the engine afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_lives_in_the_container_of_an_engine_that_cannot_see_this_machine() {
+    if !slim_ready() {
+        return;
+    }
+    let tag = format!("warden-test-launcher:{}", std::process::id());
+    let _built =
+        super::docker::build_image(tag.clone(), &["--from", SLIM, "--launcher", super::BIN]);
+    let fleet = Engines::start_with(1, &tag, Sees::Nothing);
+    let engine = &fleet.engines[0];
+    let cutter = Cutter::start(engine.url.trim_start_matches("tcp://")).await;
+    let hosts = format!("tcp://{};cert-dir={}", cutter.addr, fleet.good.display());
+    let server = start(
+        &hosts,
+        &[
+            ("SANDBOX_IMAGE", tag.as_str()),
+            ("SANDBOX_LAUNCHER", "image"),
+            ("SANDBOX_WORKSPACE", "auto"),
+            ("SANDBOX_POOL_SIZE", "0"),
+        ],
+    )
+    .await;
+    let label = label_of(&server);
+    let write = "import os\nopen('a.txt', 'w').write('alpha')\nos.makedirs('d', exist_ok=True)\nopen('d/b.bin', 'wb').write(os.urandom(2_000_000))\nos.symlink('/etc/passwd', 'link')\nprint('ok')";
+    let r = server.run("w", write).await;
+    assert_eq!(stdout(&r), "ok\n", "{r}");
+    let files: Vec<&str> = r["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    assert!(
+        files.contains(&"a.txt") && files.contains(&"d/b.bin"),
+        "{r}"
+    );
+    assert!(r.to_string().contains("link (a symbolic link)"), "{r}");
+    // The worker and the keeper that holds the volume mounted bind nothing of this
+    // machine: their workspace is the volume.
+    let ids = engine.containers(&label);
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    for id in &ids {
+        let out = engine.docker(&["inspect", id]);
+        let inspect: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mounts = inspect[0]["Mounts"].as_array().unwrap();
+        assert!(mounts.iter().all(|m| m["Type"] != "bind"), "{mounts:?}");
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m["Type"] == "volume" && m["Destination"] == "/workspace"),
+            "{mounts:?}"
+        );
+    }
+    // Results and resources read the server's copy.
+    let copy = server_copy(server.data_dir.path());
+    assert_eq!(
+        std::fs::read_to_string(copy.join("a.txt")).unwrap(),
+        "alpha"
+    );
+    assert_eq!(
+        std::fs::metadata(copy.join("d/b.bin")).unwrap().len(),
+        2_000_000
+    );
+    let read = server
+        .client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "warden://sessions/w/files/a.txt",
+        ))
+        .await
+        .unwrap();
+    assert!(format!("{read:?}").contains("alpha"), "{read:?}");
+
+    // A transfer cut in the middle: the copy stays as it was, nothing half-written.
+    cutter.arm(true);
+    let r = server
+        .run(
+            "w",
+            "open('c.bin', 'wb').write(bytes(3_000_000))\nprint('c')",
+        )
+        .await;
+    cutter.arm(false);
+    assert_eq!(stdout(&r), "c\n", "{r}");
+    assert!(
+        cutter.cuts.load(Ordering::SeqCst) > 0,
+        "nothing was cut: {r}"
+    );
+    assert!(r.to_string().contains("was not refreshed"), "{r}");
+    assert!(
+        !copy.join("c.bin").exists(),
+        "a cut transfer reached the copy"
+    );
+    let home = copy.parent().unwrap();
+    let leftovers: Vec<String> = std::fs::read_dir(home)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("incoming"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let r = server.run("w", "print('after')").await;
+    assert_eq!(stdout(&r), "after\n", "{r}");
+    assert!(!r.to_string().contains("was not refreshed"), "{r}");
+    assert_eq!(
+        std::fs::metadata(copy.join("c.bin")).unwrap().len(),
+        3_000_000
+    );
+
+    // The volume outlives a worker's restart; a removal comes back too.
+    let r = server
+        .exec(json!({"session": "w", "code": "import time; time.sleep(30)", "timeout_s": 1}))
+        .await;
+    assert_eq!(r["status"], "timeout", "{r}");
+    let r = server
+        .run(
+            "w",
+            "import os\nos.remove('a.txt')\nprint(sorted(os.listdir('.')))",
+        )
+        .await;
+    assert_eq!(stdout(&r), "['c.bin', 'd', 'link']\n", "{r}");
+    assert!(!copy.join("a.txt").exists());
+
+    // What needs this machine's paths is refused, with the reason.
+    let data = tempfile::tempdir_in("/var/tmp").unwrap();
+    let granted = server
+        .call(
+            "request_grant",
+            json!({"path": data.path(), "access": "read", "reason": "the task reads it", "session": "w"}),
+        )
+        .await
+        .unwrap()
+        .structured_content
+        .unwrap();
+    assert_eq!(granted["granted"], false, "{granted}");
+    assert!(
+        granted
+            .to_string()
+            .contains("cannot reach this machine's files"),
+        "{granted}"
+    );
+    let installed = server
+        .call(
+            "install_packages",
+            json!({"session": "w", "packages": ["six"]}),
+        )
+        .await
+        .unwrap()
+        .structured_content
+        .unwrap();
+    assert_eq!(
+        installed["error"]["type"], "PackagesUnsupported",
+        "{installed}"
+    );
+
+    server.stop().await;
+    assert!(engine.containers(&label).is_empty());
+    let out = engine.docker(&["volume", "ls", "-q", "--filter", &format!("label={label}")]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+        "volumes remain: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

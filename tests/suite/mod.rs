@@ -31,6 +31,7 @@ pub mod selftest;
 pub mod settings;
 pub mod signals;
 pub mod tasks;
+pub mod tls;
 pub mod transactions;
 pub mod unjudged;
 pub mod walls;

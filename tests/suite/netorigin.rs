@@ -16,6 +16,16 @@ pub struct NetOrigin {
     _dir: tempfile::TempDir,
 }
 
+/// The next /30 of TEST-NET-3 (`203.0.113.4k/30`) for a veth pair of this test
+/// process: every test that puts one in this machine's namespace takes it here, so no
+/// two overlap.
+pub fn subnet() -> u8 {
+    static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    assert!(k < 63, "out of TEST-NET-3 subnets");
+    k
+}
+
 impl NetOrigin {
     /// Python's `http.server` on port 8080, serving a directory holding `data.csv`.
     pub fn start() -> NetOrigin {
@@ -44,9 +54,7 @@ impl NetOrigin {
         port: u16,
         program: impl Fn(&str) -> Vec<String>,
     ) -> NetOrigin {
-        static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        assert!(k < 60, "too many origins");
+        let k = subnet();
         let name = format!("wtn{}-{k}", std::process::id());
         let (host_if, ns_if) = (
             format!("wo{k}h{}", std::process::id() % 10000),

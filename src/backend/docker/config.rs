@@ -9,7 +9,7 @@ use std::path::{Component, Path, PathBuf};
 
 use bollard::models::{
     ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
-    MountBindOptionsPropagationEnum, MountTmpfsOptions, MountType,
+    MountBindOptionsPropagationEnum, MountTmpfsOptions, MountType, MountVolumeOptions,
 };
 
 use crate::config::NetworkMode;
@@ -61,6 +61,27 @@ pub struct BoundGrant {
     pub hidden: Vec<(PathBuf, MaskKind)>,
 }
 
+/// Where a container's `/workspace` comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceSource<'a> {
+    /// The session's (or the pooled container's) directory on this machine, bound.
+    Host(&'a Path),
+    /// A volume of the engine's by name (the session's size-capped tmpfs, which the
+    /// backend made): always named with [`VOLUME_PREFIX`].
+    Volume(&'a str),
+    /// A tmpfs of the container's own (the start-up query on an engine that cannot see
+    /// this machine's files).
+    Scratch,
+}
+
+/// Set in a container whose workspace is a volume: its launcher fingerprints the
+/// workspace before each response (see [`super::frames::Stream::Workspace`]).
+pub const FINGERPRINT_ENV: &str = "WARDEN_WORKSPACE_FINGERPRINT";
+
+/// The name every workspace volume of warden's begins with; no other volume is ever
+/// mounted.
+pub const VOLUME_PREFIX: &str = "warden-ws-";
+
 /// Everything one worker container is made of.
 #[derive(Debug, Clone)]
 pub struct ContainerPlan<'a> {
@@ -72,8 +93,8 @@ pub struct ContainerPlan<'a> {
     /// The warden binary on this machine, bound at [`LAUNCHER_PATH`]; `None`: the
     /// image's own launcher is there (see [`super::route`]).
     pub launcher: Option<&'a Path>,
-    /// The session's (or the pooled container's) workspace on this machine.
-    pub workspace: &'a Path,
+    /// Where the container's `/workspace` comes from.
+    pub workspace: WorkspaceSource<'a>,
     pub grants: &'a [BoundGrant],
     /// An empty read-only file of the server's, bound over each file a grant hides.
     pub empty_file: &'a Path,
@@ -135,6 +156,34 @@ fn hide(path: &Path, kind: MaskKind, empty_file: &Path) -> Mount {
     }
 }
 
+/// The container's `/workspace`.
+fn workspace_mount(source: WorkspaceSource<'_>) -> Mount {
+    match source {
+        WorkspaceSource::Host(dir) => bind(dir, WORKSPACE, false),
+        WorkspaceSource::Volume(name) => Mount {
+            target: Some(WORKSPACE.to_string()),
+            source: Some(name.to_string()),
+            typ: Some(MountType::VOLUME),
+            read_only: Some(false),
+            volume_options: Some(MountVolumeOptions {
+                no_copy: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        WorkspaceSource::Scratch => Mount {
+            target: Some(WORKSPACE.to_string()),
+            typ: Some(MountType::TMPFS),
+            tmpfs_options: Some(MountTmpfsOptions {
+                size_bytes: Some(1 << 20),
+                mode: Some(0o1777),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    }
+}
+
 /// The hardened configuration of one worker container. Pure.
 pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
     let mut mounts: Vec<Mount> = plan
@@ -142,7 +191,7 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         .map(|l| bind(l, LAUNCHER_PATH, true))
         .into_iter()
         .collect();
-    mounts.push(bind(plan.workspace, WORKSPACE, false));
+    mounts.push(workspace_mount(plan.workspace));
     if let Some(layer) = plan.packages {
         mounts.push(bind(layer, crate::packages::MOUNT, true));
     }
@@ -192,10 +241,18 @@ pub fn container_config(plan: &ContainerPlan<'_>) -> ContainerCreateBody {
         user: Some(format!("{}:{}", plan.user.0, plan.user.1)),
         entrypoint: Some(vec![LAUNCHER_PATH.to_string()]),
         cmd: Some(vec![super::route::LAUNCHER_SUBCOMMAND.to_string()]),
-        env: Some(vec![
-            "PATH=/usr/local/bin:/usr/bin:/bin".to_string(),
-            "LANG=C.UTF-8".to_string(),
-        ]),
+        env: Some(
+            [
+                "PATH=/usr/local/bin:/usr/bin:/bin".to_string(),
+                "LANG=C.UTF-8".to_string(),
+            ]
+            .into_iter()
+            .chain(
+                matches!(plan.workspace, WorkspaceSource::Volume(_))
+                    .then(|| format!("{FINGERPRINT_ENV}=1")),
+            )
+            .collect(),
+        ),
         working_dir: Some(WORKSPACE.to_string()),
         labels: Some(plan.owner.labels(plan.role)),
         attach_stdin: Some(true),
@@ -357,6 +414,16 @@ fn check_mounts(hc: &HostConfig, is_socket: &dyn Fn(&Path) -> bool) -> Result<()
                 }
             }
             Some(MountType::TMPFS) => {}
+            // Only the session's own workspace volume, at the workspace.
+            Some(MountType::VOLUME)
+                if m.source.as_deref().is_some_and(|s| {
+                    s.strip_prefix(VOLUME_PREFIX).is_some_and(|rest| {
+                        !rest.is_empty()
+                            && rest
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                    })
+                }) && m.target.as_deref() == Some(WORKSPACE) => {}
             other => return Err(Refused(format!("mount type {other:?} is not allowed"))),
         }
     }
@@ -538,7 +605,9 @@ mod tests {
             owner,
             role: "session",
             launcher: Some(Path::new("/usr/local/bin/warden")),
-            workspace: Path::new("/var/lib/warden/sessions/1-aa/s/workspace"),
+            workspace: WorkspaceSource::Host(Path::new(
+                "/var/lib/warden/sessions/1-aa/s/workspace",
+            )),
             grants,
             empty_file: Path::new("/var/lib/warden/sessions/1-aa/empty"),
             memory_bytes: 2 << 30,
@@ -563,7 +632,7 @@ mod tests {
             owner: &owner,
             role: "session",
             launcher: None,
-            workspace: ws,
+            workspace: WorkspaceSource::Host(ws),
             grants: &[],
             empty_file: empty,
             memory_bytes: 2 << 30,
@@ -682,7 +751,9 @@ mod tests {
             owner: &owner,
             role: "session",
             launcher: None,
-            workspace: Path::new("/var/lib/warden/sessions/1-aa/s/workspace"),
+            workspace: WorkspaceSource::Host(Path::new(
+                "/var/lib/warden/sessions/1-aa/s/workspace",
+            )),
             grants: &[],
             empty_file: Path::new("/var/lib/warden/sessions/1-aa/empty"),
             memory_bytes: 2 << 30,

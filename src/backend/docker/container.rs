@@ -79,6 +79,8 @@ pub struct DockerProcess {
     host_pid: Option<i32>,
     /// What the launcher printed on the container's stderr (start-up failures).
     diagnostics: Arc<Mutex<Vec<u8>>>,
+    /// Where the launcher's workspace fingerprints go (an in-container workspace).
+    freshness: Option<Arc<super::copyback::Freshness>>,
 }
 
 impl DockerProcess {
@@ -375,15 +377,14 @@ fn lock_file(_: &std::path::Path) -> Option<std::fs::File> {
     None
 }
 
-/// Creates and starts a container for `config` and waits until its worker is ready.
-/// The configuration is validated first: a refused one never reaches the engine.
-pub async fn start(
+/// Creates a container for `config`, validated first: a refused one never reaches the
+/// engine. Its id.
+async fn create(
     docker: &Docker,
     config: ContainerCreateBody,
     name: &str,
-    policy_json: &[u8],
     gate: Option<&CreateGate>,
-) -> Result<(Channel, DockerProcess, SandboxReport), StartError> {
+) -> Result<String, StartError> {
     validate_container_config(&config, &engine::is_socket).map_err(|e| StartError::Refused {
         wall: "container".into(),
         message: e.to_string(),
@@ -403,19 +404,52 @@ pub async fn start(
         .await
         .map_err(|e| StartError::Engine(format!("cannot create the container: {e}")))?;
     drop(one_at_a_time);
+    Ok(created.id)
+}
+
+/// Creates and starts a container that runs on its own, nothing attached (a
+/// workspace's keeper); its id. Removed again when it does not start.
+pub async fn run_detached(
+    docker: &Docker,
+    config: ContainerCreateBody,
+    name: &str,
+    gate: Option<&CreateGate>,
+) -> Result<String, String> {
+    let id = create(docker, config, name, gate)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Err(e) = docker.start_container(&id, None).await {
+        engine::remove(docker, &id).await;
+        return Err(format!("cannot start the container: {e}"));
+    }
+    Ok(id)
+}
+
+/// Creates and starts a container for `config` and waits until its worker is ready.
+/// The configuration is validated first: a refused one never reaches the engine.
+pub async fn start(
+    docker: &Docker,
+    config: ContainerCreateBody,
+    name: &str,
+    policy_json: &[u8],
+    gate: Option<&CreateGate>,
+    freshness: Option<Arc<super::copyback::Freshness>>,
+) -> Result<(Channel, DockerProcess, SandboxReport), StartError> {
+    let created_id = create(docker, config, name, gate).await?;
     let (input, queue) = unbounded_channel();
     let mut process = DockerProcess {
         docker: docker.clone(),
-        id: created.id.clone(),
+        id: created_id.clone(),
         removal: Removal {
             docker: docker.clone(),
-            id: created.id,
+            id: created_id,
             cut: Arc::default(),
             fired: Arc::default(),
         },
         input,
         host_pid: None,
         diagnostics: Arc::new(Mutex::new(Vec::new())),
+        freshness,
     };
     let mut channel = attach_and_start(&process, queue).await?;
     process.host_pid = local_pid(docker, &process.id).await;
@@ -504,6 +538,7 @@ async fn attach_and_start(
         [resp_tx, out_tx, err_tx],
         process.diagnostics.clone(),
         process.removal.cut.clone(),
+        process.freshness.clone(),
     ));
     tokio::spawn(pump(queue, attached.input));
     Ok(Channel::new(
@@ -528,6 +563,7 @@ async fn demux(
     sinks: [Sink; 3],
     diagnostics: Arc<Mutex<Vec<u8>>>,
     cut: Arc<tokio::sync::Notify>,
+    freshness: Option<Arc<super::copyback::Freshness>>,
 ) {
     let mut sinks: [Option<Sink>; 3] = sinks.map(Some);
     let mut decoder = Decoder::default();
@@ -552,7 +588,7 @@ async fn demux(
                 break;
             }
         };
-        if !deliver(&mut decoder, &bytes, &mut sinks).await {
+        if !deliver(&mut decoder, &bytes, &mut sinks, freshness.as_deref()).await {
             break;
         }
     }
@@ -563,7 +599,12 @@ async fn demux(
 
 /// Writes the frames in `bytes` to their streams; false when the output must end (not
 /// the launcher's framing).
-async fn deliver(decoder: &mut Decoder, bytes: &[u8], sinks: &mut [Option<Sink>; 3]) -> bool {
+async fn deliver(
+    decoder: &mut Decoder,
+    bytes: &[u8],
+    sinks: &mut [Option<Sink>; 3],
+    freshness: Option<&super::copyback::Freshness>,
+) -> bool {
     let frames = match decoder.feed(bytes) {
         Ok(f) => f,
         Err(e) => {
@@ -576,6 +617,19 @@ async fn deliver(decoder: &mut Decoder, bytes: &[u8], sinks: &mut [Option<Sink>;
             Stream::Responses => 0,
             Stream::Stdout => 1,
             Stream::Stderr => 2,
+            Stream::Workspace => {
+                if let Some(f) = freshness {
+                    f.report(
+                        frame
+                            .payload
+                            .as_slice()
+                            .try_into()
+                            .ok()
+                            .map(u64::from_le_bytes),
+                    );
+                }
+                continue;
+            }
             other => {
                 tracing::warn!(stream = ?other, "the container sent a frame only the server sends; closing it");
                 return false;
@@ -653,7 +707,7 @@ mod tests {
                 owner: &owner,
                 role: "session",
                 launcher: Some(Path::new("/usr/local/bin/warden")),
-                workspace: dir.path(),
+                workspace: crate::backend::docker::config::WorkspaceSource::Host(dir.path()),
                 grants: &grants,
                 empty_file: dir.path(),
                 memory_bytes: 1 << 30,
@@ -665,7 +719,7 @@ mod tests {
                 mask_accounts: false,
                 userns: None,
             });
-            let Err(err) = start(&docker, cfg, "warden-test", b"{}", None).await else {
+            let Err(err) = start(&docker, cfg, "warden-test", b"{}", None, None).await else {
                 panic!("{bad} was accepted")
             };
             assert!(matches!(err, StartError::Refused { .. }), "{bad}: {err}");

@@ -77,6 +77,17 @@ pub(crate) struct Member {
     tried: Mutex<Instant>,
 }
 
+impl Member {
+    /// Its load, as placement sees it, given its health.
+    fn load(&self, h: &Health) -> Load {
+        Load {
+            up: h.up,
+            capacity: self.capacity.unwrap_or(usize::MAX),
+            placed: h.placed,
+        }
+    }
+}
+
 /// Where a home was placed: the engine's index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placed {
@@ -224,11 +235,7 @@ impl Fleet {
         let loads: Vec<Load> = healths
             .iter()
             .zip(&self.members)
-            .map(|(h, m)| Load {
-                up: h.up,
-                capacity: m.capacity.unwrap_or(usize::MAX),
-                placed: h.placed,
-            })
+            .map(|(h, m)| m.load(h))
             .collect();
         let chosen = place(&loads).and_then(|i| self.inner(i).map(|inner| (i, inner)));
         let Some((i, inner)) = chosen else {
@@ -318,14 +325,7 @@ impl Fleet {
     fn loads(&self) -> Vec<Load> {
         self.members
             .iter()
-            .map(|m| {
-                let h = lock(&m.health);
-                Load {
-                    up: h.up,
-                    capacity: m.capacity.unwrap_or(usize::MAX),
-                    placed: h.placed,
-                }
-            })
+            .map(|m| m.load(&lock(&m.health)))
             .collect()
     }
 
@@ -379,6 +379,7 @@ impl Fleet {
             (true, Err(why)) => self.mark_down(engine, why),
             (false, Ok(())) => {
                 super::engine::remove_instance(&inner.docker, &self.instance).await;
+                super::volume::remove_instance(&inner.docker, &self.instance).await;
                 let mut h = lock(&m.health);
                 h.up = true;
                 h.why = None;

@@ -27,6 +27,10 @@ pub enum Stream {
     Freeze = 5,
     /// Server → launcher: let the worker run again (an empty frame).
     Thaw = 6,
+    /// Launcher → server, just before each response: the fingerprint of `/workspace`
+    /// (eight bytes, little endian), or nothing when it was not taken. Only for an
+    /// in-container workspace, whose copy it spares when nothing changed.
+    Workspace = 7,
 }
 
 impl Stream {
@@ -38,13 +42,17 @@ impl Stream {
             4 => Some(Stream::Requests),
             5 => Some(Stream::Freeze),
             6 => Some(Stream::Thaw),
+            7 => Some(Stream::Workspace),
             _ => None,
         }
     }
 
     /// Whether the launcher sends this stream (the server sends the others).
     pub fn from_launcher(self) -> bool {
-        matches!(self, Stream::Responses | Stream::Stdout | Stream::Stderr)
+        matches!(
+            self,
+            Stream::Responses | Stream::Stdout | Stream::Stderr | Stream::Workspace
+        )
     }
 }
 

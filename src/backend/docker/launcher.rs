@@ -216,10 +216,11 @@ fn launch(framed_policy: &[u8], rest: &[u8], mut input: Input) -> Result<(), Str
         .and_then(|()| req_w.write_all(rest))
         .map_err(|e| format!("cannot hand the helper its policy: {e}"))?;
     let out = Arc::new(Mutex::new(std::io::stdout()));
+    let fingerprint = std::env::var_os(super::config::FINGERPRINT_ENV).is_some();
     let relays = [
-        relay(resp_r, Stream::Responses, out.clone()),
-        relay(out_r, Stream::Stdout, out.clone()),
-        relay(err_r, Stream::Stderr, out),
+        relay(resp_r, Stream::Responses, out.clone(), fingerprint),
+        relay(out_r, Stream::Stdout, out.clone(), false),
+        relay(err_r, Stream::Stderr, out, false),
     ];
     // The server's frames: requests to the worker's fd 3, orders to its process group
     // (the helper made the worker a group leader). When the server is gone, or sends
@@ -253,11 +254,14 @@ fn signal_group(pid: i32, signal: i32) -> bool {
     unsafe { libc::killpg(pid, signal) == 0 }
 }
 
-/// Copies one worker stream into frames on the shared stdout, then its end-of-file frame.
+/// Copies one worker stream into frames on the shared stdout, then its end-of-file frame;
+/// with `fingerprint`, each chunk follows a [`Stream::Workspace`] frame of the
+/// workspace as it is then (the worker writes its response once the code is done).
 fn relay(
     mut from: std::io::PipeReader,
     stream: Stream,
     out: Arc<Mutex<std::io::Stdout>>,
+    fingerprint: bool,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut buf = vec![0u8; frames::MAX_FRAME];
@@ -267,7 +271,17 @@ fn relay(
                 Ok(0) | Err(_) => 0,
                 Ok(n) => n,
             };
-            let frame = frames::encode(stream, &buf[..n]);
+            let mut frame = Vec::new();
+            if fingerprint && n > 0 {
+                let seen =
+                    super::copyback::fingerprint(std::path::Path::new(super::config::WORKSPACE));
+                let payload = seen.map(u64::to_le_bytes);
+                frame = frames::encode(
+                    Stream::Workspace,
+                    payload.as_ref().map_or(&[][..], |p| &p[..]),
+                );
+            }
+            frame.extend(frames::encode(stream, &buf[..n]));
             let Ok(mut out) = out.lock() else { return };
             if out.write_all(&frame).and_then(|()| out.flush()).is_err() || n == 0 {
                 return;

@@ -38,6 +38,7 @@
 
 pub mod config;
 pub mod container;
+pub mod copyback;
 pub mod engine;
 pub mod fleet;
 pub mod frames;
@@ -49,6 +50,7 @@ pub mod quota;
 pub mod route;
 pub mod runtime;
 pub mod users;
+pub mod volume;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -69,9 +71,10 @@ use quota::Quota;
 use users::Users;
 
 /// What the Docker backend keeps per session: its directory on this machine, whose
-/// `workspace` (owned by the container user) is bind-mounted into its containers, and
-/// the uid and gid its containers run as.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `workspace` (owned by the container user) is bind-mounted into its containers, or,
+/// for an in-container workspace, is the server's copy of the session's volume; and the
+/// uid and gid its containers run as.
+#[derive(Debug)]
 pub struct DockerSlot {
     dir: PathBuf,
     workspace: PathBuf,
@@ -82,6 +85,13 @@ pub struct DockerSlot {
     /// The engine it was placed on, for its whole life, and that engine's URL.
     placed: Placed,
     engine: String,
+    /// Its workspace volume on the engine, for an in-container workspace.
+    volume: Option<String>,
+    /// What the server's copy of its in-container workspace was made at.
+    freshness: Arc<copyback::Freshness>,
+    /// The container that holds its workspace volume mounted (a tmpfs volume lives only
+    /// while mounted), which the workspace is copied back from.
+    keeper: tokio::sync::Mutex<Option<String>>,
 }
 
 impl crate::backend::SlotState for DockerSlot {
@@ -90,16 +100,35 @@ impl crate::backend::SlotState for DockerSlot {
         self.layer.as_ref().map(|l| (l, Some(self.user)))
     }
 
+    fn host_paths_unreachable(&self) -> Option<String> {
+        self.volume.as_ref().map(|_| {
+            format!(
+                "the session's workspace lives in its container on the engine {} (SANDBOX_WORKSPACE), which cannot reach this machine's files",
+                self.engine
+            )
+        })
+    }
+
     fn place(&self) -> Option<String> {
         Some(self.engine.clone())
     }
+}
+
+/// Where an engine's sessions keep their workspace (`SANDBOX_WORKSPACE`, and what the
+/// start-up query found).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkspacePlace {
+    /// A directory of this machine, bound into the container.
+    Host,
+    /// A tmpfs volume on the engine, copied back after each call; why.
+    InContainer(String),
 }
 
 /// One container to start: whose, with what, reaching what.
 struct Run<'a> {
     /// "pool", "session" or "installer".
     role: &'a str,
-    workspace: &'a Path,
+    workspace: config::WorkspaceSource<'a>,
     user: (u32, u32),
     grants: &'a [Grant],
     network: crate::config::NetworkMode,
@@ -108,6 +137,39 @@ struct Run<'a> {
     tmp_bytes: u64,
     /// The proxy its endpoint is served by, when its network is proxied.
     egress: Option<&'a Arc<crate::egress::Egress>>,
+    /// Where its launcher's workspace fingerprints go (an in-container workspace's
+    /// worker).
+    freshness: Option<&'a Arc<copyback::Freshness>>,
+}
+
+impl<'a> Run<'a> {
+    /// A container with nothing but its workspace: no grants, no network, no packages
+    /// (the start-up query, a workspace's keeper).
+    fn bare(
+        role: &'a str,
+        workspace: config::WorkspaceSource<'a>,
+        user: (u32, u32),
+        tmp_bytes: u64,
+    ) -> Run<'a> {
+        Run {
+            role,
+            workspace,
+            user,
+            grants: &[],
+            network: crate::config::NetworkMode::Deny,
+            packages: None,
+            tmp_bytes,
+            egress: None,
+            freshness: None,
+        }
+    }
+}
+
+/// The last component of `path`, as text (a home's or an instance's name).
+fn dir_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default()
 }
 
 /// Why the Docker backend could not be used; the server falls back to the host backend
@@ -146,6 +208,8 @@ pub(crate) struct Inner {
     users: Arc<Users>,
     /// How workspaces are capped (`SANDBOX_DISK_LIMIT`), as the start-up query found.
     quota: Quota,
+    /// Where its sessions' workspaces live, as the start-up query found.
+    place: WorkspacePlace,
     /// The server is shutting down: no container is created any more.
     closing: std::sync::atomic::AtomicBool,
     /// The egress proxy, when the network is proxied.
@@ -254,10 +318,7 @@ impl DockerBackend {
                 instance_dir.display()
             ))
         })?;
-        let instance = instance_dir
-            .file_name()
-            .map(|n| n.to_string_lossy().to_string())
-            .unwrap_or_default();
+        let instance = dir_name(instance_dir);
         let shared = Shared {
             settings: settings.clone(),
             instance_dir: instance_dir.to_path_buf(),
@@ -335,12 +396,10 @@ impl Inner {
         oci.rootless = serving.rootless;
         let labels = image.config.and_then(|c| c.labels).unwrap_or_default();
         let launcher = choose_launcher(&settings, &spec, &labels).map_err(Unavailable)?;
-        let instance = instance_dir
-            .file_name()
-            .map(|n| n.to_string_lossy().to_string())
-            .unwrap_or_default();
+        let instance = dir_name(&instance_dir);
         let owner = engine::this_owner(&instance);
-        let reaped = engine::reap_leftovers(&docker, &owner).await;
+        let reaped = engine::reap_leftovers(&docker, &owner).await
+            + volume::reap_leftovers(&docker, &owner).await;
         if reaped > 0 {
             tracing::warn!(
                 reaped,
@@ -372,6 +431,7 @@ impl Inner {
             instance_dir,
             users,
             quota: Quota::Unavailable(String::new()),
+            place: WorkspacePlace::Host,
             closing: std::sync::atomic::AtomicBool::new(false),
             egress,
             create_gate,
@@ -387,6 +447,7 @@ impl Inner {
         inner.runtime = found.runtime;
         inner.quota = found.quota;
         inner.limits = found.limits;
+        inner.place = found.place;
         tracing::info!(image = %d.image, engine = %inner.host, python = %inner.runtime.executable.display(), launcher = %inner.launcher.describe(), "docker engine ready");
         Ok(inner)
     }
@@ -501,18 +562,22 @@ impl Inner {
     ) -> Run<'a> {
         Run {
             role,
-            workspace: &slot.workspace,
+            workspace: match &slot.volume {
+                Some(name) => config::WorkspaceSource::Volume(name),
+                None => config::WorkspaceSource::Host(&slot.workspace),
+            },
             user: slot.user,
             grants,
             network: self.settings.network,
             packages: slot.layer.as_ref().map(|l| l.root()),
             tmp_bytes: self.settings.docker.tmp_size_bytes,
             egress: self.egress.as_ref(),
+            freshness: slot.volume.as_ref().map(|_| &slot.freshness),
         }
     }
 
-    /// Starts one worker container as `run` describes.
-    async fn start_container(&self, run: &Run<'_>) -> Result<Worker, StartError> {
+    /// Starts one worker container as `run` describes; the worker and its container's id.
+    async fn start_container(&self, run: &Run<'_>) -> Result<(Worker, String), StartError> {
         let closing = || self.closing.load(std::sync::atomic::Ordering::Acquire);
         let shutting_down = || StartError::Engine("the server is shutting down".into());
         if closing() {
@@ -530,6 +595,7 @@ impl Inner {
             &name,
             &policy,
             self.create_gate.as_ref(),
+            run.freshness.cloned(),
         )
         .await?;
         if closing() {
@@ -539,11 +605,12 @@ impl Inner {
         let mut report = self.judge_report(report, &process, run.user)?;
         let egress = run.egress.filter(|_| run.network.proxied());
         let link = self.bridge_egress(egress, &process, &mut report).await?;
+        let id = process.id().to_string();
         let mut worker = Worker::new(channel, process, report);
         if let Some(link) = link {
             worker.attach_egress(link);
         }
-        Ok(worker)
+        Ok((worker, id))
     }
 
     /// A proxied network's one endpoint: a listener the server makes inside the
@@ -720,6 +787,19 @@ impl Inner {
                 enforced: true,
                 detail: format!(
                     "/workspace is a tmpfs of {bytes} bytes (SANDBOX_DISK_LIMIT) that the server mounted on the session's directory; /tmp a tmpfs of {} bytes (SANDBOX_TMP_SIZE)",
+                    self.settings.docker.tmp_size_bytes
+                ),
+            },
+            Quota::Volume { bytes } => WallStatus {
+                name: "disk_quota".into(),
+                enforced: true,
+                detail: format!(
+                    "/workspace lives in the container: a tmpfs volume of {bytes} bytes (SANDBOX_DISK_LIMIT) on the engine {}, copied back to the server over the engine's API after each call ({}); /tmp a tmpfs of {} bytes (SANDBOX_TMP_SIZE)",
+                    self.host,
+                    match &self.place {
+                        WorkspacePlace::InContainer(why) => why.as_str(),
+                        WorkspacePlace::Host => "",
+                    },
                     self.settings.docker.tmp_size_bytes
                 ),
             },
@@ -918,9 +998,20 @@ impl Backend for DockerBackend {
         spec: &WorkerSpec<'_>,
     ) -> Result<Worker, StartError> {
         let inner = self.engine_of(slot)?;
-        inner
+        if let Some(volume) = &slot.volume {
+            if let Some(g) = spec.grants.first() {
+                return Err(StartError::Refused {
+                    wall: "grants".into(),
+                    message: inner
+                        .no_host_paths(&format!("{} cannot be granted", g.path.display())),
+                });
+            }
+            inner.hold_workspace(slot, volume).await?;
+        }
+        let (worker, _) = inner
             .start_container(&inner.session_run("session", slot, spec.grants))
-            .await
+            .await?;
+        Ok(worker)
     }
 
     /// Starts a session's package installer: a container of the same image (so pip
@@ -937,7 +1028,7 @@ impl Backend for DockerBackend {
         let inner = self.engine_of(slot)?;
         let run = Run {
             role: "installer",
-            workspace: spec.stage,
+            workspace: config::WorkspaceSource::Host(spec.stage),
             user: slot.user,
             grants: spec.grants,
             network: if spec.egress.is_some() {
@@ -948,8 +1039,15 @@ impl Backend for DockerBackend {
             packages: None,
             tmp_bytes: spec.tmp_bytes,
             egress: spec.egress.as_ref(),
+            freshness: None,
         };
-        inner.start_container(&run).await
+        if slot.volume.is_some() {
+            return Err(StartError::Refused {
+                wall: "packages".into(),
+                message: inner.no_host_paths("install_packages cannot add a package layer"),
+            });
+        }
+        inner.start_container(&run).await.map(|(worker, _)| worker)
     }
 
     /// Shutdown begins: no container is created from now on, and every container of
@@ -971,7 +1069,7 @@ impl Backend for DockerBackend {
         let Some(quota) = self
             .fleet
             .inner(slot.placed.engine)
-            .and_then(|i| i.quota.bytes())
+            .and_then(|i| i.quota.host_tmpfs())
         else {
             return Ok(false);
         };
@@ -985,13 +1083,30 @@ impl Backend for DockerBackend {
     /// holds the tmpfs only until it is).
     fn close_session(&self, slot: &DockerSlot) -> Result<(), String> {
         self.users.release(slot.user);
+        if let (Some(name), Some(inner)) = (&slot.volume, self.fleet.inner(slot.placed.engine)) {
+            // The keeper first, then the volume, once the session's containers are gone
+            // (their removal may be under way).
+            let name = name.clone();
+            let keeper = slot.keeper.try_lock().ok().and_then(|k| k.clone());
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn(async move {
+                    if let Some(id) = keeper {
+                        engine::remove(&inner.docker, &id).await;
+                    }
+                    volume::remove(&inner.docker, &name).await
+                })),
+                Err(_) => {
+                    tracing::warn!(volume = %name, "no runtime to remove a workspace volume; the next start reaps it")
+                }
+            }
+        }
         self.fleet.release(slot.placed);
         // Only a quota's tmpfs is mounted (a server that may not unmount is told EPERM
         // even where nothing is).
         let quota = self
             .fleet
             .inner(slot.placed.engine)
-            .and_then(|i| i.quota.bytes());
+            .and_then(|i| i.quota.host_tmpfs());
         if quota.is_some()
             && let Err(e) = quota::unmount(&slot.workspace)
         {
@@ -1019,6 +1134,29 @@ impl Backend for DockerBackend {
         self.fleet.rank(slot.placed)
     }
 
+    /// Copies an in-container workspace back to the server's copy, from the session's
+    /// container now.
+    async fn settle(&self, slot: &DockerSlot, finished: bool) -> Option<String> {
+        slot.volume.as_ref()?;
+        let at = slot.freshness.wanted(finished)?;
+        let id = slot.keeper.lock().await.clone()?;
+        let inner = self.fleet.inner(slot.placed.engine)?;
+        let caps = copyback::Caps {
+            total_bytes: inner.settings.disk_limit_bytes,
+            file_bytes: inner.settings.file_size_limit_bytes,
+            entries: copyback::MAX_ENTRIES,
+        };
+        match copyback::copy_back(&inner.docker, &id, &slot.dir, &slot.workspace, caps).await {
+            Ok(left_out) => {
+                slot.freshness.copied(at);
+                copyback::left_out_warning(&left_out)
+            }
+            Err(e) => Some(format!(
+                "the server's copy of the workspace was not refreshed from the container ({e}); files, results and resources show it as of an earlier call, and the next call's copy brings it up to date"
+            )),
+        }
+    }
+
     /// Each engine that answers keeps its own warm containers.
     fn warm_places(&self) -> usize {
         self.fleet.up()
@@ -1039,11 +1177,13 @@ impl Backend for DockerBackend {
     }
 }
 
-/// Removes every container of this instance from every engine, all at once.
+/// Removes every container of this instance from every engine, all at once, then its
+/// workspace volumes.
 async fn remove_everywhere(inners: &[Arc<Inner>]) {
-    let removals = inners
-        .iter()
-        .map(|i| engine::remove_instance(&i.docker, &i.owner.instance));
+    let removals = inners.iter().map(|i| async move {
+        engine::remove_instance(&i.docker, &i.owner.instance).await;
+        volume::remove_instance(&i.docker, &i.owner.instance).await;
+    });
     futures_util::future::join_all(removals).await;
 }
 
@@ -1056,7 +1196,10 @@ impl DockerBackend {
         placed: Placed,
     ) -> std::io::Result<(DockerSlot, SessionPaths)> {
         let user = self.users.allocate()?;
-        let workspace = match make_home(dir, user, inner.quota.bytes()) {
+        if let WorkspacePlace::InContainer(_) = inner.place {
+            return self.make_copy_home(inner, dir, placed, user);
+        }
+        let workspace = match make_home(dir, user, inner.quota.host_tmpfs()) {
             Ok(w) => w,
             Err(e) => {
                 self.users.release(user);
@@ -1071,7 +1214,7 @@ impl DockerBackend {
             Err(e) if e.kind() == std::io::ErrorKind::Unsupported => None,
             Err(e) => {
                 self.users.release(user);
-                if inner.quota.bytes().is_some() {
+                if inner.quota.host_tmpfs().is_some() {
                     let _ = quota::unmount(&workspace);
                 }
                 let _ = std::fs::remove_dir_all(dir);
@@ -1085,8 +1228,85 @@ impl DockerBackend {
             layer,
             placed,
             engine: inner.host.clone(),
+            volume: None,
+            freshness: Arc::default(),
+            keeper: tokio::sync::Mutex::new(None),
         };
         Ok((slot, paths))
+    }
+
+    /// A home for an in-container workspace: the server's own directory (mode 0700)
+    /// holding its copy of the workspace, and the name of the session's volume, made on
+    /// the engine before its first container.
+    fn make_copy_home(
+        &self,
+        inner: &Inner,
+        dir: &Path,
+        placed: Placed,
+        user: (u32, u32),
+    ) -> std::io::Result<(DockerSlot, SessionPaths)> {
+        let workspace = dir.join("workspace");
+        let made = crate::os::create_dir(dir, 0o700, false)
+            .and_then(|()| crate::os::create_dir(&workspace, 0o700, false));
+        if let Err(e) = made {
+            self.users.release(user);
+            let _ = std::fs::remove_dir_all(dir);
+            return Err(e);
+        }
+        let slot = DockerSlot {
+            dir: dir.to_path_buf(),
+            workspace: workspace.clone(),
+            user,
+            layer: None,
+            placed,
+            engine: inner.host.clone(),
+            volume: Some(volume::name(&inner.owner.instance, &dir_name(dir))),
+            freshness: Arc::default(),
+            keeper: tokio::sync::Mutex::new(None),
+        };
+        Ok((slot, SessionPaths { workspace }))
+    }
+}
+
+impl Inner {
+    /// Makes the session's workspace volume and the container that holds it mounted,
+    /// once per session.
+    async fn hold_workspace(&self, slot: &DockerSlot, name: &str) -> Result<(), StartError> {
+        let mut keeper = slot.keeper.lock().await;
+        if keeper.is_some() {
+            return Ok(());
+        }
+        let bytes = self.settings.disk_limit_bytes;
+        volume::create(&self.docker, &self.owner, name, bytes, slot.user)
+            .await
+            .map_err(StartError::Engine)?;
+        let run = Run::bare(
+            "keeper",
+            config::WorkspaceSource::Volume(name),
+            slot.user,
+            1 << 20,
+        );
+        let empty_file = self.instance_dir.join(EMPTY_FILE);
+        let cfg =
+            volume::keeper_config(config::container_config(&self.plan(&run, &[], &empty_file)));
+        let name = container::container_name(&self.owner.instance, "keeper");
+        let id = container::run_detached(&self.docker, cfg, &name, self.create_gate.as_ref())
+            .await
+            .map_err(StartError::Engine)?;
+        *keeper = Some(id);
+        Ok(())
+    }
+
+    /// Why something that needs this machine's paths cannot be had on this engine.
+    fn no_host_paths(&self, what: &str) -> String {
+        let why = match &self.place {
+            WorkspacePlace::InContainer(why) => why.as_str(),
+            WorkspacePlace::Host => "",
+        };
+        format!(
+            "{what}: sessions on the engine {} keep their workspace in the container, and it cannot reach this machine's files ({why})",
+            self.host
+        )
     }
 }
 

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::product::{self, LimitsHeld};
 use super::quota::{self, Quota};
-use super::{Inner, config, container, engine, make_home, running_as_root};
+use super::{Inner, WorkspacePlace, config, container, engine, make_home, running_as_root, volume};
+use crate::backend::docker_settings::WorkspaceMode;
 use crate::worker::python::PythonRuntime;
 
 /// The file the server leaves in the query's workspace, holding a nonce.
@@ -48,6 +49,8 @@ pub(super) struct Found {
     pub kernel: String,
     /// The memory and pids limits as the engine holds them for a container it made.
     pub limits: LimitsHeld,
+    /// Where sessions on this engine keep their workspace.
+    pub place: WorkspacePlace,
 }
 
 /// The image's interpreter, and how workspaces can be capped: the query's own workspace
@@ -62,9 +65,85 @@ pub(super) async fn query_image(inner: &Inner) -> Result<Found, String> {
         .allocate()
         .map_err(|e| format!("no uid for the query container: {e}"))?;
     let home = inner.instance_dir.join(format!(".query-{}", inner.index));
-    let answer = query_in(inner, &home, user).await;
+    let answer = match inner.settings.docker.workspace {
+        WorkspaceMode::Host => query_in(inner, &home, user).await,
+        WorkspaceMode::InContainer => {
+            query_in_volume(inner, user, "SANDBOX_WORKSPACE=in-container".into()).await
+        }
+        WorkspaceMode::Auto => match query_in(inner, &home, user).await {
+            Ok(found) => Ok(found),
+            Err(unseen) => {
+                let why = format!("SANDBOX_WORKSPACE=auto, and {unseen}");
+                query_in_volume(inner, user, why)
+                    .await
+                    .map_err(|e| format!("{unseen}; and with a workspace in the container: {e}"))
+            }
+        },
+    };
     inner.users.release(user);
     answer
+}
+
+/// The query on a workspace volume of the engine's (an in-container workspace): what
+/// the image is; the volume's tmpfs is the quota.
+async fn query_in_volume(inner: &Inner, user: (u32, u32), why: String) -> Result<Found, String> {
+    let name = volume::name(&inner.owner.instance, &format!("query-{}", inner.index));
+    let bytes = inner.settings.disk_limit_bytes;
+    volume::create(&inner.docker, &inner.owner, &name, bytes, user).await?;
+    let tmp_bytes = inner.settings.docker.tmp_size_bytes;
+    let run = super::Run::bare(
+        "query",
+        config::WorkspaceSource::Volume(&name),
+        user,
+        tmp_bytes,
+    );
+    let empty_file = inner.instance_dir.join(super::EMPTY_FILE);
+    let cfg = query_config(inner, &run, &empty_file);
+    let result = run_to_end(inner, cfg).await;
+    volume::remove(&inner.docker, &name).await;
+    let (stdout, stderr, held) = result?;
+    let answer = parse_answer(inner, &stdout, &stderr)?;
+    if !answer.workspace.tmpfs {
+        return Err("the engine's workspace volume is not a tmpfs".into());
+    }
+    Ok(Found {
+        runtime: answer.runtime,
+        quota: Quota::Volume { bytes },
+        kernel: answer.kernel,
+        limits: product::limits_held(&inner.engine, limits_asked(inner), held),
+        place: WorkspacePlace::InContainer(why),
+    })
+}
+
+/// The query container's configuration: a worker's, running the query.
+fn query_config(
+    inner: &Inner,
+    run: &super::Run<'_>,
+    empty_file: &std::path::Path,
+) -> bollard::models::ContainerCreateBody {
+    let mut cfg = config::container_config(&inner.plan(run, &[], empty_file));
+    cfg.cmd = Some(vec![super::route::QUERY_SUBCOMMAND.to_string()]);
+    cfg.open_stdin = Some(false);
+    cfg.stdin_once = Some(false);
+    cfg.attach_stdin = Some(false);
+    cfg
+}
+
+fn parse_answer(inner: &Inner, stdout: &[u8], stderr: &[u8]) -> Result<Answer, String> {
+    serde_json::from_slice::<Answer>(stdout.trim_ascii()).map_err(|e| {
+        format!(
+            "the image {} has no usable python3 or launcher ({e}): {}",
+            inner.settings.docker.image,
+            String::from_utf8_lossy(stderr).trim()
+        )
+    })
+}
+
+fn limits_asked(inner: &Inner) -> (i64, i64) {
+    (
+        cfg_limit(inner.settings.mem_limit_bytes),
+        cfg_limit(inner.settings.pids_limit),
+    )
 }
 
 /// The query, run in `home` as `user`.
@@ -86,21 +165,14 @@ async fn query_in(
     };
     let marked = std::fs::write(dir.join(MARKER), &nonce);
     let empty_file = inner.instance_dir.join(super::EMPTY_FILE);
-    let run = super::Run {
-        role: "query",
-        workspace: &dir,
+    let tmp_bytes = inner.settings.docker.tmp_size_bytes;
+    let run = super::Run::bare(
+        "query",
+        config::WorkspaceSource::Host(&dir),
         user,
-        grants: &[],
-        network: crate::config::NetworkMode::Deny,
-        packages: None,
-        tmp_bytes: inner.settings.docker.tmp_size_bytes,
-        egress: None,
-    };
-    let mut cfg = config::container_config(&inner.plan(&run, &[], &empty_file));
-    cfg.cmd = Some(vec![super::route::QUERY_SUBCOMMAND.to_string()]);
-    cfg.open_stdin = Some(false);
-    cfg.stdin_once = Some(false);
-    cfg.attach_stdin = Some(false);
+        tmp_bytes,
+    );
+    let cfg = query_config(inner, &run, &empty_file);
     let result = match marked {
         Ok(()) => run_to_end(inner, cfg).await,
         Err(e) => Err(format!("{}: {e}", dir.join(MARKER).display())),
@@ -110,13 +182,7 @@ async fn query_in(
     }
     let _ = std::fs::remove_dir_all(home);
     let (stdout, stderr, held) = result?;
-    let answer = serde_json::from_slice::<Answer>(stdout.trim_ascii()).map_err(|e| {
-        format!(
-            "the image {} has no usable python3 or launcher ({e}): {}",
-            inner.settings.docker.image,
-            String::from_utf8_lossy(&stderr).trim()
-        )
-    })?;
+    let answer = parse_answer(inner, &stdout, &stderr)?;
     shared(&nonce, &answer.workspace, &inner.instance_dir)?;
     let quota = match mounted.and_then(|()| {
         quota::judge(
@@ -129,15 +195,12 @@ async fn query_in(
         Ok(q) => q,
         Err(why) => Quota::Unavailable(why),
     };
-    let asked = (
-        cfg_limit(inner.settings.mem_limit_bytes),
-        cfg_limit(inner.settings.pids_limit),
-    );
     Ok(Found {
         runtime: answer.runtime,
         quota,
         kernel: answer.kernel,
-        limits: product::limits_held(&inner.engine, asked, held),
+        limits: product::limits_held(&inner.engine, limits_asked(inner), held),
+        place: WorkspacePlace::Host,
     })
 }
 

@@ -34,15 +34,28 @@ pub fn platform_gap() -> Option<String> {
 pub enum Quota {
     /// Each workspace is a tmpfs of this many bytes, bound into its container.
     Tmpfs { bytes: u64 },
+    /// Each workspace is a tmpfs volume of this many bytes on the engine (an
+    /// in-container workspace): the engine holds the cap.
+    Volume { bytes: u64 },
     /// Plain host directories; why no quota stands.
     Unavailable(String),
 }
 
 impl Quota {
+    /// The cap on one workspace, wherever it is held.
     pub fn bytes(&self) -> Option<u64> {
         match self {
-            Quota::Tmpfs { bytes } => Some(*bytes),
+            Quota::Tmpfs { bytes } | Quota::Volume { bytes } => Some(*bytes),
             Quota::Unavailable(_) => None,
+        }
+    }
+
+    /// The size of the tmpfs this server mounts on each workspace directory, when it
+    /// mounts one.
+    pub fn host_tmpfs(&self) -> Option<u64> {
+        match self {
+            Quota::Tmpfs { bytes } => Some(*bytes),
+            _ => None,
         }
     }
 }

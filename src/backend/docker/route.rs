@@ -27,7 +27,7 @@ pub const PROTOCOL_SUBCOMMAND: &str = "__launcher-protocol";
 /// container's stdin and stdout ([`super::frames`]), the policy and request stream it
 /// hands the sandbox helper, the helper's report and the worker's protocol. Bump it with
 /// any change to one of them: an image's launcher of another number is refused.
-pub const LAUNCHER_PROTOCOL: u32 = 1;
+pub const LAUNCHER_PROTOCOL: u32 = 2;
 
 /// The image labels `tools/build-image.sh --launcher` writes.
 pub const LABEL_LAUNCHER_PROTOCOL: &str = "dev.warden.launcher-protocol";

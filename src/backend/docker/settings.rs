@@ -26,6 +26,20 @@ pub const SPECS: &[Spec] = &[
          (configured, or fallen back to), `SANDBOX_WARM_WORKERS` sizes it instead.",
     ),
     spec(
+        "SANDBOX_WORKSPACE",
+        "auto",
+        "where a Docker session's workspace lives. `host`: a directory of this machine, \
+         bound into the container (the engine must see this machine's files). \
+         `in-container`: a size-capped tmpfs volume on the engine (`SANDBOX_DISK_LIMIT`), \
+         which outlives a worker's restart; after each call the server copies it back \
+         over the engine's API (an archive download, with the same caps and names \
+         checked), so results, files and `warden://` resources read that copy; grants \
+         of host paths and `install_packages` are refused there; a kept workspace \
+         (`SANDBOX_KEEP_WORKSPACES`) is that copy. `auto`: `host` when the engine shows \
+         its containers this machine's directories (the start-up check), else \
+         `in-container` (a remote `DOCKER_HOST`), decided per engine.",
+    ),
+    spec(
         "SANDBOX_USER",
         "auto",
         "who the Docker backend's containers run as. `auto`: a server running as root \
@@ -71,8 +85,9 @@ pub const SPECS: &[Spec] = &[
          `tcp://host:port` (with `DOCKER_TLS_VERIFY=1`: TLS with `ca.pem`, `cert.pem`, \
          `key.pem` from `DOCKER_CERT_PATH`). Default: `unix:///var/run/docker.sock` \
          (macOS: else Docker Desktop's `~/.docker/run/docker.sock`; Windows: \
-         `npipe:////./pipe/docker_engine`). The engine must see this machine's paths \
-         (workspaces are bind-mounted); the backend checks it at start.",
+         `npipe:////./pipe/docker_engine`). Host workspaces need an engine that sees \
+         this machine's paths (they are bind-mounted), which the backend checks at start; \
+         see `SANDBOX_WORKSPACE`.",
     ),
     spec(
         "DOCKER_TLS_VERIFY",
@@ -95,7 +110,7 @@ pub const SPECS: &[Spec] = &[
          most free capacity and stays there; an engine that stops answering ends its \
          sessions with an error naming it, and its containers are removed when it returns. \
          Each engine keeps `SANDBOX_POOL_SIZE` warm containers; `SANDBOX_MAX_WORKERS` \
-         counts across all of them. Every engine must see this machine's paths. When set, \
+         counts across all of them. Each engine's workspaces are host or in-container by `SANDBOX_WORKSPACE`. When set, \
          `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH` are not read.",
     ),
 ];
@@ -112,6 +127,8 @@ pub struct DockerSettings {
     pub tmp_size_bytes: u64,
     /// `SANDBOX_LAUNCHER`.
     pub launcher: LauncherMode,
+    /// `SANDBOX_WORKSPACE`.
+    pub workspace: WorkspaceMode,
     /// `SANDBOX_DOCKER_RUNTIME`; `None`: the engine's default.
     pub runtime: Option<String>,
     /// `DOCKER_HOST`; `None`: the local engine's socket.
@@ -210,6 +227,18 @@ pub enum LauncherMode {
     Image,
 }
 
+/// `SANDBOX_WORKSPACE`: where a Docker session's workspace lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkspaceMode {
+    /// `host` where the engine sees this machine's directories, else `in-container`.
+    Auto,
+    /// A directory of this machine, bound into the container.
+    Host,
+    /// A tmpfs volume on the engine, copied back over its API after each call.
+    InContainer,
+}
+
 /// `UID:GID`, numeric, never root.
 fn uid_gid(t: &str) -> Option<(u32, u32)> {
     let (u, g) = t.split_once(':')?;
@@ -226,6 +255,15 @@ pub(crate) fn read(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
     let pool_size = r.optional("SANDBOX_POOL_SIZE", "a whole number from 0 to 64", |t| {
         t.parse::<usize>().ok().filter(|n| *n <= 64)
     })?;
+    let workspace = r.choice(
+        "SANDBOX_WORKSPACE",
+        "auto, host or in-container",
+        &[
+            ("auto", WorkspaceMode::Auto),
+            ("host", WorkspaceMode::Host),
+            ("in-container", WorkspaceMode::InContainer),
+        ],
+    )?;
     let user = r.value("SANDBOX_USER", "auto, or UID:GID (numeric, not 0)", |t| {
         if t == "auto" {
             Some(None)
@@ -277,6 +315,7 @@ pub(crate) fn read(r: &mut Reader<'_>) -> Result<DockerSettings, ConfigError> {
         user,
         tmp_size_bytes,
         launcher,
+        workspace,
         runtime,
         host,
         tls_verify,
@@ -338,6 +377,10 @@ mod tests {
         assert!(settings(&[("SANDBOX_POOL_SIZE", "65")]).is_err());
         assert!(settings(&[("DOCKER_HOST", "ssh://x")]).is_err());
         assert_eq!(s.docker.launcher, LauncherMode::Auto);
+        assert_eq!(s.docker.workspace, WorkspaceMode::Auto);
+        let s = settings(&[("SANDBOX_WORKSPACE", "in-container")]).unwrap();
+        assert_eq!(s.docker.workspace, WorkspaceMode::InContainer);
+        assert!(settings(&[("SANDBOX_WORKSPACE", "remote")]).is_err());
         let s = settings(&[("SANDBOX_LAUNCHER", "image")]).unwrap();
         assert_eq!(s.docker.launcher, LauncherMode::Image);
         let err = settings(&[("SANDBOX_LAUNCHER", "mine")]).unwrap_err();
