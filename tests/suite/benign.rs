@@ -92,12 +92,7 @@ async fn a_matplotlib_savefig_returns_an_image() {
             .unwrap();
         assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{who:?}: not a PNG");
         // matplotlib's caches went to the private /tmp, not into the workspace.
-        let files: Vec<&str> = r["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|f| f["path"].as_str())
-            .collect();
+        let files = super::file_paths(&r);
         assert_eq!(files, ["plot.png"], "{who:?}: {r}");
         server.stop().await;
     }

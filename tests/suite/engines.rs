@@ -684,8 +684,8 @@ fn server_copy(data: &Path) -> PathBuf {
 /// into the server's copy, which results and resources read; a transfer cut in the
 /// middle leaves that copy as it was, with nothing half-written, and the next call
 /// brings it whole; a worker's restart keeps the files; a grant of a host path and
-/// `install_packages` are refused with the reason; nothing of the server's remains on
-/// the engine afterwards.
+/// `install_packages` are refused with the reason; the kept workspace is that copy;
+/// nothing of the server's remains on the engine afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workspace_lives_in_the_container_of_an_engine_that_cannot_see_this_machine() {
     if !slim_ready() {
@@ -705,6 +705,7 @@ async fn a_workspace_lives_in_the_container_of_an_engine_that_cannot_see_this_ma
             ("SANDBOX_LAUNCHER", "image"),
             ("SANDBOX_WORKSPACE", "auto"),
             ("SANDBOX_POOL_SIZE", "0"),
+            ("SANDBOX_KEEP_WORKSPACES", "true"),
         ],
     )
     .await;
@@ -712,12 +713,7 @@ async fn a_workspace_lives_in_the_container_of_an_engine_that_cannot_see_this_ma
     let write = "import os\nopen('a.txt', 'w').write('alpha')\nos.makedirs('d', exist_ok=True)\nopen('d/b.bin', 'wb').write(os.urandom(2_000_000))\nos.symlink('/etc/passwd', 'link')\nprint('ok')";
     let r = server.run("w", write).await;
     assert_eq!(stdout(&r), "ok\n", "{r}");
-    let files: Vec<&str> = r["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|f| f["path"].as_str())
-        .collect();
+    let files = super::file_paths(&r);
     assert!(
         files.contains(&"a.txt") && files.contains(&"d/b.bin"),
         "{r}"
@@ -838,7 +834,19 @@ async fn a_workspace_lives_in_the_container_of_an_engine_that_cannot_see_this_ma
         "{installed}"
     );
 
-    server.stop().await;
+    // Kept at shutdown: the server's copy is what is kept.
+    let data = server.stop().await;
+    let kept: Vec<PathBuf> = std::fs::read_dir(data.path().join("kept"))
+        .unwrap()
+        .flat_map(|instance| std::fs::read_dir(instance.unwrap().path()).unwrap())
+        .map(|k| k.unwrap().path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        std::fs::metadata(kept[0].join("c.bin")).unwrap().len(),
+        3_000_000
+    );
+    assert!(kept[0].join("d/b.bin").is_file() && !kept[0].join("a.txt").exists());
     assert!(engine.containers(&label).is_empty());
     let out = engine.docker(&["volume", "ls", "-q", "--filter", &format!("label={label}")]);
     assert!(

@@ -431,6 +431,14 @@ pub async fn connect<H: rmcp::ClientHandler>(
 }
 
 /// The stdout of a result.
+/// The paths of a result's `files`.
+pub fn file_paths(v: &Value) -> Vec<&str> {
+    v["files"]
+        .as_array()
+        .map(|files| files.iter().filter_map(|f| f["path"].as_str()).collect())
+        .unwrap_or_default()
+}
+
 pub fn stdout(v: &Value) -> &str {
     v["stdout"].as_str().unwrap_or_default()
 }

@@ -144,6 +144,8 @@ pub async fn tls_engine(
     let counted = handshakes.clone();
     let task = tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
+            // As an engine's own listener (Go sets it): small writes go out at once.
+            let _ = tcp.set_nodelay(true);
             let (acceptor, counted) = (acceptor.clone(), counted.clone());
             tokio::spawn(async move {
                 let Ok(mut tls) = acceptor.accept(tcp).await else {

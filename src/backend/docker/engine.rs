@@ -4,8 +4,13 @@
 
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use bollard::Docker;
 use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 
 use super::config::{LABEL_BOOT, LABEL_HOST, LABEL_INSTANCE, LABEL_PID, LABEL_PID_START, Owner};
 use crate::backend::docker_settings::EngineSpec;
@@ -63,8 +68,40 @@ pub fn connect(spec: &EngineSpec) -> Result<Docker, String> {
     if spec.tls {
         return connect_tls(spec, &host);
     }
-    Docker::connect_with_http(&host, API_TIMEOUT_S, version)
-        .map_err(|e| format!("DOCKER_HOST={host}: {e}"))
+    let mut tcp = HttpConnector::new();
+    tcp.set_nodelay(true);
+    over_tcp(tcp, &host, "http")
+}
+
+/// The connector's client as bollard's transport, reaching `host` (`tcp://…`) by
+/// `scheme`. Built here rather than by bollard for one reason: bollard's TCP connector
+/// leaves Nagle's algorithm on, and a call's frames (thaw, request, then freeze after
+/// the answer) are small writes in turn, each of which would wait for the engine's
+/// delayed acknowledgement: 40 ms a call.
+fn over_tcp<C>(connector: C, host: &str, scheme: &str) -> Result<Docker, String>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    let authority = host.strip_prefix("tcp://").unwrap_or(host);
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder.pool_max_idle_per_host(0);
+    let client = Arc::new(builder.build(connector));
+    let transport = move |request: bollard::BollardRequest| {
+        let client = client.clone();
+        async move {
+            client
+                .request(request)
+                .await
+                .map_err(bollard::errors::Error::from)
+        }
+    };
+    Docker::connect_with_custom_transport(
+        transport,
+        Some(format!("{scheme}://{authority}")),
+        API_TIMEOUT_S,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .map_err(|e| format!("{host}: {e}"))
 }
 
 /// TCP+TLS with the `ca.pem`, `cert.pem` and `key.pem` of the engine's certificate
@@ -85,15 +122,38 @@ fn connect_tls(spec: &EngineSpec, host: &str) -> Result<Docker, String> {
             ));
         }
     }
-    Docker::connect_with_ssl(
-        host,
-        &dir.join("key.pem"),
-        &dir.join("cert.pem"),
-        &dir.join("ca.pem"),
-        API_TIMEOUT_S,
-        bollard::API_DEFAULT_VERSION,
-    )
-    .map_err(|e| format!("DOCKER_HOST={host} (TLS): {e}"))
+    let config = tls_config(&dir).map_err(|e| format!("{host} over TLS: {e}"))?;
+    let mut tcp = HttpConnector::new();
+    tcp.set_nodelay(true);
+    tcp.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnector::from((tcp, config));
+    over_tcp(connector, host, "https")
+}
+
+/// The client's TLS: the engine verified against `ca.pem`, this client known by
+/// `cert.pem` and `key.pem`.
+#[cfg(not(target_os = "macos"))]
+fn tls_config(dir: &Path) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let read = |file: &str| dir.join(file);
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(read("ca.pem")).map_err(|e| format!("ca.pem: {e}"))? {
+        roots
+            .add(cert.map_err(|e| format!("ca.pem: {e}"))?)
+            .map_err(|e| format!("ca.pem: {e}"))?;
+    }
+    let chain = CertificateDer::pem_file_iter(read("cert.pem"))
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("cert.pem: {e}"))?;
+    let key = PrivateKeyDer::from_pem_file(read("key.pem")).map_err(|e| format!("key.pem: {e}"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| format!("cert.pem and key.pem: {e}"))
 }
 
 /// No TLS client in macOS builds (see Cargo.toml): said, never a plain connection.

@@ -90,15 +90,7 @@ async fn query_in_volume(inner: &Inner, user: (u32, u32), why: String) -> Result
     let name = volume::name(&inner.owner.instance, &format!("query-{}", inner.index));
     let bytes = inner.settings.disk_limit_bytes;
     volume::create(&inner.docker, &inner.owner, &name, bytes, user).await?;
-    let tmp_bytes = inner.settings.docker.tmp_size_bytes;
-    let run = super::Run::bare(
-        "query",
-        config::WorkspaceSource::Volume(&name),
-        user,
-        tmp_bytes,
-    );
-    let empty_file = inner.instance_dir.join(super::EMPTY_FILE);
-    let cfg = query_config(inner, &run, &empty_file);
+    let cfg = query_config(inner, config::WorkspaceSource::Volume(&name), user);
     let result = run_to_end(inner, cfg).await;
     volume::remove(&inner.docker, &name).await;
     let (stdout, stderr, held) = result?;
@@ -115,13 +107,16 @@ async fn query_in_volume(inner: &Inner, user: (u32, u32), why: String) -> Result
     })
 }
 
-/// The query container's configuration: a worker's, running the query.
+/// The query container's configuration: a worker's on `workspace`, running the query.
 fn query_config(
     inner: &Inner,
-    run: &super::Run<'_>,
-    empty_file: &std::path::Path,
+    workspace: config::WorkspaceSource<'_>,
+    user: (u32, u32),
 ) -> bollard::models::ContainerCreateBody {
-    let mut cfg = config::container_config(&inner.plan(run, &[], empty_file));
+    let tmp_bytes = inner.settings.docker.tmp_size_bytes;
+    let run = super::Run::bare("query", workspace, user, tmp_bytes);
+    let empty_file = inner.instance_dir.join(super::EMPTY_FILE);
+    let mut cfg = config::container_config(&inner.plan(&run, &[], &empty_file));
     cfg.cmd = Some(vec![super::route::QUERY_SUBCOMMAND.to_string()]);
     cfg.open_stdin = Some(false);
     cfg.stdin_once = Some(false);
@@ -164,15 +159,7 @@ async fn query_in(
         Err("the server is not root: only root can mount a size-capped tmpfs that the engine sees, so workspaces are plain host directories (run the server as root for a per-session disk quota)".to_string())
     };
     let marked = std::fs::write(dir.join(MARKER), &nonce);
-    let empty_file = inner.instance_dir.join(super::EMPTY_FILE);
-    let tmp_bytes = inner.settings.docker.tmp_size_bytes;
-    let run = super::Run::bare(
-        "query",
-        config::WorkspaceSource::Host(&dir),
-        user,
-        tmp_bytes,
-    );
-    let cfg = query_config(inner, &run, &empty_file);
+    let cfg = query_config(inner, config::WorkspaceSource::Host(&dir), user);
     let result = match marked {
         Ok(()) => run_to_end(inner, cfg).await,
         Err(e) => Err(format!("{}: {e}", dir.join(MARKER).display())),
