@@ -15,10 +15,15 @@
 //! Containers started ahead come from the session layer's one warm pool
 //! ([`crate::backend::pool`]): a warm container is a worker started in a home made
 //! ahead, exactly as a session's; `SANDBOX_MAX_WORKERS` counts containers like any
-//! worker.
+//! worker. Sessions are placed on one of several engines ([`fleet`],
+//! `SANDBOX_DOCKER_HOSTS`); each engine's state is one `Inner`.
 //!
 //! - [`config`]: the container configuration and `validate_container_config` (pure);
-//! - [`engine`]: connecting (`DOCKER_HOST`, TLS), owner labels, reaping leftovers;
+//! - [`engine`]: connecting (`DOCKER_HOST`, TLS, without Nagle), owner labels, reaping
+//!   leftovers;
+//! - [`fleet`]: placement over the engines, their health, a lost engine's sessions;
+//! - [`volume`] and [`copyback`]: in-container workspaces (`SANDBOX_WORKSPACE`), their
+//!   volume and keeper, and the server's copy of them;
 //! - [`container`]: creating, attaching and starting one worker container;
 //! - [`query`]: what the image and the engine are, asked once at start;
 //! - [`quota`]: the size-capped tmpfs workspaces (`SANDBOX_DISK_LIMIT`);
