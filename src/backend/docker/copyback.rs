@@ -493,8 +493,14 @@ mod tests {
         assert_eq!(f.wanted(true), Some(None), "not taken");
         let t = tempfile::tempdir().unwrap();
         let settle = || std::thread::sleep(RACY * 2);
+        let written = std::time::Instant::now();
         std::fs::write(t.path().join("a"), "1").unwrap();
-        assert_eq!(fingerprint(t.path()), None, "just changed: not trusted");
+        let just = fingerprint(t.path());
+        // Only meaningful when the walk came within RACY of the write (a loaded machine
+        // may take longer, and then the entry is no longer too recent).
+        if written.elapsed() < RACY {
+            assert_eq!(just, None, "just changed: not trusted");
+        }
         settle();
         let before = fingerprint(t.path()).unwrap();
         assert_eq!(fingerprint(t.path()), Some(before));
